@@ -1,0 +1,30 @@
+# `make demo` and `make test` set themselves up on a fresh machine; both are idempotent.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test setup examples clean
+
+demo: examples
+	$(PY) -m tools.demo
+
+test: setup
+	$(PY) -m pytest -q
+
+setup: $(STAMP)
+
+# Reinstall whenever the dependency list changes.
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $@
+
+# Source ONNX models are generated into a cache outside git, then sliced into model_repository/.
+examples: setup
+	$(PY) -m tools.build_examples
+
+clean:
+	rm -rf $(VENV) *.egg-info
+	find model_repository -name '*.onnx' -delete

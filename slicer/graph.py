@@ -1,0 +1,287 @@
+"""Where an ONNX graph may be cut, and the stage graphs on either side of the cuts.
+
+A cut is a position ``k`` in the topological order of the graph's nodes: nodes before ``k`` go to
+the earlier stage. Every tensor produced before the cut and still needed at or after it crosses
+the cut; skip connections and masks simply cross several cuts. A cut is legal when every tensor
+crossing it is *batched* (batch axis first, each row depending only on its own query): only then
+can the runtime stretch, split and route batches by rows. Shape tensors and other per-batch
+values never cross a cut, and constant subgraphs are cloned into every stage that uses them.
+
+Which tensors are batched is measured rather than guessed from shape inference: the graph runs on
+ONNX Runtime at two batch sizes with all intermediate tensors exposed, which also gives every
+tensor's dtype and which of its axes vary.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import helper
+
+from backend.manifest import Dim, TensorSpec
+from slicer.sample import sample_inputs
+
+# Two probe runs whose batch sizes and dynamic-axis sizes differ from each other and from the
+# sizes a fixed axis is likely to have, so a coincidence cannot make a tensor look batched.
+PROBE_BATCHES = (2, 3)
+DEFAULT_DIM_SIZE = 8
+
+
+class SliceError(ValueError):
+    """The model cannot be sliced as asked; the message says why."""
+
+
+def node_inputs(node: onnx.NodeProto) -> list[str]:
+    """Names a node reads, including outer-scope names its subgraphs (If, Loop, Scan) use."""
+    names = [name for name in node.input if name]
+    for attr in node.attribute:
+        graphs = [attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs)
+        for graph in graphs:
+            defined = {v.name for v in graph.input} | {t.name for t in graph.initializer}
+            defined |= {o for n in graph.node for o in n.output}
+            names += [name for n in graph.node for name in node_inputs(n) if name not in defined]
+    return names
+
+
+def topological_order(graph: onnx.GraphProto) -> list[onnx.NodeProto]:
+    """The graph's nodes in a dependency-respecting order, as close to file order as possible."""
+    producer = {out: i for i, node in enumerate(graph.node) for out in node.output if out}
+    deps = [{producer[n] for n in node_inputs(node) if n in producer} for node in graph.node]
+    order: list[int] = []
+    placed: set[int] = set()
+    remaining = list(range(len(graph.node)))
+    while remaining:
+        ready = [i for i in remaining if deps[i] <= placed]
+        if not ready:
+            raise SliceError("the graph has a cycle")
+        order += ready
+        placed.update(ready)
+        remaining = [i for i in remaining if i not in placed]
+    return [graph.node[i] for i in order]
+
+
+@dataclass(frozen=True)
+class TensorFacts:
+    """What the probe runs showed about one tensor."""
+
+    dtype: str
+    batched: bool
+    dims: tuple[Dim, ...]  # without the batch axis; -1 where the probes saw different sizes
+
+
+@dataclass
+class GraphAnalysis:
+    """The graph in cut order, with producer and last use of every non-constant tensor."""
+
+    model: onnx.ModelProto
+    nodes: list[onnx.NodeProto]  # non-constant nodes, topologically ordered
+    constants: dict[str, onnx.NodeProto]  # constant tensor name -> node computing it
+    initializers: dict[str, onnx.TensorProto]
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+    facts: dict[str, TensorFacts]
+    produced_at: dict[str, int]  # -1 for model inputs
+    last_use: dict[str, int]  # len(nodes) for model outputs
+
+    def crossing(self, cut: int) -> list[str]:
+        """Tensors produced before ``cut`` and needed at or after it, in production order."""
+        names = [t for t, p in self.produced_at.items() if p < cut <= self.last_use.get(t, -1)]
+        return sorted(names, key=lambda t: self.produced_at[t])
+
+    def legal_cuts(self) -> list[int]:
+        return [
+            k for k in range(1, len(self.nodes))
+            if all(self.facts[t].batched for t in self.crossing(k))
+        ]
+
+    def spec(self, name: str) -> TensorSpec:
+        facts = self.facts[name]
+        return TensorSpec(name=name, dtype=facts.dtype, dims=facts.dims)
+
+
+def _declared_dims(value: onnx.ValueInfoProto) -> list[Dim]:
+    dims: list[Dim] = []
+    for d in value.type.tensor_type.shape.dim:
+        dims.append(d.dim_value if d.HasField("dim_value") else d.dim_param or -1)
+    return dims
+
+
+def _input_specs(graph: onnx.GraphProto, initializers: Iterable[str]) -> tuple[TensorSpec, ...]:
+    skip = set(initializers)
+    specs = []
+    for value in graph.input:
+        if value.name in skip:
+            continue
+        dims = _declared_dims(value)
+        if not dims or (isinstance(dims[0], int) and dims[0] > 0):
+            raise SliceError(
+                f"input {value.name!r} has no dynamic batch axis (dims {dims}); "
+                "export the model with its first axis dynamic"
+            )
+        dtype = helper.tensor_dtype_to_np_dtype(value.type.tensor_type.elem_type)
+        specs.append(TensorSpec(name=value.name, dtype=np.dtype(dtype).name, dims=tuple(dims[1:])))
+    return tuple(specs)
+
+
+def _probe(model: onnx.ModelProto, names: list[str], inputs: tuple[TensorSpec, ...],
+           dim_sizes: Mapping[str, int]) -> list[dict[str, np.ndarray]]:
+    """Run the model with every tensor in ``names`` exposed, once per probe batch size."""
+    probe = onnx.ModelProto()
+    probe.CopyFrom(model)
+    known = {v.name for v in probe.graph.output}
+    typed = {v.name: v for v in onnx.shape_inference.infer_shapes(model).graph.value_info}
+    for name in names:
+        if name not in known:
+            value = onnx.ValueInfoProto(name=name)
+            if name in typed:
+                value.type.tensor_type.elem_type = typed[name].type.tensor_type.elem_type
+            probe.graph.output.append(value)
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    options.log_severity_level = 3
+    session = ort.InferenceSession(probe.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    runs = []
+    for scale, batch in enumerate(PROBE_BATCHES, start=1):
+        sizes = {k: v * scale for k, v in dim_sizes.items()}
+        feed = sample_inputs(inputs, batch, sizes, default=DEFAULT_DIM_SIZE * scale, seed=scale)
+        runs.append(dict(zip(names, session.run(names, feed))))
+    return runs
+
+
+def _facts(name: str, runs: list[dict[str, np.ndarray]], declared: list[Dim] | None) -> TensorFacts:
+    a, b = (np.asarray(run[name]) for run in runs)
+    batched = (
+        a.ndim == b.ndim >= 1 and a.shape[0] == PROBE_BATCHES[0] and b.shape[0] == PROBE_BATCHES[1]
+    )
+    dims: list[Dim] = [x if x == y else -1 for x, y in zip(a.shape[1:], b.shape[1:])]
+    if declared is not None and len(declared) == len(dims) + 1:
+        # Keep the model's own names for its dynamic output axes.
+        dims = [d if d != -1 or not isinstance(n, str) else n for d, n in zip(dims, declared[1:])]
+    return TensorFacts(dtype=a.dtype.name, batched=batched, dims=tuple(dims))
+
+
+def analyse(model: onnx.ModelProto, dim_sizes: Mapping[str, int] | None = None) -> GraphAnalysis:
+    """Order the graph, find its constant subgraphs and probe every other tensor."""
+    graph = model.graph
+    initializers = {t.name: t for t in graph.initializer}
+    inputs = _input_specs(graph, initializers)
+    constant_names = set(initializers)
+    constants: dict[str, onnx.NodeProto] = {}
+    nodes: list[onnx.NodeProto] = []
+    for node in topological_order(graph):
+        if all(n in constant_names for n in node_inputs(node)) and node.op_type not in _RANDOM_OPS:
+            constant_names.update(o for o in node.output if o)
+            constants.update({o: node for o in node.output if o})
+        else:
+            nodes.append(node)
+
+    produced_at = {spec.name: -1 for spec in inputs}
+    last_use: dict[str, int] = {}
+    for i, node in enumerate(nodes):
+        for name in node_inputs(node):
+            if name not in constant_names:
+                last_use[name] = i
+        produced_at.update({o: i for o in node.output if o})
+    output_names = [v.name for v in graph.output]
+    for name in output_names:
+        if name in constant_names:
+            raise SliceError(f"output {name!r} is a constant; nothing to serve")
+        last_use[name] = len(nodes)
+
+    probed = [t for t in produced_at if t in last_use]
+    runs = _probe(model, probed, inputs, dim_sizes or {})
+    declared = {v.name: _declared_dims(v) for v in graph.output}
+    facts = {name: _facts(name, runs, declared.get(name)) for name in probed}
+    input_names = {spec.name for spec in inputs}
+    for spec in inputs:  # the model's declared input dims are the interface; keep them as written
+        facts[spec.name] = TensorFacts(dtype=spec.dtype, batched=facts[spec.name].batched, dims=spec.dims)
+    outputs = []
+    for name in output_names:
+        if not facts[name].batched:
+            raise SliceError(f"output {name!r} has no batch axis first; Triton cannot batch this model")
+        outputs.append(TensorSpec(name=name, dtype=facts[name].dtype, dims=facts[name].dims))
+    unbatched_inputs = [n for n in input_names if not facts[n].batched]
+    if unbatched_inputs:
+        raise SliceError(f"inputs {unbatched_inputs} do not behave as batched tensors")
+    return GraphAnalysis(
+        model=model, nodes=nodes, constants=constants, initializers=initializers, inputs=inputs,
+        outputs=tuple(outputs), facts=facts, produced_at=produced_at, last_use=last_use,
+    )
+
+
+# Nodes with no inputs that must not be treated as constants to clone.
+_RANDOM_OPS = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial"}
+
+
+def choose_even_cuts(legal: list[int], node_count: int, stages: int) -> list[int]:
+    """The legal cuts closest (in total) to splitting the node list into equal parts.
+
+    A small dynamic programme over legal positions: cut i of the N-1 goes to a legal position
+    strictly after cut i-1, minimising the summed distance to the ideal positions.
+    """
+    if stages == 1:
+        return []
+    if len(legal) < stages - 1:
+        raise SliceError(
+            f"only {len(legal)} legal cut points in {node_count} nodes; cannot make {stages} stages"
+        )
+    targets = [node_count * i / stages for i in range(1, stages)]
+    inf = float("inf")
+    cost = [abs(pos - targets[0]) for pos in legal]
+    back: list[list[int]] = []
+    for target in targets[1:]:
+        best, best_j, new_cost, choice = inf, -1, [inf] * len(legal), [-1] * len(legal)
+        for j, pos in enumerate(legal):
+            if j > 0 and cost[j - 1] < best:
+                best, best_j = cost[j - 1], j - 1
+            if best_j >= 0:
+                new_cost[j], choice[j] = best + abs(pos - target), best_j
+        cost = new_cost
+        back.append(choice)
+    j = min(range(len(legal)), key=lambda i: cost[i])
+    cuts = [legal[j]]
+    for choice in reversed(back):
+        j = choice[j]
+        cuts.append(legal[j])
+    return sorted(cuts)
+
+
+def _value_info(spec: TensorSpec) -> onnx.ValueInfoProto:
+    elem = helper.np_dtype_to_tensor_dtype(np.dtype(spec.dtype))
+    shape: list[int | str | None] = ["batch"]
+    shape += [None if d == -1 else d for d in spec.dims]
+    return helper.make_tensor_value_info(spec.name, elem, shape)
+
+
+def stage_model(analysis: GraphAnalysis, start: int, end: int, inputs: list[TensorSpec],
+                outputs: list[TensorSpec], name: str) -> onnx.ModelProto:
+    """A self-contained model of nodes ``start:end`` plus the constant subgraphs they use."""
+    body = analysis.nodes[start:end]
+    needed: list[onnx.NodeProto] = []
+    seen: set[int] = set()
+    pending = [n for node in body for n in node_inputs(node)]
+    while pending:
+        name_ = pending.pop()
+        node = analysis.constants.get(name_)
+        if node is not None and id(node) not in seen:
+            seen.add(id(node))
+            needed.append(node)
+            pending += node_inputs(node)
+    order = {id(node): i for i, node in enumerate(analysis.model.graph.node)}
+    nodes = sorted(needed, key=lambda n: order[id(n)]) + body
+    used = {n for node in nodes for n in node_inputs(node)}
+    initializers = [t for name_, t in analysis.initializers.items() if name_ in used]
+    graph = helper.make_graph(
+        nodes, name, [_value_info(s) for s in inputs], [_value_info(s) for s in outputs], initializers
+    )
+    src = analysis.model
+    model = helper.make_model(
+        graph, opset_imports=src.opset_import, ir_version=src.ir_version,
+        functions=src.functions, producer_name="dvabatch-slicer",
+    )
+    onnx.checker.check_model(model)
+    return model

@@ -1,0 +1,34 @@
+"""Random inputs shaped like a model's interface, for probing and verifying stages."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+import numpy as np
+
+from backend.manifest import TensorSpec
+
+
+def concrete_shape(spec: TensorSpec, batch: int, sizes: Mapping[str, int], default: int) -> tuple[int, ...]:
+    """The shape of ``batch`` rows, with named dynamic axes from ``sizes`` and others ``default``."""
+    dims = [d if isinstance(d, int) and d >= 0 else sizes.get(str(d), default) for d in spec.dims]
+    return (batch, *dims)
+
+
+def sample_inputs(specs: Iterable[TensorSpec], batch: int, sizes: Mapping[str, int] | None = None,
+                  default: int = 8, seed: int = 0) -> dict[str, np.ndarray]:
+    """Floats from a normal distribution; integers and booleans in {0, 1}.
+
+    Integers stay in {0, 1} so that token ids, masks and segment ids are valid for any
+    vocabulary size.
+    """
+    rng = np.random.default_rng(seed)
+    feed = {}
+    for spec in specs:
+        shape = concrete_shape(spec, batch, sizes or {}, default)
+        dtype = np.dtype(spec.dtype)
+        if dtype.kind == "f":
+            feed[spec.name] = rng.standard_normal(shape).astype(dtype)
+        else:
+            feed[spec.name] = rng.integers(0, 2, size=shape).astype(dtype)
+    return feed

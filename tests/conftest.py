@@ -1,0 +1,89 @@
+"""Fixtures: source models built here, a sliced repository, a real tritonserver over gRPC."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import tritonclient.grpc as grpcclient
+
+from slicer.slicing import slice_model
+from tools import synthetic
+
+ROOT = Path(__file__).resolve().parent.parent
+E2E_STAGES = {"resnet_like": 3, "unet_like": 3, "bert_like": 4}
+MAX_BATCH = 8
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def sources(tmp_path_factory) -> dict[str, Path]:
+    folder = tmp_path_factory.mktemp("sources")
+    return {name: synthetic.save(build(), folder / f"{name}.onnx") for name, build in synthetic.BUILDERS.items()}
+
+
+@pytest.fixture(scope="session")
+def repository(tmp_path_factory, sources) -> Path:
+    repo = tmp_path_factory.mktemp("model_repository")
+    for name, stages in E2E_STAGES.items():
+        slice_model(sources[name], repo / name, stages, MAX_BATCH)
+    return repo
+
+
+def processes_matching(text: str) -> list[str]:
+    """Command lines of live processes that contain ``text``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) != os.getpid():
+            try:
+                cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            except OSError:
+                continue
+            if text in cmdline:
+                found.append(cmdline)
+    return found
+
+
+class RunningServer:
+    def __init__(self, process: subprocess.Popen, grpc_port: int):
+        self.process = process
+        self.url = f"127.0.0.1:{grpc_port}"
+        self.grpc_port = grpc_port
+
+
+@pytest.fixture(scope="session")
+def server(repository) -> RunningServer:
+    """`python -m tools.serve` as a user runs it; stopped with SIGTERM at the end of the session."""
+    grpc_port, http_port, metrics_port = free_port(), free_port(), free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "tools.serve", "--model-repository", str(repository),
+         "--grpc-port", str(grpc_port), "--http-port", str(http_port), "--metrics-port", str(metrics_port)],
+        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 180
+    with grpcclient.InferenceServerClient(f"127.0.0.1:{grpc_port}") as client:
+        while True:
+            assert process.poll() is None, "tools.serve exited before Triton was ready"
+            try:
+                if client.is_server_ready():
+                    break
+            except Exception:  # noqa: BLE001 - not listening yet
+                pass
+            assert time.monotonic() < deadline, "Triton was not ready in 180 s"
+            time.sleep(0.25)
+    yield RunningServer(process, grpc_port)
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(60) == 0
+    assert not processes_matching(f"--grpc-port={grpc_port}"), "tritonserver still running"
+    assert not processes_matching(f"dvabatch_{process.pid}_"), "a Python backend stub still running"

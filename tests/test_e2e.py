@@ -1,0 +1,102 @@
+"""A real tritonserver started by `python -m tools.serve`, queried over tritonclient gRPC."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+from tritonclient.utils import InferenceServerException
+
+from backend.engine import OnnxRuntimeEngine
+from backend.manifest import Manifest
+from slicer.sample import sample_inputs
+from slicer.slicing import VERSION
+from tools.client import infer
+
+from .conftest import E2E_STAGES, MAX_BATCH
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    with grpcclient.InferenceServerClient(server.url) as client:
+        yield client
+
+
+def test_models_are_served_by_dvabatch(client):
+    for name in E2E_STAGES:
+        assert client.is_model_ready(name)
+        assert client.get_model_config(name, as_json=True)["config"]["backend"] == "dvabatch"
+
+
+def test_concurrent_requests_equal_unsliced_model(client, repository, sources):
+    rng = np.random.default_rng(7)
+    jobs = []
+    for i in range(36):
+        name = list(E2E_STAGES)[i % 3]
+        manifest = Manifest.load(repository / name / VERSION)
+        rows = int(rng.integers(1, MAX_BATCH + 1))
+        feed = sample_inputs(manifest.inputs, rows, {"sequence": int(rng.choice([3, 8, 13]))}, seed=i)
+        outputs = [manifest.outputs[-1].name] if i % 5 == 0 else []  # sometimes ask for one output only
+        jobs.append((name, feed, outputs))
+    with ThreadPoolExecutor(8) as pool:
+        answers = list(pool.map(lambda job: infer(client, *job), jobs))
+    references = {name: OnnxRuntimeEngine(sources[name], [o.name for o in
+                                                           Manifest.load(repository / name / VERSION).outputs])
+                  for name in E2E_STAGES}
+    for (name, feed, outputs), answer in zip(jobs, answers):
+        expected = references[name].run(feed)
+        assert set(answer) == set(outputs or expected)
+        for output in answer:
+            assert answer[output].shape == expected[output].shape
+            np.testing.assert_allclose(answer[output], expected[output], atol=1e-5, rtol=0)
+
+
+def _error(client, model, feed) -> InferenceServerException:
+    with pytest.raises(InferenceServerException) as info:
+        infer(client, model, feed)
+    return info.value
+
+
+def test_bad_requests_get_clear_errors_and_others_succeed(client, repository):
+    bert = Manifest.load(repository / "bert_like" / VERSION)
+    good_image = {"image": np.ones((2, 3, 32, 32), np.float32)}
+    good_text = sample_inputs(bert.inputs, 3, {"sequence": 6})
+    bad = {
+        "dtype": ("resnet_like", {"image": np.ones((1, 3, 32, 32), np.float64)}),
+        "shape": ("resnet_like", {"image": np.ones((1, 3, 31, 32), np.float32)}),
+        "sequence": ("bert_like", {**good_text, "attention_mask": good_text["attention_mask"][:, :4]}),
+        "vocabulary": ("bert_like", {**good_text, "input_ids": good_text["input_ids"] + 5000}),
+    }
+    calls = [("good", "resnet_like", good_image), ("good", "bert_like", good_text)] * 3
+    calls += [(kind, model, feed) for kind, (model, feed) in bad.items()]
+
+    def call(item):
+        kind, model, feed = item
+        try:
+            return kind, infer(client, model, feed)
+        except InferenceServerException as exc:
+            return kind, exc
+
+    with ThreadPoolExecutor(len(calls)) as pool:
+        results = list(pool.map(call, calls))
+    for kind, result in results:
+        if kind == "good":
+            assert isinstance(result, dict), f"a good request failed: {result}"
+    errors = {kind: result for kind, result in results if kind != "good"}
+    assert all(isinstance(e, InferenceServerException) for e in errors.values())
+    assert "data-type is 'FP64'" in errors["dtype"].message()
+    assert "unexpected shape for input 'image'" in errors["shape"].message()
+    assert "input 'attention_mask' has sequence=4 but input 'input_ids' has sequence=6" in errors["sequence"].message()
+    assert errors["sequence"].status() == "StatusCode.INVALID_ARGUMENT"
+    assert "inference failed" in errors["vocabulary"].message()
+    assert errors["vocabulary"].status() == "StatusCode.INTERNAL"
+    # The server keeps serving.
+    assert client.is_server_live() and client.is_model_ready("bert_like")
+    assert infer(client, "bert_like", good_text)["pooler_output"].shape == (3, 32)
+
+
+def test_request_larger_than_max_batch_size_is_refused(client):
+    with pytest.raises(InferenceServerException, match="batch"):
+        infer(client, "resnet_like", {"image": np.ones((MAX_BATCH + 1, 3, 32, 32), np.float32)})

@@ -1,0 +1,80 @@
+"""Build the example model repository: generate source models, slice them into model_repository/.
+
+    python -m tools.build_examples [--force]
+
+Source ONNX files go to a cache outside git ($DVABATCH_CACHE, default ~/.cache/dvabatch);
+config.pbtxt and manifest.json in model_repository/ are tracked, stage files are not. A model
+whose stage files exist and whose manifest matches its source's sha256 is left as it is.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from backend.manifest import Manifest
+from slicer.slicing import VERSION, sha256, slice_model
+from tools import synthetic
+from tools.serve import DEFAULT_REPOSITORY
+
+CACHE = Path(os.environ.get("DVABATCH_CACHE", Path.home() / ".cache" / "dvabatch"))
+SOURCES = CACHE / "sources"
+
+
+@dataclass(frozen=True)
+class Example:
+    name: str
+    builder: str
+    stages: int
+    max_batch_size: int = 8
+
+    @property
+    def source(self) -> Path:
+        return SOURCES / f"{self.builder}.onnx"
+
+
+EXAMPLES = (
+    Example("resnet_like", "resnet_like", stages=4),
+    Example("unet_like", "unet_like", stages=3),
+    Example("bert_like", "bert_like", stages=4),
+)
+
+
+def up_to_date(example: Example, model_dir: Path) -> bool:
+    version_dir = model_dir / VERSION
+    try:
+        manifest = Manifest.load(version_dir)
+    except (FileNotFoundError, ValueError, KeyError):
+        return False
+    return (example.source.is_file() and manifest.source_sha256 == sha256(example.source)
+            and all((version_dir / s.file).is_file() for s in manifest.stages))
+
+
+def build(repository: Path = DEFAULT_REPOSITORY, force: bool = False) -> list[Path]:
+    built = []
+    for example in EXAMPLES:
+        model_dir = repository / example.name
+        if not example.source.is_file():
+            synthetic.save(synthetic.BUILDERS[example.builder](), example.source)
+        if force or not up_to_date(example, model_dir):
+            result = slice_model(example.source, model_dir, example.stages, example.max_batch_size)
+            print(f"{example.name}: {example.stages} stages, max abs error {result.max_abs_error:.2g}")
+            built.append(model_dir)
+    return built
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tools.build_examples", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--force", action="store_true", help="re-slice even when up to date")
+    parser.add_argument("--repository", type=Path, default=DEFAULT_REPOSITORY)
+    args = parser.parse_args(argv)
+    built = build(args.repository, args.force)
+    print(f"model repository {args.repository}: {len(built)} rebuilt, {len(EXAMPLES) - len(built)} up to date")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

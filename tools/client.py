@@ -1,0 +1,23 @@
+"""Thin helpers over tritonclient gRPC, shared by the demo, the load tools and the tests."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import tritonclient.grpc as grpcclient
+from tritonclient.utils import np_to_triton_dtype
+
+
+def infer(client: grpcclient.InferenceServerClient, model: str, feed: Mapping[str, np.ndarray],
+          outputs: Sequence[str] = ()) -> dict[str, np.ndarray]:
+    """One unary gRPC request; returns the outputs asked for (all outputs when none are named)."""
+    inputs = []
+    for name, array in feed.items():
+        tensor = grpcclient.InferInput(name, list(array.shape), np_to_triton_dtype(array.dtype))
+        tensor.set_data_from_numpy(array)
+        inputs.append(tensor)
+    requested = [grpcclient.InferRequestedOutput(name) for name in outputs] or None
+    result = client.infer(model, inputs, outputs=requested)
+    names = outputs or [o["name"] for o in result.get_response(as_json=True)["outputs"]]
+    return {name: result.as_numpy(name) for name in names}

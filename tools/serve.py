@@ -1,0 +1,225 @@
+"""Run a real tritonserver with the `dvabatch` backend, in the foreground.
+
+    python -m tools.serve [--model-repository DIR] [--grpc-port P] [--http-port P]
+                          [--metrics-port P] [--host ADDR] [--triton-home DIR] [-- TRITONSERVER-ARGS]
+
+Triton finds backends in one directory. We assemble it in a temporary folder: ``python/`` with
+the Python backend (from the ``nvidia-pytriton`` wheel, with the stub built for the running
+interpreter, or from ``--triton-home``) and ``dvabatch/`` linked to this repository's
+``backend/``. The stub embeds the first ``python3`` on PATH, so putting this interpreter's bin
+folder first makes the project's virtualenv (onnxruntime, numpy...) visible to the backend.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+
+ROOT = Path(__file__).resolve().parent.parent
+BACKEND_DIR = ROOT / "backend"
+DEFAULT_REPOSITORY = ROOT / "model_repository"
+STOP_TIMEOUT_S = 30.0
+
+
+@dataclass(frozen=True)
+class TritonInstall:
+    """Where a tritonserver binary and its Python backend live."""
+
+    binary: Path
+    python_backend: Path  # folder with libtriton_python.so and triton_python_backend_utils.py
+    stub: Path | None  # a stub to use instead of the one in python_backend
+    libs: Path | None  # shared libraries the binary needs on LD_LIBRARY_PATH
+
+    @classmethod
+    def from_wheel(cls) -> TritonInstall:
+        try:
+            import pytriton
+        except ImportError as exc:
+            raise SystemExit("nvidia-pytriton is not installed: run `make setup` or pass --triton-home") from exc
+        package = Path(pytriton.__file__).parent
+        dist = package / "tritonserver"
+        version = f"{sys.version_info.major}.{sys.version_info.minor}"
+        stub = dist / "python_backend_stubs" / version / "triton_python_backend_stub"
+        if not stub.is_file():
+            raise SystemExit(f"nvidia-pytriton ships no Python backend stub for Python {version}")
+        return cls(binary=dist / "bin" / "tritonserver", python_backend=dist / "backends" / "python",
+                   stub=stub, libs=package.parent / "nvidia_pytriton.libs")
+
+    @classmethod
+    def from_home(cls, home: Path) -> TritonInstall:
+        binary, python_backend = home / "bin" / "tritonserver", home / "backends" / "python"
+        for needed in (binary, python_backend):
+            if not needed.exists():
+                raise SystemExit(f"--triton-home {home}: {needed} does not exist")
+        return cls(binary=binary, python_backend=python_backend, stub=None, libs=None)
+
+
+def assemble_backends(install: TritonInstall, folder: Path) -> Path:
+    """A backend directory holding `python` and `dvabatch`; returns its path."""
+    backends = folder / "backends"
+    python = backends / "python"
+    python.mkdir(parents=True)
+    for item in install.python_backend.iterdir():
+        if item.name != "__pycache__" and not (install.stub and item.name == "triton_python_backend_stub"):
+            # Copied, not linked: Triton refuses a backend library that resolves outside its folder.
+            shutil.copy(item, python / item.name)
+    if install.stub:
+        shutil.copy(install.stub, python / "triton_python_backend_stub")
+    (backends / "dvabatch").symlink_to(BACKEND_DIR, target_is_directory=True)
+    return backends
+
+
+@dataclass
+class Server:
+    """A tritonserver process; use as a context manager or call start()/stop()."""
+
+    model_repository: Path = DEFAULT_REPOSITORY
+    grpc_port: int = 8001
+    http_port: int = 8000
+    metrics_port: int = 8002
+    host: str = "127.0.0.1"
+    triton_home: Path | None = None
+    extra_args: list[str] = field(default_factory=list)
+    log: Path | None = None  # server output goes here; None: inherit stdout/stderr
+    process: subprocess.Popen | None = field(default=None, init=False)
+    _folder: Path | None = field(default=None, init=False)
+    _output: object = field(default=None, init=False)
+
+    @property
+    def grpc_url(self) -> str:
+        return f"{self.host}:{self.grpc_port}"
+
+    def command(self, backends: Path) -> list[str]:
+        install = self._install()
+        return [
+            str(install.binary),
+            f"--model-repository={Path(self.model_repository).resolve()}",
+            f"--backend-directory={backends}",
+            f"--grpc-port={self.grpc_port}", f"--grpc-address={self.host}",
+            f"--http-port={self.http_port}", f"--http-address={self.host}",
+            f"--metrics-port={self.metrics_port}", f"--metrics-address={self.host}",
+            # A unique shared-memory prefix, so that several servers can run on one machine.
+            f"--backend-config=python,shm-region-prefix-name=dvabatch_{os.getpid()}_{self.grpc_port}_",
+            *self.extra_args,
+        ]
+
+    def _install(self) -> TritonInstall:
+        return TritonInstall.from_home(self.triton_home) if self.triton_home else TritonInstall.from_wheel()
+
+    def _env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+        libs = self._install().libs
+        if libs:
+            env["LD_LIBRARY_PATH"] = os.pathsep.join(p for p in (env.get("LD_LIBRARY_PATH"), str(libs)) if p)
+        return env
+
+    def start(self, ready_timeout_s: float = 180.0) -> Server:
+        """Start tritonserver and return once it is ready, or raise with its exit status."""
+        self._folder = Path(tempfile.mkdtemp(prefix="dvabatch-triton-"))
+        backends = assemble_backends(self._install(), self._folder)
+        self._output = open(self.log, "ab") if self.log else None  # noqa: SIM115 - closed in stop()
+        self.process = subprocess.Popen(
+            self.command(backends), env=self._env(), stdout=self._output,
+            stderr=subprocess.STDOUT if self._output else None,
+            start_new_session=True,  # its own process group: we stop it and its stubs together
+        )
+        try:
+            self.wait_ready(ready_timeout_s)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def wait_ready(self, timeout_s: float) -> None:
+        import tritonclient.grpc as grpcclient
+
+        deadline = time.monotonic() + timeout_s
+        with grpcclient.InferenceServerClient(self.grpc_url) as client:
+            while time.monotonic() < deadline:
+                if self.process.poll() is not None:
+                    raise RuntimeError(f"tritonserver exited with status {self.process.returncode} before it was ready"
+                                       + (f"; see {self.log}" if self.log else ""))
+                try:
+                    if client.is_server_ready():
+                        return
+                except Exception:  # noqa: BLE001 - not listening yet
+                    pass
+                time.sleep(0.25)
+        raise TimeoutError(f"tritonserver was not ready within {timeout_s:.0f} s")
+
+    def stop(self) -> int | None:
+        """Stop gracefully (SIGTERM), then make sure no server or stub process is left."""
+        code = None
+        if self.process is not None:
+            if self.process.poll() is None:
+                self.process.terminate()
+                try:
+                    self.process.wait(STOP_TIMEOUT_S)
+                except subprocess.TimeoutExpired:
+                    pass
+            try:
+                os.killpg(self.process.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            code = self.process.wait()
+        if self._output is not None:
+            self._output.close()
+            self._output = None
+        if self._folder is not None:
+            shutil.rmtree(self._folder, ignore_errors=True)
+            self._folder = None
+        return code
+
+    def __enter__(self) -> Server:
+        return self.start() if self.process is None else self
+
+    def __exit__(self, kind: type | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        self.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tools.serve", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model-repository", type=Path, default=DEFAULT_REPOSITORY)
+    parser.add_argument("--grpc-port", type=int, default=8001)
+    parser.add_argument("--http-port", type=int, default=8000)
+    parser.add_argument("--metrics-port", type=int, default=8002)
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0: every interface)")
+    parser.add_argument("--triton-home", type=Path, help="use this Triton install (e.g. /opt/tritonserver)")
+    parser.add_argument("--ready-timeout", type=float, default=180.0, help="seconds to wait for readiness")
+    args, extra = parser.parse_known_args(argv)
+    server = Server(model_repository=args.model_repository, grpc_port=args.grpc_port, http_port=args.http_port,
+                    metrics_port=args.metrics_port, host=args.host, triton_home=args.triton_home,
+                    extra_args=[a for a in extra if a != "--"])
+
+    def on_signal(signum: int, _frame) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, on_signal)
+    try:
+        server.start(args.ready_timeout)
+        print(f"dvabatch: Triton is ready. gRPC {server.grpc_url}, HTTP {args.host}:{args.http_port}, "
+              f"metrics http://{args.host}:{args.metrics_port}/metrics. Ctrl-C stops it.", flush=True)
+        code = server.process.wait()
+        server.stop()
+        return code
+    except KeyboardInterrupt:
+        print("dvabatch: stopping Triton", flush=True)
+        server.stop()
+        return 0
+    except (RuntimeError, TimeoutError) as exc:
+        print(f"dvabatch: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
