@@ -12,12 +12,13 @@ import logging
 import queue
 import threading
 from collections.abc import Callable, Mapping, Sequence
+from collections import deque
 from dataclasses import dataclass
 
 import numpy as np
 
 from .engine import Engine
-from .manifest import Manifest, StageSpec, TensorSpec
+from .manifest import Manifest, StageSpec
 
 log = logging.getLogger(__name__)
 
@@ -58,8 +59,9 @@ class Query:
             log.exception("could not send a response")
 
 
-def validate(specs: Sequence[TensorSpec], outputs: Sequence[TensorSpec], query: Query) -> str | None:
+def validate(manifest: Manifest, query: Query) -> str | None:
     """Why ``query`` cannot run, or None. Names the tensor and what was expected."""
+    specs = manifest.inputs
     named: dict[str, tuple[int, str]] = {}
     rows: int | None = None
     for spec in specs:
@@ -87,20 +89,31 @@ def validate(specs: Sequence[TensorSpec], outputs: Sequence[TensorSpec], query: 
                             f"{dim}={first[0]}")
     if not rows:
         return "the request has no rows"
-    known = {spec.name for spec in outputs}
+    if rows > manifest.max_batch_size:
+        return f"the request has {rows} rows, more than max_batch_size {manifest.max_batch_size}"
+    known = {spec.name for spec in manifest.outputs}
     unknown = [name for name in query.requested_outputs if name not in known]
     if unknown:
         return f"requested outputs {unknown} do not exist; the model has {sorted(known)}"
     return None
 
 
-def group_by_shape(queries: Sequence[Query]) -> list[list[Query]]:
-    """Queries whose inputs agree on every axis but the batch axis, so their rows can stack."""
-    groups: dict[tuple, list[Query]] = {}
-    for query in queries:
-        key = tuple((name, array.shape[1:]) for name, array in sorted(query.inputs.items()))
-        groups.setdefault(key, []).append(query)
-    return list(groups.values())
+def shape_key(query: Query) -> tuple:
+    """Queries with equal keys agree on every axis but the batch axis, so their rows can stack."""
+    return tuple((name, array.shape[1:]) for name, array in sorted(query.inputs.items()))
+
+
+def take_batch(waiting: deque[Query], max_rows: int) -> list[Query]:
+    """Remove and return the oldest query with every later one that stacks with it, in order,
+    up to ``max_rows`` rows: what Triton's dynamic batcher with no delay would run next."""
+    first = waiting.popleft()
+    batch, rows, key = [first], first.rows, shape_key(first)
+    for query in list(waiting):
+        if rows + query.rows <= max_rows and shape_key(query) == key:
+            waiting.remove(query)
+            batch.append(query)
+            rows += query.rows
+    return batch
 
 
 def stack(queries: Sequence[Query]) -> Tensors:
@@ -119,37 +132,50 @@ def run_stages(engines: Sequence[Engine], stages: Sequence[StageSpec], buffer: M
 
 
 class Pipeline:
-    """Validates queries, stacks compatible ones into batches and runs them on a worker thread.
+    """Validates queries and runs them, stacked into batches, on a worker thread.
 
     ``submit`` never blocks on inference, so the caller (Triton's ``execute``) returns at once.
+    The worker takes every query waiting when it becomes free and stacks those that fit into the
+    next batch, so a busy pipeline still runs full batches.
     """
 
     def __init__(self, manifest: Manifest, engines: Sequence[Engine]):
         self._manifest = manifest
         self._engines = list(engines)
-        self._batches: queue.SimpleQueue[list[Query] | None] = queue.SimpleQueue()
+        self._queries: queue.SimpleQueue[Query | None] = queue.SimpleQueue()
         self._worker = threading.Thread(target=self._work, name="dvabatch-pipeline", daemon=True)
         self._worker.start()
 
     def submit(self, queries: Sequence[Query]) -> None:
-        valid = []
         for query in queries:
-            error = validate(self._manifest.inputs, self._manifest.outputs, query)
+            error = validate(self._manifest, query)
             if error:
                 query.answer(failure=Failure(error, bad_input=True))
             else:
-                valid.append(query)
-        for group in group_by_shape(valid):
-            self._batches.put(group)
+                self._queries.put(query)
 
     def close(self) -> None:
-        """Finish the batches already submitted, then stop the worker."""
-        self._batches.put(None)
+        """Finish the queries already submitted, then stop the worker."""
+        self._queries.put(None)
         self._worker.join()
 
     def _work(self) -> None:
-        while (batch := self._batches.get()) is not None:
-            self._run(batch)
+        waiting: deque[Query] = deque()
+        closing = False
+        while waiting or not closing:
+            block = not waiting
+            while not closing:
+                try:
+                    query = self._queries.get(block=block)
+                except queue.Empty:
+                    break
+                block = False
+                if query is None:
+                    closing = True
+                else:
+                    waiting.append(query)
+            if waiting:
+                self._run(take_batch(waiting, self._manifest.max_batch_size))
 
     def _run(self, batch: list[Query]) -> None:
         try:

@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     table = Table(title=f"{args.out.name}: {len(result.manifest.stages)} stages of {args.src.name}")
     for column in ("stage", "nodes", "inputs", "outputs", "carried"):
-        table.add_column(column)
+        table.add_column(column, overflow="fold")
     for stage in result.manifest.stages:
         table.add_row(str(stage.index), str(stage.nodes), ", ".join(t.name for t in stage.inputs),
                       ", ".join(t.name for t in stage.outputs), ", ".join(stage.carry) or "-")

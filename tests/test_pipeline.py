@@ -9,7 +9,9 @@ import pytest
 
 from backend.engine import load_engine
 from backend.manifest import Manifest
-from backend.pipeline import Failure, Pipeline, Query, group_by_shape, validate
+from collections import deque
+
+from backend.pipeline import Failure, Pipeline, Query, take_batch, validate
 from slicer.sample import sample_inputs
 from slicer.slicing import VERSION
 
@@ -47,7 +49,7 @@ def bert(repository):
 
 def test_validate_names_what_is_wrong(bert):
     manifest, _ = bert
-    check = lambda inputs, req=(): validate(manifest.inputs, manifest.outputs, Inbox().query(0, inputs, req))  # noqa: E731
+    check = lambda inputs, req=(): validate(manifest, Inbox().query(0, inputs, req))  # noqa: E731
     good = sample_inputs(manifest.inputs, 2, {"sequence": 6})
     assert check(good) is None
     assert "input 'attention_mask' is missing" in check({"input_ids": good["input_ids"]})
@@ -57,14 +59,19 @@ def test_validate_names_what_is_wrong(bert):
     assert "sequence=5" in check({**good, "attention_mask": good["attention_mask"][:, :5]})
     assert "rows" in check({**good, "attention_mask": good["attention_mask"][:1]})
     assert "do not exist" in check(good, ["nope"])
+    too_many = sample_inputs(manifest.inputs, MAX_BATCH + 1, {"sequence": 6})
+    assert "more than max_batch_size" in check(too_many)
 
 
-def test_group_by_shape_keeps_order_within_groups():
+def test_take_batch_stacks_matching_shapes_in_order_up_to_max_rows():
     inbox = Inbox()
-    shapes = [(1, 4), (2, 6), (3, 4), (1, 6)]
+    shapes = [(2, 4), (1, 6), (3, 4), (4, 4), (2, 4), (1, 6)]
     queries = [inbox.query(i, {"x": np.zeros(s)}) for i, s in enumerate(shapes)]
-    groups = group_by_shape(queries)
-    assert [[queries.index(q) for q in g] for g in groups] == [[0, 2], [1, 3]]
+    waiting = deque(queries)
+    taken = []
+    while waiting:
+        taken.append([queries.index(q) for q in take_batch(waiting, max_rows=7)])
+    assert taken == [[0, 2, 4], [1, 5], [3]]
 
 
 def test_every_query_answered_once_with_its_own_rows(bert, sources):
@@ -93,3 +100,34 @@ def test_every_query_answered_once_with_its_own_rows(bert, sources):
     outputs, failure = inbox.answers[101][0]
     assert outputs is None and isinstance(failure, Failure) and not failure.bad_input
     assert "inference failed" in failure.message
+
+
+class GatedEngine:
+    """A real stage engine that records batch sizes and holds its first run until released."""
+
+    def __init__(self, engine):
+        self.engine, self.rows, self.release = engine, [], threading.Event()
+
+    def run(self, inputs):
+        self.rows.append(len(next(iter(inputs.values()))))
+        self.release.wait(30)
+        return self.engine.run(inputs)
+
+
+def test_waiting_queries_are_stacked_into_full_batches(repository):
+    version_dir = repository / "resnet_like" / VERSION
+    manifest = Manifest.load(version_dir)
+    engines = [load_engine(s, version_dir) for s in manifest.stages]
+    gate = GatedEngine(engines[0])
+    pipeline = Pipeline(manifest, [gate, *engines[1:]])
+    inbox = Inbox()
+    feeds = [sample_inputs(manifest.inputs, rows, seed=i) for i, rows in enumerate([1, 3, 3, 2, 5, 1])]
+    pipeline.submit([inbox.query(0, feeds[0])])
+    while not gate.rows:  # the worker holds the first query alone
+        threading.Event().wait(0.01)
+    pipeline.submit([inbox.query(i, f) for i, f in enumerate(feeds) if i])
+    gate.release.set()
+    inbox.wait(len(feeds))
+    pipeline.close()
+    assert gate.rows == [1, 3 + 3 + 2, 5 + 1]
+    assert all(len(a) == 1 and a[0][1] is None for a in inbox.answers.values())
