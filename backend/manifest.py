@@ -35,6 +35,10 @@ class TensorSpec:
         return cls(name=data["name"], dtype=data["dtype"], dims=tuple(data["dims"]))
 
 
+def _tensors(items: list[dict]) -> tuple[TensorSpec, ...]:
+    return tuple(TensorSpec.from_json(item) for item in items)
+
+
 @dataclass(frozen=True)
 class StageSpec:
     """One stage of the sliced model.
@@ -60,8 +64,8 @@ class StageSpec:
             index=data["index"],
             file=data["file"],
             engine=data["engine"],
-            inputs=tuple(TensorSpec.from_json(t) for t in data["inputs"]),
-            outputs=tuple(TensorSpec.from_json(t) for t in data["outputs"]),
+            inputs=_tensors(data["inputs"]),
+            outputs=_tensors(data["outputs"]),
             carry=tuple(data.get("carry", ())),
             nodes=data.get("nodes", 0),
         )
@@ -91,8 +95,8 @@ class Manifest:
             source_file=data["source_file"],
             source_sha256=data["source_sha256"],
             max_batch_size=data["max_batch_size"],
-            inputs=tuple(TensorSpec.from_json(t) for t in data["inputs"]),
-            outputs=tuple(TensorSpec.from_json(t) for t in data["outputs"]),
+            inputs=_tensors(data["inputs"]),
+            outputs=_tensors(data["outputs"]),
             stages=tuple(StageSpec.from_json(s) for s in data["stages"]),
         )
 

@@ -29,6 +29,8 @@ from slicer.sample import sample_inputs
 # sizes a fixed axis is likely to have, so a coincidence cannot make a tensor look batched.
 PROBE_BATCHES = (2, 3)
 DEFAULT_DIM_SIZE = 8
+# Nodes that read only constants but must not be cloned: each clone would draw other values.
+_RANDOM_OPS = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial"}
 
 
 class SliceError(ValueError):
@@ -196,25 +198,19 @@ def analyse(model: onnx.ModelProto, dim_sizes: Mapping[str, int] | None = None) 
     runs = _probe(model, probed, inputs, dim_sizes or {})
     declared = {v.name: _declared_dims(v) for v in graph.output}
     facts = {name: _facts(name, runs, declared.get(name)) for name in probed}
-    input_names = {spec.name for spec in inputs}
-    for spec in inputs:  # the model's declared input dims are the interface; keep them as written
-        facts[spec.name] = TensorFacts(dtype=spec.dtype, batched=facts[spec.name].batched, dims=spec.dims)
+    for spec in inputs:  # the model's declared input dims are its interface; keep them as written
+        if spec.name in facts and not facts[spec.name].batched:
+            raise SliceError(f"input {spec.name!r} does not behave as a batched tensor (batch axis first)")
+        facts[spec.name] = TensorFacts(dtype=spec.dtype, batched=True, dims=spec.dims)
     outputs = []
     for name in output_names:
         if not facts[name].batched:
             raise SliceError(f"output {name!r} has no batch axis first; Triton cannot batch this model")
         outputs.append(TensorSpec(name=name, dtype=facts[name].dtype, dims=facts[name].dims))
-    unbatched_inputs = [n for n in input_names if not facts[n].batched]
-    if unbatched_inputs:
-        raise SliceError(f"inputs {unbatched_inputs} do not behave as batched tensors")
     return GraphAnalysis(
         model=model, nodes=nodes, constants=constants, initializers=initializers, inputs=inputs,
         outputs=tuple(outputs), facts=facts, produced_at=produced_at, last_use=last_use,
     )
-
-
-# Nodes with no inputs that must not be treated as constants to clone.
-_RANDOM_OPS = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial"}
 
 
 def choose_even_cuts(legal: list[int], node_count: int, stages: int) -> list[int]:
@@ -265,8 +261,7 @@ def stage_model(analysis: GraphAnalysis, start: int, end: int, inputs: list[Tens
     seen: set[int] = set()
     pending = [n for node in body for n in node_inputs(node)]
     while pending:
-        name_ = pending.pop()
-        node = analysis.constants.get(name_)
+        node = analysis.constants.get(pending.pop())
         if node is not None and id(node) not in seen:
             seen.add(id(node))
             needed.append(node)
@@ -274,7 +269,7 @@ def stage_model(analysis: GraphAnalysis, start: int, end: int, inputs: list[Tens
     order = {id(node): i for i, node in enumerate(analysis.model.graph.node)}
     nodes = sorted(needed, key=lambda n: order[id(n)]) + body
     used = {n for node in nodes for n in node_inputs(node)}
-    initializers = [t for name_, t in analysis.initializers.items() if name_ in used]
+    initializers = [t for key, t in analysis.initializers.items() if key in used]
     graph = helper.make_graph(
         nodes, name, [_value_info(s) for s in inputs], [_value_info(s) for s in outputs], initializers
     )

@@ -84,11 +84,16 @@ def main(argv: list[str] | None = None) -> int:
             worst = max(query_model(client, example, DEFAULT_REPOSITORY, table) for example in EXAMPLES)
             console.print(table)
             console.print(f"Largest difference from the unsliced models: {worst:.2g}")
-            bad = {"image": np.zeros((1, 3, 32, 32), dtype=np.float64)}
-            try:
-                infer(client, "resnet_like", bad)
-            except InferenceServerException as exc:
-                console.print(f"A float64 image is refused with: [yellow]{exc.message()}[/yellow]")
+            bad_requests = {
+                "A float64 image": ("resnet_like", {"image": np.zeros((1, 3, 32, 32), dtype=np.float64)}),
+                "Token ids and a mask of different lengths": (
+                    "bert_like", {"input_ids": np.ones((1, 6), np.int64), "attention_mask": np.ones((1, 4), np.int64)}),
+            }
+            for what, (model, feed) in bad_requests.items():
+                try:
+                    infer(client, model, feed)
+                except InferenceServerException as exc:
+                    console.print(f"{what} is refused with: [yellow]{exc.message().strip()}[/yellow]")
         if args.keep_serving:
             console.print("Serving until Ctrl-C. Try: perf_analyzer -m resnet_like -i grpc "
                           f"-u {server.grpc_url} --concurrency-range 1:8")
