@@ -2,7 +2,8 @@
 
 This is the single-entry single-exit skeleton: each batch runs through all stages in order on
 one worker thread. The multi-entry multi-exit runtime (stage executors, batch table, buffer
-pairs) replaces ``Pipeline`` and keeps ``Query``, ``validate``, ``stack`` and ``run_stages``.
+pairs) replaces ``Pipeline`` and keeps ``Query``, ``validate``, ``take_batch``, ``stack`` and
+``run_stages``.
 Nothing here imports Triton: the backend's entry file turns requests into ``Query`` objects.
 """
 
@@ -11,8 +12,8 @@ from __future__ import annotations
 import logging
 import queue
 import threading
-from collections.abc import Callable, Mapping, Sequence
 from collections import deque
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
