@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import threading
+from collections import deque
 
 import numpy as np
 import pytest
 
 from backend.engine import load_engine
 from backend.manifest import Manifest
-from collections import deque
-
 from backend.pipeline import Failure, Pipeline, Query, take_batch, validate
 from slicer.sample import sample_inputs
 from slicer.slicing import VERSION

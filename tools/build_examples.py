@@ -4,7 +4,7 @@
 
 Source ONNX files go to a cache outside git ($DVABATCH_CACHE, default ~/.cache/dvabatch);
 config.pbtxt and manifest.json in model_repository/ are tracked, stage files are not. A model
-whose stage files exist and whose manifest matches its source's sha256 is left as it is.
+whose stage files exist and whose manifest matches its source's sha256 is not sliced again.
 """
 
 from __future__ import annotations
@@ -57,8 +57,8 @@ def build(repository: Path = DEFAULT_REPOSITORY, force: bool = False) -> list[Pa
     built = []
     for example in EXAMPLES:
         model_dir = repository / example.name
-        if not example.source.is_file():
-            synthetic.save(synthetic.BUILDERS[example.builder](), example.source)
+        # Always regenerated (milliseconds, same bytes each time), so a changed builder is noticed.
+        synthetic.save(synthetic.BUILDERS[example.builder](), example.source)
         if force or not up_to_date(example, model_dir):
             result = slice_model(example.source, model_dir, example.stages, example.max_batch_size)
             print(f"{example.name}: {example.stages} stages, max abs error {result.max_abs_error:.2g}")

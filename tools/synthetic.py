@@ -61,7 +61,8 @@ class _Builder:
         return model
 
 
-def resnet_like(channels: int = 16, blocks: int = 3, classes: int = 10, size: int = 32, seed: int = 1) -> onnx.ModelProto:
+def resnet_like(channels: int = 16, blocks: int = 3, classes: int = 10, size: int = 32,
+                seed: int = 1) -> onnx.ModelProto:
     b = _Builder(seed)
     x = b.op("Relu", b.conv("image", 3, channels))
     for _ in range(blocks):
@@ -133,7 +134,8 @@ def bert_like(hidden: int = 32, heads: int = 4, layers: int = 2, vocab: int = 10
         ctx = b.op("Reshape", b.op("Transpose", b.op("MatMul", probs, v), perm=[0, 2, 1, 3]), i64(0, 0, hidden))
         x = layer_norm(b.op("Add", dense(ctx, hidden, hidden), x))
         h = dense(x, hidden, hidden * 4)
-        gelu = b.op("Mul", b.op("Mul", h, f32(0.5)), b.op("Add", b.op("Erf", b.op("Mul", h, f32(1 / np.sqrt(2)))), f32(1.0)))
+        erf = b.op("Erf", b.op("Mul", h, f32(1 / np.sqrt(2))))
+        gelu = b.op("Mul", b.op("Mul", h, f32(0.5)), b.op("Add", erf, f32(1.0)))
         x = layer_norm(b.op("Add", dense(gelu, hidden * 4, hidden), x))
     b.nodes.append(helper.make_node("Identity", [x], ["last_hidden_state"]))
     first = b.op("Squeeze", b.op("Slice", x, i64(0), i64(1), i64(1)), i64(1))
