@@ -10,6 +10,8 @@ Layout written::
 from __future__ import annotations
 
 import hashlib
+import shutil
+import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,9 +44,9 @@ def sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def build_manifest(src: Path, out: Path, stages: int, max_batch_size: int,
+def build_manifest(src: Path, version_dir: Path, stages: int, max_batch_size: int,
                    dim_sizes: Mapping[str, int]) -> Manifest:
-    """Cut the source model and write the stage files into ``out/1``."""
+    """Cut the source model and write the stage files into ``version_dir``."""
     model = onnx.load(str(src))
     analysis = analyse(model, dim_sizes)
     node_count = len(analysis.nodes)
@@ -52,10 +54,6 @@ def build_manifest(src: Path, out: Path, stages: int, max_batch_size: int,
         raise SliceError(f"--stages must be between 1 and the {node_count} nodes of the model")
     cuts = choose_even_cuts(analysis.legal_cuts(), node_count, stages)
     bounds = [0, *cuts, node_count]
-    version_dir = out / VERSION
-    version_dir.mkdir(parents=True, exist_ok=True)
-    for stale in version_dir.glob("stage_*.onnx"):
-        stale.unlink()
     specs = []
     previous = [s.name for s in analysis.inputs]
     for index, (start, end) in enumerate(zip(bounds, bounds[1:])):
@@ -108,10 +106,19 @@ def slice_model(src: Path, out: Path, stages: int, max_batch_size: int = 8,
     if max_batch_size < 1:
         raise SliceError("--max-batch-size must be at least 1")
     dim_sizes = dict(dim_sizes or {})
-    manifest = build_manifest(src, out, stages, max_batch_size, dim_sizes)
-    error = verify(src, out / VERSION, manifest, sorted({1, min(2, max_batch_size), max_batch_size}), dim_sizes)
-    if not error <= tolerance:
-        raise SliceError(f"stages differ from the source model by {error:.3g} (> {tolerance:g}); not written")
-    manifest.save(out / VERSION)
+    out.mkdir(parents=True, exist_ok=True)
+    # Build and verify beside the model, then swap the version folder in: a failed slice leaves
+    # an existing model directory as it was.
+    with tempfile.TemporaryDirectory(dir=out, prefix=".slicing-") as scratch:
+        staged = Path(scratch) / VERSION
+        staged.mkdir()
+        manifest = build_manifest(src, staged, stages, max_batch_size, dim_sizes)
+        batch_sizes = sorted({1, min(2, max_batch_size), max_batch_size})
+        error = verify(src, staged, manifest, batch_sizes, dim_sizes)
+        if not error <= tolerance:
+            raise SliceError(f"stages differ from the source model by {error:.3g} (> {tolerance:g}); not written")
+        manifest.save(staged)
+        shutil.rmtree(out / VERSION, ignore_errors=True)
+        staged.rename(out / VERSION)
     (out / "config.pbtxt").write_text(triton_config.render(out.name, manifest))
     return SliceResult(model_dir=out, manifest=manifest, max_abs_error=error)

@@ -113,3 +113,13 @@ def test_even_cuts_pick_nearest_legal_positions():
     assert choose_even_cuts([], 12, 1) == []
     with pytest.raises(SliceError):
         choose_even_cuts([5], 12, 3)
+
+
+def test_refused_slice_leaves_existing_model_untouched(sources, tmp_path):
+    out = tmp_path / "r"
+    slice_model(sources["resnet_like"], out, 2, MAX_BATCH)
+    before = {p.name: p.read_bytes() for p in (out / VERSION).iterdir()}
+    with pytest.raises(SliceError, match="not written"):
+        slice_model(sources["resnet_like"], out, 3, MAX_BATCH, tolerance=-1.0)
+    assert {p.name: p.read_bytes() for p in (out / VERSION).iterdir()} == before
+    assert {p.name for p in out.iterdir()} == {"config.pbtxt", VERSION}  # no scratch folder left
