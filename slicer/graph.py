@@ -23,12 +23,11 @@ import onnxruntime as ort
 from onnx import helper
 
 from backend.manifest import Dim, TensorSpec
-from slicer.sample import sample_inputs
+from slicer.sample import DEFAULT_DIM_SIZE, sample_inputs
 
 # Two probe runs whose batch sizes and dynamic-axis sizes differ from each other and from the
 # sizes a fixed axis is likely to have, so a coincidence cannot make a tensor look batched.
 PROBE_BATCHES = (2, 3)
-DEFAULT_DIM_SIZE = 8
 # Nodes that read only constants but must not be cloned: each clone would draw other values.
 _RANDOM_OPS = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial"}
 

@@ -8,6 +8,9 @@ import numpy as np
 
 from backend.manifest import TensorSpec
 
+# Size of a dynamic axis (other than the batch axis) that nobody named a size for.
+DEFAULT_DIM_SIZE = 8
+
 
 def concrete_shape(spec: TensorSpec, batch: int, sizes: Mapping[str, int], default: int) -> tuple[int, ...]:
     """The shape of ``batch`` rows, with named dynamic axes from ``sizes`` and others ``default``."""
@@ -16,7 +19,7 @@ def concrete_shape(spec: TensorSpec, batch: int, sizes: Mapping[str, int], defau
 
 
 def sample_inputs(specs: Iterable[TensorSpec], batch: int, sizes: Mapping[str, int] | None = None,
-                  default: int = 8, seed: int = 0) -> dict[str, np.ndarray]:
+                  default: int = DEFAULT_DIM_SIZE, seed: int = 0) -> dict[str, np.ndarray]:
     """Floats from a normal distribution; integers and booleans in {0, 1}.
 
     Integers stay in {0, 1} so that token ids, masks and segment ids are valid for any

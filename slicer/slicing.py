@@ -19,11 +19,11 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-from backend.engine import OnnxRuntimeEngine
+from backend.engine import OnnxRuntimeEngine, load_engine
 from backend.manifest import Manifest, StageSpec
 from backend.pipeline import run_stages
 from slicer import triton_config
-from slicer.graph import DEFAULT_DIM_SIZE, SliceError, analyse, choose_even_cuts, node_inputs, stage_model
+from slicer.graph import SliceError, analyse, choose_even_cuts, node_inputs, stage_model
 from slicer.sample import sample_inputs
 
 VERSION = "1"
@@ -80,16 +80,23 @@ def build_manifest(src: Path, version_dir: Path, stages: int, max_batch_size: in
 
 
 def verify(src: Path, version_dir: Path, manifest: Manifest, batch_sizes: list[int],
-           dim_sizes: Mapping[str, int]) -> float:
-    """Largest absolute difference between the chained stages and the source model."""
+           dim_sizes: Mapping[str, int], seed: int = 0) -> float:
+    """Largest absolute difference between the chained stages and the source model.
+
+    Stages that return other tensors, or other shapes, than the source are an error, not a number.
+    """
     reference = OnnxRuntimeEngine(src, [s.name for s in manifest.outputs])
-    engines = [OnnxRuntimeEngine(version_dir / s.file, [t.name for t in s.outputs]) for s in manifest.stages]
+    engines = [load_engine(stage, version_dir) for stage in manifest.stages]
     worst = 0.0
     for batch in batch_sizes:
-        feed = sample_inputs(manifest.inputs, batch, dim_sizes, default=DEFAULT_DIM_SIZE, seed=batch)
+        feed = sample_inputs(manifest.inputs, batch, dim_sizes, seed=seed + batch)
         expected = reference.run(feed)
         got = run_stages(engines, manifest.stages, feed)
+        if set(got) != set(expected):
+            raise SliceError(f"stages return {sorted(got)}, the source model {sorted(expected)}")
         for name, want in expected.items():
+            if got[name].shape != want.shape:
+                raise SliceError(f"stages give {name} shape {got[name].shape}, the source model {want.shape}")
             diff = np.abs(got[name].astype(np.float64) - want.astype(np.float64))
             worst = max(worst, float(diff.max()) if diff.size else 0.0)
     return worst
