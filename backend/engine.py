@@ -1,24 +1,33 @@
 """Engines run one stage. Each kind sits behind the same small interface.
 
-ONNX Runtime runs stages on the CPU. TensorRT (GPU) and the timed engine (deterministic
-schedule tests) come with the multi-entry multi-exit runtime.
+- ``onnxruntime``: the stage as an ONNX Runtime session (CPU device).
+- ``tensorrt``: the stage as a TensorRT 10 engine, dynamic shapes through its optimization
+  profile (CUDA device; needs the ``gpu`` extra).
+- ``timed``: computes nothing and takes as long as the stage's latency table says for the batch
+  (CPU: sleeps; CUDA: keeps the executor's stream busy), so a schedule can be tested exactly.
+  Its outputs are its inputs, in order: a timed model answers every query with its own rows.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
+from .device import CpuDevice, Device
 from .manifest import StageSpec
+
+Tensors = dict[str, Any]
 
 
 class Engine(Protocol):
-    """Computes a stage's outputs from its inputs; row i of every output belongs to input row i."""
+    """Computes a stage's outputs from its inputs on the executor's current stream; row i of
+    every output belongs to input row i."""
 
-    def run(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]: ...
+    def run(self, inputs: Mapping[str, Any]) -> Tensors: ...
 
 
 class OnnxRuntimeEngine:
@@ -33,17 +42,119 @@ class OnnxRuntimeEngine:
         self._outputs = output_names
 
     def run(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        return dict(zip(self._outputs, self._session.run(self._outputs, dict(inputs))))
+        feed = {name: np.ascontiguousarray(array) for name, array in inputs.items()}
+        return dict(zip(self._outputs, self._session.run(self._outputs, feed)))
 
 
-ENGINES = {"onnxruntime": OnnxRuntimeEngine}
+class TimedEngine:
+    """Sleeps for the stage's tabulated latency and passes its inputs through as its outputs."""
+
+    def __init__(self, stage: StageSpec, device: Device):
+        if stage.latency is None:
+            raise ValueError(f"stage {stage.index}: a timed stage needs a 'latency' table")
+        if [(t.dtype, t.dims) for t in stage.inputs] != [(t.dtype, t.dims) for t in stage.outputs]:
+            raise ValueError(f"stage {stage.index}: a timed stage's outputs must match its inputs one to one")
+        self._table = stage.latency
+        self._names = [(i.name, o.name) for i, o in zip(stage.inputs, stage.outputs)]
+        self._length = _length_axis(stage)
+        self._sleep = time.sleep if isinstance(device, CpuDevice) else _gpu_sleeper()
+
+    def run(self, inputs: Mapping[str, Any]) -> Tensors:
+        first = inputs[self._names[0][0]]
+        length = first.shape[self._length] if self._length is not None else None
+        self._sleep(self._table.lookup(first.shape[0], length) / 1000)
+        return {out: _copy(inputs[src]) for src, out in self._names}
 
 
-def load_engine(stage: StageSpec, version_dir: Path) -> Engine:
-    """The engine the manifest names for ``stage``, loaded from ``version_dir``."""
-    if stage.engine not in ENGINES:
-        raise ValueError(f"stage {stage.index}: unknown engine {stage.engine!r}; known: {sorted(ENGINES)}")
+def _length_axis(stage: StageSpec) -> int | None:
+    axis = stage.latency.axis
+    if axis is None:
+        return None
+    if axis not in stage.inputs[0].dims:
+        raise ValueError(f"stage {stage.index}: latency axis {axis!r} is not a dim of input '{stage.inputs[0].name}'")
+    return 1 + stage.inputs[0].dims.index(axis)
+
+
+def _copy(tensor: Any) -> Any:
+    return tensor.copy() if isinstance(tensor, np.ndarray) else tensor.clone()
+
+
+def _gpu_sleeper():
+    """Busy the current CUDA stream for a given time without the host waiting."""
+    import torch
+
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    cycles = 10_000_000
+    start.record()
+    torch.cuda._sleep(cycles)
+    end.record()
+    end.synchronize()
+    per_second = cycles / (start.elapsed_time(end) / 1000)
+    return lambda seconds: torch.cuda._sleep(int(seconds * per_second))
+
+
+class TensorRTEngine:
+    """A stage as a TensorRT 10 engine: one execution context, inputs and outputs bound by
+    tensor name, shapes set per batch within the engine's optimization profile."""
+
+    def __init__(self, path: Path, output_names: Sequence[str]):
+        try:
+            import tensorrt as trt
+            import torch
+        except ImportError as exc:
+            raise RuntimeError(f"{path.name}: TensorRT engines need tensorrt 10 and torch with CUDA "
+                               "(pip install '.[gpu]')") from exc
+        if not torch.cuda.is_available():
+            raise RuntimeError(f"{path.name}: TensorRT engines need a GPU, and torch sees none")
+        self._torch = torch
+        runtime = trt.Runtime(trt.Logger(trt.Logger.WARNING))
+        self._engine = runtime.deserialize_cuda_engine(path.read_bytes())
+        if self._engine is None:
+            raise RuntimeError(f"{path.name}: TensorRT could not deserialize the engine (built by another version?)")
+        self._context = self._engine.create_execution_context()
+        self._outputs = list(output_names)
+        self._dtypes = {name: torch.from_numpy(np.empty(0, trt.nptype(self._engine.get_tensor_dtype(name)))).dtype
+                        for name in self._outputs}
+
+    def run(self, inputs: Mapping[str, Any]) -> Tensors:
+        torch = self._torch
+        for name, tensor in inputs.items():
+            tensor = tensor.contiguous()
+            self._context.set_input_shape(name, tuple(tensor.shape))
+            self._context.set_tensor_address(name, tensor.data_ptr())
+        outputs = {}
+        for name in self._outputs:
+            shape = tuple(self._context.get_tensor_shape(name))
+            outputs[name] = torch.empty(shape, dtype=self._dtypes[name], device="cuda")
+            self._context.set_tensor_address(name, outputs[name].data_ptr())
+        if not self._context.execute_async_v3(torch.cuda.current_stream().cuda_stream):
+            raise RuntimeError("TensorRT execute_async_v3 failed")
+        return outputs
+
+
+def load_engine(stage: StageSpec, version_dir: Path, device: Device | None = None) -> Engine:
+    """The engine the manifest names for ``stage``, loaded from ``version_dir`` for ``device``."""
+    device = device or CpuDevice()
+    on_cpu = isinstance(device, CpuDevice)
+    if stage.engine == "timed":
+        return TimedEngine(stage, device)
+    if stage.engine not in ("onnxruntime", "tensorrt"):
+        raise ValueError(f"stage {stage.index}: unknown engine {stage.engine!r}; known: onnxruntime, tensorrt, timed")
+    if (stage.engine == "onnxruntime") != on_cpu:
+        raise ValueError(f"stage {stage.index}: a {stage.engine} stage cannot run on {device.name}; "
+                         "onnxruntime stages run on KIND_CPU instances, tensorrt stages on KIND_GPU")
     path = Path(version_dir) / stage.file
     if not path.is_file():
         raise FileNotFoundError(f"stage {stage.index}: {path} is missing; re-run the slicer")
-    return ENGINES[stage.engine](path, [t.name for t in stage.outputs])
+    outputs = [t.name for t in stage.outputs]
+    return OnnxRuntimeEngine(path, outputs) if on_cpu else TensorRTEngine(path, outputs)
+
+
+def run_stages(engines: Sequence[Engine], stages: Sequence[StageSpec], buffer: Mapping[str, Any]) -> Tensors:
+    """Run ``buffer`` through the stages in order, each seeing only the previous one's outputs and
+    carried tensors: the chain the executors run, without the runtime (the slicer verifies with it)."""
+    current = dict(buffer)
+    for engine, stage in zip(engines, stages):
+        computed = engine.run({t.name: current[t.name] for t in stage.inputs})
+        current = {**{name: current[name] for name in stage.carry}, **computed}
+    return current

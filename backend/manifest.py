@@ -35,6 +35,65 @@ class TensorSpec:
         return cls(name=data["name"], dtype=data["dtype"], dims=tuple(data["dims"]))
 
 
+@dataclass(frozen=True)
+class LatencyTable:
+    """How long a stage takes, in milliseconds, per batch size (and optionally per padded length).
+
+    In ``manifest.json`` (a stage's ``"latency"``)::
+
+        {"unit": "ms", "batch_sizes": [1, 2, 4, 8], "mean": [5.0, 6.1, 8.0, 12.5]}
+        {"unit": "ms", "batch_sizes": [1, 2], "axis": "sequence", "lengths": [16, 64],
+         "mean": [[5.0, 6.0], [9.0, 12.0]]}
+
+    Without ``axis`` ``mean`` (and the optional ``p99``) has one entry per batch size; with it,
+    one row per length, each with one entry per batch size. ``axis`` is a named dim of the
+    stage's inputs. A lookup rounds the batch size and the length up to the next tabulated one,
+    as a batch padded to that size would run. The timed engine sleeps for ``mean``; the
+    scheduling policies read it to predict stage times.
+    """
+
+    batch_sizes: tuple[int, ...]
+    mean: tuple
+    p99: tuple | None = None
+    axis: str | None = None
+    lengths: tuple[int, ...] | None = None
+    unit: str = "ms"
+
+    def __post_init__(self):
+        if self.unit != "ms":
+            raise ValueError(f"latency unit {self.unit!r} is not 'ms'")
+        if list(self.batch_sizes) != sorted(set(self.batch_sizes)) or not self.batch_sizes:
+            raise ValueError(f"latency batch_sizes {list(self.batch_sizes)} must be increasing")
+        if (self.axis is None) != (self.lengths is None):
+            raise ValueError("latency needs both 'axis' and 'lengths', or neither")
+        rows = [self.mean] if self.lengths is None else list(self.mean)
+        if self.lengths is not None and len(rows) != len(self.lengths):
+            raise ValueError(f"latency has {len(rows)} rows of 'mean' for {len(self.lengths)} lengths")
+        if any(len(row) != len(self.batch_sizes) for row in rows):
+            raise ValueError(f"latency 'mean' needs one entry per batch size {list(self.batch_sizes)}")
+
+    @classmethod
+    def from_json(cls, data: dict) -> LatencyTable:
+        freeze = lambda v: tuple(freeze(x) for x in v) if isinstance(v, list) else v  # noqa: E731
+        return cls(**{key: freeze(value) for key, value in data.items()})
+
+    def lookup(self, batch: int, length: int | None = None) -> float:
+        """Mean milliseconds for ``batch`` rows padded to ``length`` along ``axis``."""
+        column = _round_up(self.batch_sizes, batch, "batch size")
+        if self.lengths is None:
+            return float(self.mean[column])
+        if length is None:
+            raise ValueError(f"latency table is per '{self.axis}' length; none given")
+        return float(self.mean[_round_up(self.lengths, length, f"'{self.axis}' length")][column])
+
+
+def _round_up(table: tuple[int, ...], value: int, what: str) -> int:
+    for index, entry in enumerate(table):
+        if entry >= value:
+            return index
+    raise ValueError(f"{what} {value} is beyond the latency table's largest, {table[-1]}")
+
+
 def _tensors(items: list[dict]) -> tuple[TensorSpec, ...]:
     return tuple(TensorSpec.from_json(item) for item in items)
 
@@ -57,6 +116,7 @@ class StageSpec:
     outputs: tuple[TensorSpec, ...]
     carry: tuple[str, ...] = ()
     nodes: int = 0
+    latency: LatencyTable | None = None
 
     @classmethod
     def from_json(cls, data: dict) -> StageSpec:
@@ -68,6 +128,7 @@ class StageSpec:
             outputs=_tensors(data["outputs"]),
             carry=tuple(data.get("carry", ())),
             nodes=data.get("nodes", 0),
+            latency=LatencyTable.from_json(data["latency"]) if data.get("latency") else None,
         )
 
 

@@ -21,9 +21,12 @@ if not __package__:
     importlib.import_module(_HERE.name)
     __package__ = _HERE.name
 
+from .config import RuntimeConfig, triton_parameters  # noqa: E402
+from .device import make_device  # noqa: E402
 from .engine import load_engine  # noqa: E402
 from .manifest import Manifest  # noqa: E402
-from .pipeline import Pipeline, Query  # noqa: E402
+from .query import Query  # noqa: E402
+from .runtime import Runtime  # noqa: E402
 
 
 class TritonPythonModel:
@@ -36,15 +39,17 @@ class TritonPythonModel:
                 f"max_batch_size {config['max_batch_size']} in config.pbtxt exceeds the "
                 f"{self._manifest.max_batch_size} the model was sliced for"
             )
-        engines = [load_engine(stage, version_dir) for stage in self._manifest.stages]
-        self._pipeline = Pipeline(self._manifest, engines)
+        runtime_config = RuntimeConfig.from_parameters(triton_parameters(config))
+        device = make_device(args.get("model_instance_kind", "CPU"), int(args.get("model_instance_device_id", 0)))
+        engines = [load_engine(stage, version_dir, device) for stage in self._manifest.stages]
+        self._runtime = Runtime(self._manifest, engines, runtime_config, device)
 
     def execute(self, requests: list) -> None:
-        self._pipeline.submit([self._query(request) for request in requests])
+        self._runtime.submit([self._query(request) for request in requests])
         return None
 
     def finalize(self) -> None:
-        self._pipeline.close()
+        self._runtime.close()
 
     def _query(self, request) -> Query:
         inputs = {}

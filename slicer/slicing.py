@@ -19,9 +19,8 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-from backend.engine import OnnxRuntimeEngine, load_engine
+from backend.engine import OnnxRuntimeEngine, load_engine, run_stages
 from backend.manifest import Manifest, StageSpec
-from backend.pipeline import run_stages
 from slicer import triton_config
 from slicer.graph import SliceError, analyse, choose_even_cuts, node_inputs, stage_model
 from slicer.sample import sample_inputs

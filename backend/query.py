@@ -1,29 +1,26 @@
-"""From client queries to answered queries: validation, batching by rows, the stage chain.
+"""Client queries before they enter the pipeline: what a query is, how it is answered, whether it
+can run at all, and which queries can share a batch.
 
-This is the single-entry single-exit skeleton: each batch runs through all stages in order on
-one worker thread. The multi-entry multi-exit runtime (stage executors, batch table, buffer
-pairs) replaces ``Pipeline`` and keeps ``Query``, ``validate``, ``take_batch``, ``stack`` and
-``run_stages``.
 Nothing here imports Triton: the backend's entry file turns requests into ``Query`` objects.
 """
 
 from __future__ import annotations
 
 import logging
-import queue
 import threading
+import time
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 
-from .engine import Engine
-from .manifest import Manifest, StageSpec
+from .manifest import Manifest
 
 log = logging.getLogger(__name__)
 
 Tensors = dict[str, np.ndarray]
+_ANSWERING = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -45,13 +42,21 @@ class Query:
     inputs: Tensors
     respond: Responder
     requested_outputs: tuple[str, ...] = ()  # empty: all outputs
+    arrived: float = field(default_factory=time.monotonic)
+    answered: bool = field(default=False, init=False)
 
     @property
     def rows(self) -> int:
         return len(next(iter(self.inputs.values())))
 
     def answer(self, outputs: Tensors | None = None, failure: Failure | None = None) -> None:
-        """Send the response; a failure to send (a client gone) must not stop the pipeline."""
+        """Send the response, once: a query whose rows were split answers when its last rows
+        leave, or at its first failure, and never again. A failure to send (a client gone) must
+        not stop the pipeline."""
+        with _ANSWERING:
+            if self.answered:
+                return
+            self.answered = True
         if outputs is not None and self.requested_outputs:
             outputs = {name: outputs[name] for name in self.requested_outputs}
         try:
@@ -121,76 +126,3 @@ def stack(queries: Sequence[Query]) -> Tensors:
     """One buffer holding every query's rows, in order."""
     names = queries[0].inputs.keys()
     return {name: np.concatenate([q.inputs[name] for q in queries]) for name in names}
-
-
-def run_stages(engines: Sequence[Engine], stages: Sequence[StageSpec], buffer: Mapping[str, np.ndarray]) -> Tensors:
-    """Run ``buffer`` through the stages in order; each stage sees only the previous one's buffer."""
-    current = dict(buffer)
-    for engine, stage in zip(engines, stages):
-        computed = engine.run({t.name: current[t.name] for t in stage.inputs})
-        current = {**{name: current[name] for name in stage.carry}, **computed}
-    return current
-
-
-class Pipeline:
-    """Validates queries and runs them, stacked into batches, on a worker thread.
-
-    ``submit`` never blocks on inference, so the caller (Triton's ``execute``) returns at once.
-    The worker takes every query waiting when it becomes free and stacks those that fit into the
-    next batch, so a busy pipeline still runs full batches.
-    """
-
-    def __init__(self, manifest: Manifest, engines: Sequence[Engine]):
-        self._manifest = manifest
-        self._engines = list(engines)
-        self._queries: queue.SimpleQueue[Query | None] = queue.SimpleQueue()
-        self._worker = threading.Thread(target=self._work, name="dvabatch-pipeline", daemon=True)
-        self._worker.start()
-
-    def submit(self, queries: Sequence[Query]) -> None:
-        for query in queries:
-            error = validate(self._manifest, query)
-            if error:
-                query.answer(failure=Failure(error, bad_input=True))
-            else:
-                self._queries.put(query)
-
-    def close(self) -> None:
-        """Finish the queries already submitted, then stop the worker."""
-        self._queries.put(None)
-        self._worker.join()
-
-    def _work(self) -> None:
-        waiting: deque[Query] = deque()
-        closing = False
-        while waiting or not closing:
-            block = not waiting
-            while not closing:
-                try:
-                    query = self._queries.get(block=block)
-                except queue.Empty:
-                    break
-                block = False
-                if query is None:
-                    closing = True
-                else:
-                    waiting.append(query)
-            if waiting:
-                self._run(take_batch(waiting, self._manifest.max_batch_size))
-
-    def _run(self, batch: list[Query]) -> None:
-        try:
-            outputs = run_stages(self._engines, self._manifest.stages, stack(batch))
-        except Exception as exc:  # noqa: BLE001 - an engine error must cost only its own queries
-            if len(batch) > 1:
-                # Rerun the queries one by one so only the one that cannot run gets an error.
-                for query in batch:
-                    self._run([query])
-                return
-            batch[0].answer(failure=Failure(f"inference failed: {type(exc).__name__}: {exc}", bad_input=False))
-            return
-        start = 0
-        for query in batch:
-            end = start + query.rows
-            query.answer({name: array[start:end] for name, array in outputs.items()})
-            start = end

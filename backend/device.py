@@ -1,0 +1,122 @@
+"""Where stage buffers live and how executors order their work on them.
+
+The executors only talk to a ``Device``: allocate buffer tensors, move rows in and out, and
+order launches across executors. On the CPU an executor's work is done when its call returns,
+so streams and events are nothing. On CUDA (torch) every executor has its own stream and every
+buffer its own event: after launching work that touches a buffer the executor records the
+buffer's event on its stream, and the next executor to touch the buffer makes its own stream
+wait on that event, so stages hand over without the host waiting. The host waits only where
+rows leave for the client (``to_host``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any, Protocol
+
+import numpy as np
+
+
+class Device(Protocol):
+    name: str
+
+    def stream(self) -> Any: ...
+    def event(self) -> Any: ...
+    def running_on(self, stream: Any) -> contextlib.AbstractContextManager: ...
+    def after(self, event: Any, stream: Any) -> None: ...
+    def record(self, event: Any, stream: Any) -> None: ...
+    def from_host(self, array: np.ndarray) -> Any: ...
+    def to_host(self, tensor: Any) -> np.ndarray: ...
+    def rows(self, tensors: dict[str, Any], name: str, like: Any, capacity: int) -> Any: ...
+
+
+class CpuDevice:
+    """Host memory; work is finished when the call returns."""
+
+    name = "cpu"
+
+    def stream(self) -> None:
+        return None
+
+    def event(self) -> None:
+        return None
+
+    @contextlib.contextmanager
+    def running_on(self, stream: None) -> Iterator[None]:
+        yield
+
+    def after(self, event: None, stream: None) -> None:
+        pass
+
+    def record(self, event: None, stream: None) -> None:
+        pass
+
+    def from_host(self, array: np.ndarray) -> np.ndarray:
+        return array
+
+    def to_host(self, tensor: np.ndarray) -> np.ndarray:
+        return tensor
+
+    def rows(self, tensors: dict[str, np.ndarray], name: str, like: np.ndarray, capacity: int) -> np.ndarray:
+        return _reuse_or_allocate(tensors, name, like, capacity, lambda shape: np.empty(shape, like.dtype))
+
+
+class CudaDevice:
+    """One CUDA device through torch: a stream per executor, an event per buffer."""
+
+    def __init__(self, index: int = 0):
+        try:
+            import torch
+        except ImportError as exc:
+            raise RuntimeError("the CUDA device needs torch with CUDA (pip install torch)") from exc
+        if not torch.cuda.is_available():
+            raise RuntimeError("the CUDA device needs a GPU, and torch sees none")
+        self._torch = torch
+        self.device = torch.device("cuda", index)
+        self.name = str(self.device)
+
+    def stream(self) -> Any:
+        return self._torch.cuda.Stream(device=self.device)
+
+    def event(self) -> Any:
+        return self._torch.cuda.Event()
+
+    def running_on(self, stream: Any) -> contextlib.AbstractContextManager:
+        return self._torch.cuda.stream(stream)
+
+    def after(self, event: Any, stream: Any) -> None:
+        stream.wait_event(event)  # a no-op for an event never recorded
+
+    def record(self, event: Any, stream: Any) -> None:
+        event.record(stream)
+
+    def from_host(self, array: np.ndarray) -> Any:
+        return self._torch.from_numpy(np.ascontiguousarray(array)).to(self.device, non_blocking=False)
+
+    def to_host(self, tensor: Any) -> np.ndarray:
+        self._torch.cuda.current_stream(self.device).synchronize()  # rows leave for the client here
+        return tensor.cpu().numpy()
+
+    def rows(self, tensors: dict[str, Any], name: str, like: Any, capacity: int) -> Any:
+        return _reuse_or_allocate(tensors, name, like, capacity,
+                                  lambda shape: self._torch.empty(shape, dtype=like.dtype, device=self.device))
+
+
+def _reuse_or_allocate(tensors: dict[str, Any], name: str, like: Any, capacity: int, allocate) -> Any:
+    """The buffer tensor ``name`` with ``capacity`` rows shaped like ``like``'s rows; reused when
+    it already has that shape (fixed-shape models allocate once), replaced when not."""
+    shape = (capacity, *like.shape[1:])
+    current = tensors.get(name)
+    if current is None or tuple(current.shape) != shape or current.dtype != like.dtype:
+        current = tensors[name] = allocate(shape)
+    return current
+
+
+def make_device(kind: str, index: int = 0) -> Device:
+    """The device for Triton's instance kind (``CPU`` or ``GPU``)."""
+    if kind.upper() in ("CPU", "KIND_CPU", "MODEL"):
+        return CpuDevice()
+    if kind.upper() in ("GPU", "KIND_GPU"):
+        return CudaDevice(index)
+    raise ValueError(f"instance kind {kind!r} is not CPU or GPU")

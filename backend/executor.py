@@ -1,0 +1,199 @@
+"""Stage executors: one thread per stage, with the four states of the paper's Figure 11.
+
+- ``ACTIVE``: holds a legitimate output buffer (an available one, or the one where a batch keeps
+  rows for its late queries; the last stage needs none) and waits for the next batch item.
+- ``CHECKING``: pulled an item; checks that its buffer pair is legitimate for it.
+- ``WORKING``: runs the stage on exactly the item's rows and writes them to the same rows of
+  the output buffer, then lets the scheduler decide what goes on (Figure 12).
+- ``INACTIVE``: no legitimate output buffer; waits until the next stage releases one.
+
+Entering ``ACTIVE`` releases the input boundary (rows read become available to the previous
+executor), which is what makes one buffer pair serial and two or more parallel (see
+``buffers.py``). The loop is the paper's Figure 12, lines 2-11.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from enum import Enum
+from typing import Any, Protocol
+
+from .batch_table import BatchItem, BatchRow
+from .buffers import Boundary, Buffer
+from .device import Device
+from .engine import Engine
+from .manifest import StageSpec
+from .scheduler import Scheduler
+
+log = logging.getLogger(__name__)
+
+
+class ExecutorState(Enum):
+    ACTIVE = "active"
+    CHECKING = "checking"
+    WORKING = "working"
+    INACTIVE = "inactive"
+
+
+class Inbox(Protocol):
+    def get(self) -> BatchItem | None: ...  # None: stop
+
+
+class BatchQueue:
+    """The queue of batch items between two stages."""
+
+    def __init__(self):
+        self._items: deque[BatchItem | None] = deque()
+        self._ready = threading.Condition()
+
+    def put(self, item: BatchItem | None) -> None:
+        with self._ready:
+            self._items.append(item)
+            self._ready.notify()
+
+    def get(self) -> BatchItem | None:
+        with self._ready:
+            self._ready.wait_for(lambda: self._items)
+            return self._items.popleft()
+
+    def __len__(self) -> int:
+        with self._ready:
+            return len(self._items)
+
+
+class Stage(Protocol):
+    """What an executor needs from the runtime around it."""
+
+    def stage_inputs(self, row: BatchRow, item: BatchItem) -> dict[str, Any]: ...  # stage 0's rows from queries
+    def leave(self, row: BatchRow, item: BatchItem, outputs: dict[str, Any]) -> None: ...  # last stage
+    def fail_rows(self, row: BatchRow, start: int, num: int, error: Exception) -> None: ...
+    def is_failed(self, row: BatchRow, start: int, num: int) -> bool: ...
+
+
+Trace = Callable[[int, BatchItem, float, float], None]
+
+
+class StageExecutor(threading.Thread):
+    def __init__(self, spec: StageSpec, engine: Engine, device: Device, scheduler: Scheduler, inbox: Inbox,
+                 outbox: BatchQueue | None, input: Boundary | None, output: Boundary | None, runtime: Stage,
+                 trace: Trace | None = None):
+        super().__init__(name=f"dvabatch-stage-{spec.index}", daemon=True)
+        self.spec, self.engine, self.device, self.scheduler = spec, engine, device, scheduler
+        self.inbox, self.outbox, self.input, self.output = inbox, outbox, input, output
+        self.runtime, self.trace = runtime, trace
+        self.stream = device.stream()
+        self.history: deque[ExecutorState] = deque(maxlen=256)
+        self._set(ExecutorState.INACTIVE)
+
+    @property
+    def state(self) -> ExecutorState:
+        return self.history[-1]
+
+    def run(self) -> None:
+        while self._become_active():
+            item = self.inbox.get()
+            if item is None:
+                return
+            try:
+                self._process(item)
+            except Exception:  # noqa: BLE001 - a bug must cost the item, not the server
+                log.exception("stage %d failed on %s", self.spec.index, item)
+                row = self.scheduler.table.get(item.batch_id)
+                self.runtime.fail_rows(row, item.start, item.num, RuntimeError("internal error in the runtime"))
+
+    def _become_active(self) -> bool:
+        """ACTIVE once a legitimate output buffer exists (INACTIVE until then); then release the
+        input boundary so the previous executor may reuse what this one has read."""
+        if self.output is not None and not self.output.has_available() and not self._keeps_rows():
+            self._set(ExecutorState.INACTIVE)
+            if not self.output.wait_available():
+                return False
+        self._set(ExecutorState.ACTIVE)
+        if self.input is not None:
+            self.input.release()
+        return True
+
+    def _keeps_rows(self) -> bool:
+        return any(stage_held for row in self.scheduler.table.rows() for stage_held in row.held
+                   if stage_held == self.spec.index)
+
+    def _process(self, item: BatchItem) -> None:
+        self._set(ExecutorState.CHECKING)
+        table = self.scheduler.table
+        row = table.get(item.batch_id)
+        source = self.input.start_reading(item.buffer) if self.input is not None else None
+        target = self._claim_output(table.kept_buffer(self.spec.index, item.batch_id))
+        self._set(ExecutorState.WORKING)
+        began = time.monotonic()
+        with self.device.running_on(self.stream):
+            for buffer in (source, target):
+                if buffer is not None:
+                    self.device.after(buffer.event, self.stream)
+            self._compute(row, item, source, target)
+            if source is not None:
+                self.device.record(source.event, self.stream)
+                self.input.done_reading(source)
+            keeps = target is not None and target.claims > 0  # written beside rows kept there
+            out = self.scheduler.schedule(self.spec.index, item, target.index if target else None)
+            if target is not None:
+                self.device.record(target.event, self.stream)
+                # Every pushed part reads the buffer once; rows held for late ones count as one read.
+                self.output.written(target, max(len(out), 1) - keeps)
+        if self.trace:
+            self.trace(self.spec.index, item, began, time.monotonic())
+        for part in out:
+            if self.outbox is not None:
+                self.outbox.put(part)
+
+    def _claim_output(self, kept: int | None) -> Buffer | None:
+        if self.output is None:
+            return None
+        if kept is None and not self.output.has_available():
+            self._set(ExecutorState.INACTIVE)  # the pair is not legitimate for this batch yet
+            self.output.wait_available()
+        return self.output.claim_output(kept)
+
+    def _compute(self, row: BatchRow, item: BatchItem, source: Buffer | None, target: Buffer | None) -> None:
+        """Run the stage on the item's rows; rerun query by query if that fails, so only the rows
+        of a query that cannot run are lost (and that query is answered with the error)."""
+        try:
+            self._run_rows(row, item.start, item.num, source, target)
+        except Exception as exc:  # noqa: BLE001 - an engine error must cost only its own queries
+            chunks = [(start, num) for _, _, start, num in row.members_in(item.start, item.num)]
+            if len(chunks) == 1:
+                self.runtime.fail_rows(row, item.start, item.num, exc)
+                return
+            for start, num in chunks:
+                if self.runtime.is_failed(row, start, num):
+                    continue
+                try:
+                    self._run_rows(row, start, num, source, target)
+                except Exception as exc:  # noqa: BLE001
+                    self.runtime.fail_rows(row, start, num, exc)
+
+    def _run_rows(self, row: BatchRow, start: int, num: int, source: Buffer | None, target: Buffer | None) -> None:
+        first = row.offset + start
+        if source is None:
+            inputs = self.runtime.stage_inputs(row, BatchItem(row.id, start, num))
+        else:
+            inputs = {name: tensor[first:first + num] for name, tensor in source.tensors.items()}
+        computed = self.engine.run({t.name: inputs[t.name] for t in self.spec.inputs})
+        outputs = {**{name: inputs[name] for name in self.spec.carry}, **computed}
+        if target is None:
+            self.runtime.leave(row, BatchItem(row.id, start, num), outputs)
+            return
+        capacity = self.scheduler.table.max_batch_size
+        for name, value in outputs.items():
+            if target.claims > 0:  # late rows go beside the rows the batch keeps here
+                kept = target.tensors.get(name)
+                if kept is None or tuple(kept.shape[1:]) != tuple(value.shape[1:]):
+                    raise RuntimeError(f"late rows of '{name}' have shape {list(value.shape[1:])} per row, "
+                                       f"the batch they join has {list(kept.shape[1:]) if kept is not None else None}")
+            self.device.rows(target.tensors, name, value, capacity)[first:first + num] = value
+
+    def _set(self, state: ExecutorState) -> None:
+        self.history.append(state)

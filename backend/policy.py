@@ -1,0 +1,137 @@
+"""Scheduling policies: the user-defined conditions of the paper's Figure 12.
+
+The scheduler asks a policy two things. At the entry, when the first stage is ready for more
+queries: should they *stretch* the latest batch (the table offers it only when that is legal),
+and if they become a *new* batch instead, may it be stretched later (a batch the policy means to
+split must not be)? After a stage finishes a whole batch: should it be *split*, and into which
+sizes? Everything else (*pass on*) is the default.
+
+Policies here are the pass-through policy and fixed/random ones for tests; the diversity-aware
+policies read the stage latency tables through the same hooks. Settings come from config.pbtxt
+as ``policy.<setting>`` parameters and are typed by the policy's dataclass fields.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from .batch_table import BatchRow
+from .query import Query
+
+
+class ConfigError(ValueError):
+    """A model's config.pbtxt parameter is invalid; the message names it."""
+
+
+class Policy:
+    """Pass-through: every admission is a new batch, nothing is stretched or split."""
+
+    name = "pass"
+
+    def stretch(self, candidate: BatchRow, queries: Sequence[Query], now: float) -> bool:
+        """Should ``queries`` join ``candidate`` (the latest batch, legal to stretch)?"""
+        return False
+
+    def stretchable(self, queries: Sequence[Query], now: float) -> bool:
+        """May the new batch of ``queries`` be stretched later?"""
+        return True
+
+    def split(self, batch: BatchRow, stage: int, now: float) -> Sequence[int] | None:
+        """Sizes to split ``batch`` into after ``stage`` finished all of it, or None to pass it on."""
+        return None
+
+
+@dataclass
+class FixedPolicy(Policy):
+    """Always stretch when legal (if ``stretch``); split every batch after stage ``split_after``
+    into parts of ``split_size`` rows (if ``split_after`` >= 0). For tests and for showing the
+    meta operations."""
+
+    name = "fixed"
+    stretch_latest: bool = False
+    split_after: int = -1
+    split_size: int = 1
+
+    def stretch(self, candidate: BatchRow, queries: Sequence[Query], now: float) -> bool:
+        return self.stretch_latest
+
+    def stretchable(self, queries: Sequence[Query], now: float) -> bool:
+        return self.split_after < 0
+
+    def split(self, batch: BatchRow, stage: int, now: float) -> Sequence[int] | None:
+        if stage != self.split_after or batch.bs <= self.split_size:
+            return None
+        whole, rest = divmod(batch.bs, self.split_size)
+        return [self.split_size] * whole + ([rest] if rest else [])
+
+
+@dataclass
+class RandomPolicy(Policy):
+    """Random new/stretch/split decisions from ``seed``: exercises every meta operation and
+    interleaving under load (tests compare outputs with the unsliced model)."""
+
+    name = "random"
+    seed: int = 0
+    stretch_probability: float = 0.5
+    split_probability: float = 0.3
+    _rng: random.Random = field(init=False, repr=False)
+    _lock: threading.Lock = field(init=False, repr=False, default_factory=threading.Lock)
+    _to_split: set = field(init=False, repr=False, default_factory=set)
+
+    def __post_init__(self):
+        for name in ("stretch_probability", "split_probability"):
+            if not 0 <= getattr(self, name) <= 1:
+                raise ConfigError(f"parameter 'policy.{name}' must be between 0 and 1, got {getattr(self, name)}")
+        self._rng = random.Random(self.seed)
+
+    def stretch(self, candidate: BatchRow, queries: Sequence[Query], now: float) -> bool:
+        with self._lock:
+            return self._rng.random() < self.stretch_probability
+
+    def stretchable(self, queries: Sequence[Query], now: float) -> bool:
+        with self._lock:
+            return self._rng.random() >= self.split_probability
+
+    def split(self, batch: BatchRow, stage: int, now: float) -> Sequence[int] | None:
+        with self._lock:
+            if batch.stretchable or batch.bs < 2 or self._rng.random() < 0.5:
+                return None
+            cuts = sorted(self._rng.sample(range(1, batch.bs), self._rng.randint(1, batch.bs - 1)))
+        return [b - a for a, b in zip([0, *cuts], [*cuts, batch.bs])]
+
+
+POLICIES: dict[str, type[Policy]] = {"pass": Policy, "fixed": FixedPolicy, "random": RandomPolicy}
+
+
+def make_policy(name: str, settings: Mapping[str, str]) -> Policy:
+    """The policy called ``name`` with its settings parsed from strings; errors name the parameter."""
+    if name not in POLICIES:
+        raise ConfigError(f"parameter 'policy' is {name!r}; known policies: {', '.join(POLICIES)}")
+    cls = POLICIES[name]
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init} if dataclasses.is_dataclass(cls) else {}
+    values = {}
+    for key, text in settings.items():
+        if key not in fields:
+            raise ConfigError(f"parameter 'policy.{key}' is not a setting of policy {name!r}; "
+                              f"its settings: {', '.join(fields) or 'none'}")
+        values[key] = parse_value(f"policy.{key}", text, type(fields[key].default))
+    return cls(**values)
+
+
+def parse_value(parameter: str, text: str, kind: type) -> bool | int | float | str:
+    """``text`` as ``kind``; a ConfigError naming ``parameter`` if it is not one."""
+    if kind is bool:
+        if text.lower() in ("true", "1", "yes"):
+            return True
+        if text.lower() in ("false", "0", "no"):
+            return False
+        raise ConfigError(f"parameter '{parameter}' must be true or false, got {text!r}")
+    try:
+        return kind(text)
+    except ValueError:
+        raise ConfigError(f"parameter '{parameter}' must be {'an' if kind is int else 'a'} {kind.__name__}, "
+                          f"got {text!r}") from None

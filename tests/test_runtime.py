@@ -1,0 +1,235 @@
+"""The runtime with real ONNX Runtime stages: validation, batching, answers, meta operations."""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+
+import numpy as np
+import pytest
+
+from backend.config import RuntimeConfig
+from backend.engine import OnnxRuntimeEngine, load_engine
+from backend.manifest import Manifest
+from backend.policy import FixedPolicy, RandomPolicy
+from backend.query import Failure, Query, take_batch, validate
+from backend.runtime import Runtime
+from slicer.sample import sample_inputs
+from slicer.slicing import VERSION
+
+from .conftest import E2E_STAGES, MAX_BATCH
+
+
+class Inbox:
+    """Collects answers; each query must be answered exactly once."""
+
+    def __init__(self):
+        self.answers: dict[int, list] = {}
+        self.lock = threading.Lock()
+        self.done = threading.Condition(self.lock)
+
+    def query(self, key: int, inputs, requested=()) -> Query:
+        def respond(outputs, failure):
+            with self.lock:
+                self.answers.setdefault(key, []).append((outputs, failure))
+                self.done.notify_all()
+        return Query(inputs=inputs, respond=respond, requested_outputs=tuple(requested))
+
+    def wait(self, count: int) -> None:
+        with self.lock:
+            assert self.done.wait_for(lambda: len(self.answers) >= count, timeout=60)
+
+
+@pytest.fixture
+def bert(repository):
+    version_dir = repository / "bert_like" / VERSION
+    manifest = Manifest.load(version_dir)
+    runtime = Runtime(manifest, [load_engine(s, version_dir) for s in manifest.stages])
+    yield manifest, runtime
+    runtime.close()
+
+
+def test_validate_names_what_is_wrong(bert):
+    manifest, _ = bert
+    check = lambda inputs, req=(): validate(manifest, Inbox().query(0, inputs, req))  # noqa: E731
+    good = sample_inputs(manifest.inputs, 2, {"sequence": 6})
+    assert check(good) is None
+    assert "input 'attention_mask' is missing" in check({"input_ids": good["input_ids"]})
+    wrong_dtype = {**good, "input_ids": good["input_ids"].astype(np.int32)}
+    assert check(wrong_dtype) == "input 'input_ids' has dtype int32, expected int64"
+    assert "expected [batch, sequence]" in check({**good, "attention_mask": good["attention_mask"][:, :, None]})
+    assert "sequence=5" in check({**good, "attention_mask": good["attention_mask"][:, :5]})
+    assert "rows" in check({**good, "attention_mask": good["attention_mask"][:1]})
+    assert "do not exist" in check(good, ["nope"])
+    too_many = sample_inputs(manifest.inputs, MAX_BATCH + 1, {"sequence": 6})
+    assert "more than max_batch_size" in check(too_many)
+
+
+def test_take_batch_stacks_matching_shapes_in_order_up_to_max_rows():
+    inbox = Inbox()
+    shapes = [(2, 4), (1, 6), (3, 4), (4, 4), (2, 4), (1, 6)]
+    queries = [inbox.query(i, {"x": np.zeros(s)}) for i, s in enumerate(shapes)]
+    waiting = deque(queries)
+    taken = []
+    while waiting:
+        taken.append([queries.index(q) for q in take_batch(waiting, max_rows=7)])
+    assert taken == [[0, 2, 4], [1, 5], [3]]
+
+
+def test_every_query_answered_once_with_its_own_rows(bert, sources):
+    manifest, runtime = bert
+    reference = OnnxRuntimeEngine(sources["bert_like"], [o.name for o in manifest.outputs])
+    inbox = Inbox()
+    feeds = [sample_inputs(manifest.inputs, 1 + i % MAX_BATCH, {"sequence": 4 + i % 3}, seed=i) for i in range(12)]
+    bad = {**feeds[0], "attention_mask": feeds[0]["attention_mask"][:, :2]}
+    out_of_vocabulary = {**feeds[1], "input_ids": feeds[1]["input_ids"] + 1000}
+    queries = [inbox.query(i, f) for i, f in enumerate(feeds)]
+    queries += [inbox.query(100, bad), inbox.query(101, out_of_vocabulary, ["pooler_output"])]
+    runtime.submit(queries[:5])
+    runtime.submit(queries[5:])
+    inbox.wait(len(queries))
+    assert all(len(answers) == 1 for answers in inbox.answers.values())
+    for i, feed in enumerate(feeds):
+        outputs, failure = inbox.answers[i][0]
+        assert failure is None
+        expected = reference.run(feed)
+        for name in expected:
+            np.testing.assert_allclose(outputs[name], expected[name], atol=1e-5)
+    outputs, failure = inbox.answers[100][0]
+    assert outputs is None and failure.bad_input and "sequence" in failure.message
+    outputs, failure = inbox.answers[101][0]
+    assert outputs is None and isinstance(failure, Failure) and not failure.bad_input
+    assert "inference failed" in failure.message
+
+
+class GatedEngine:
+    """A real stage engine that records batch sizes and holds its first run until released."""
+
+    def __init__(self, engine):
+        self.engine, self.rows, self.release = engine, [], threading.Event()
+
+    def run(self, inputs):
+        self.rows.append(len(next(iter(inputs.values()))))
+        self.release.wait(30)
+        return self.engine.run(inputs)
+
+
+def test_waiting_queries_are_stacked_into_full_batches(repository):
+    version_dir = repository / "resnet_like" / VERSION
+    manifest = Manifest.load(version_dir)
+    engines = [load_engine(s, version_dir) for s in manifest.stages]
+    gate = GatedEngine(engines[0])
+    runtime = Runtime(manifest, [gate, *engines[1:]])
+    inbox = Inbox()
+    feeds = [sample_inputs(manifest.inputs, rows, seed=i) for i, rows in enumerate([1, 3, 3, 2, 5, 1])]
+    runtime.submit([inbox.query(0, feeds[0])])
+    while not gate.rows:  # the first stage holds the first query alone
+        threading.Event().wait(0.01)
+    runtime.submit([inbox.query(i, f) for i, f in enumerate(feeds) if i])
+    gate.release.set()
+    inbox.wait(len(feeds))
+    runtime.close()
+    assert gate.rows == [1, 3 + 3 + 2, 5 + 1]
+    assert all(len(a) == 1 and a[0][1] is None for a in inbox.answers.values())
+
+
+class Slowed:
+    """A real stage engine that takes at least 3 ms, so batches stay in the pipeline long enough
+    for late queries to stretch them."""
+
+    def __init__(self, engine):
+        self.engine = engine
+
+    def run(self, inputs):
+        threading.Event().wait(0.003)
+        return self.engine.run(inputs)
+
+
+@pytest.mark.parametrize("pairs", [1, 2, 3])
+@pytest.mark.parametrize("name", sorted(E2E_STAGES))
+def test_random_meta_operations_keep_outputs_exact(repository, sources, name, pairs):
+    """Random new/stretch/split decisions under bursts of queries: every query is answered once
+    and equals ONNX Runtime on the unsliced model, whatever happened to its batch."""
+    version_dir = repository / name / VERSION
+    manifest = Manifest.load(version_dir)
+    policy = RandomPolicy(seed=pairs, stretch_probability=0.9, split_probability=0.4)
+    runs = []
+    runtime = Runtime(manifest, [Slowed(load_engine(s, version_dir)) for s in manifest.stages],
+                      RuntimeConfig(buffer_pairs=pairs, policy=policy), trace=lambda stage, item, *_: runs.append((stage, item)))
+    reference = OnnxRuntimeEngine(sources[name], [o.name for o in manifest.outputs])
+    inbox = Inbox()
+    feeds = [sample_inputs(manifest.inputs, 1 + i % 3, {"sequence": 4 + i // 20}, seed=i) for i in range(40)]
+    for i, feed in enumerate(feeds):  # one by one, about a stage apart: late queries find batches running
+        runtime.submit([inbox.query(i, feed)])
+        threading.Event().wait(0.002 * (i % 3))
+    inbox.wait(len(feeds))
+    runtime.close()
+    entered = {item.batch_id for stage, item in runs if stage == 0}
+    assert {item.batch_id for stage, item in runs} - entered, "nothing was split"
+    assert all(len(answers) == 1 for answers in inbox.answers.values())
+    for i, feed in enumerate(feeds):
+        outputs, failure = inbox.answers[i][0]
+        assert failure is None, failure
+        for out, expected in reference.run(feed).items():
+            np.testing.assert_allclose(outputs[out], expected, atol=1e-5, err_msg=f"query {i} output {out}")
+
+
+def assert_like_reference(inbox: Inbox, feeds, reference) -> None:
+    for i, feed in enumerate(feeds):
+        outputs, failure = inbox.answers[i][0]
+        assert failure is None, failure
+        for out, expected in reference.run(feed).items():
+            np.testing.assert_allclose(outputs[out], expected, atol=1e-5, err_msg=f"query {i} output {out}")
+
+
+def test_stretched_rows_merge_into_the_running_batch(repository, sources):
+    """Query 1 arrives while batch 0 is held in stage 1, stretches it, catches up, and stage 2
+    runs both as one batch of 3 rows; each query gets exactly its own outputs."""
+    version_dir = repository / "unet_like" / VERSION
+    manifest = Manifest.load(version_dir)
+    engines = [load_engine(s, version_dir) for s in manifest.stages]
+    gate = GatedEngine(engines[1])
+    runs = []
+    runtime = Runtime(manifest, [engines[0], gate, engines[2]], RuntimeConfig(policy=FixedPolicy(stretch_latest=True)),
+                      trace=lambda stage, item, *_: runs.append((stage, item.batch_id, item.start, item.num)))
+    inbox = Inbox()
+    feeds = [sample_inputs(manifest.inputs, 1, seed=1), sample_inputs(manifest.inputs, 2, seed=2)]
+    runtime.submit([inbox.query(0, feeds[0])])
+    while not gate.rows:
+        threading.Event().wait(0.005)
+    runtime.submit([inbox.query(1, feeds[1])])
+    while len(runs) < 2:  # batch 0 in stage 0, then its late rows in stage 0
+        threading.Event().wait(0.005)
+    gate.release.set()
+    inbox.wait(2)
+    runtime.close()
+    assert runs == [(0, 0, 0, 1), (0, 0, 1, 2), (1, 0, 0, 1), (1, 0, 1, 2), (2, 0, 0, 3)]
+    assert_like_reference(inbox, feeds, OnnxRuntimeEngine(sources["unet_like"], [o.name for o in manifest.outputs]))
+
+
+def test_split_parts_leave_one_by_one(repository, sources):
+    """A batch of four queries split into rows after stage 0: every part runs the later stages on
+    its own rows and its query is answered as soon as that part leaves."""
+    version_dir = repository / "resnet_like" / VERSION
+    manifest = Manifest.load(version_dir)
+    runs, answered = [], []
+    runtime = Runtime(manifest, [load_engine(s, version_dir) for s in manifest.stages],
+                      RuntimeConfig(buffer_pairs=1, policy=FixedPolicy(split_after=0, split_size=2)),
+                      trace=lambda stage, item, *_: runs.append((stage, item.batch_id, item.start, item.num)))
+    inbox = Inbox()
+    feeds = [sample_inputs(manifest.inputs, rows, seed=i) for i, rows in enumerate([1, 2, 1])]
+    queries = [inbox.query(i, f) for i, f in enumerate(feeds)]
+    for i, query in enumerate(queries):
+        respond = query.respond
+        query.respond = lambda o, f, i=i, respond=respond: (answered.append((i, len(runs))), respond(o, f))
+    runtime.submit(queries)
+    inbox.wait(3)
+    runtime.close()
+    last = len(manifest.stages) - 1
+    assert [r for r in runs if r[0] == 0] == [(0, 0, 0, 4)]
+    assert [r[1:] for r in runs if r[0] == last] == [(1, 0, 2), (2, 0, 2)]
+    # Query 0 (row 0) left with the first part, before the second part ran the last stage;
+    # query 1 (rows 1-2) straddles both parts and is answered when its last row leaves.
+    assert answered[0][0] == 0 and answered[0][1] < len(runs)
+    assert sorted(i for i, _ in answered) == [0, 1, 2]
+    assert_like_reference(inbox, feeds, OnnxRuntimeEngine(sources["resnet_like"], [o.name for o in manifest.outputs]))
