@@ -68,7 +68,8 @@ def server(repository) -> RunningServer:
     grpc_port, http_port, metrics_port = free_port(), free_port(), free_port()
     process = subprocess.Popen(
         [sys.executable, "-m", "tools.serve", "--model-repository", str(repository),
-         "--grpc-port", str(grpc_port), "--http-port", str(http_port), "--metrics-port", str(metrics_port)],
+         "--grpc-port", str(grpc_port), "--http-port", str(http_port), "--metrics-port", str(metrics_port),
+         "--", "--model-control-mode=explicit", "--load-model=*"],  # tests load more models later
         cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
     deadline = time.monotonic() + 180

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -100,3 +101,28 @@ def test_bad_requests_get_clear_errors_and_others_succeed(client, repository):
 def test_request_larger_than_max_batch_size_is_refused(client):
     with pytest.raises(InferenceServerException, match="batch"):
         infer(client, "resnet_like", {"image": np.ones((MAX_BATCH + 1, 3, 32, 32), np.float32)})
+
+
+def test_knobs_come_from_config_pbtxt(client, repository, sources):
+    """An invalid knob fails the load naming the parameter; a random policy with one buffer pair
+    still answers every concurrent request exactly like the unsliced model."""
+    name = "bert_like_knobs"
+    shutil.copytree(repository / "bert_like", repository / name)
+    config = (repository / name / "config.pbtxt").read_text().replace('name: "bert_like"', f'name: "{name}"')
+    knob = 'parameters: {{ key: "{}" value: {{ string_value: "{}" }} }}\n'.format
+    (repository / name / "config.pbtxt").write_text(config + knob("buffer_pairs", "0"))
+    with pytest.raises(InferenceServerException, match="'buffer_pairs' must be at least 1"):
+        client.load_model(name)
+    (repository / name / "config.pbtxt").write_text(
+        config + knob("buffer_pairs", "1") + knob("policy", "random") + knob("policy.seed", "11")
+        + knob("policy.split_probability", "0.6"))
+    client.load_model(name)
+    manifest = Manifest.load(repository / name / VERSION)
+    feeds = [sample_inputs(manifest.inputs, 1 + i % 4, {"sequence": 5 + i % 2}, seed=i) for i in range(24)]
+    with ThreadPoolExecutor(6) as pool:
+        answers = list(pool.map(lambda feed: infer(client, name, feed, []), feeds))
+    reference = OnnxRuntimeEngine(sources["bert_like"], [o.name for o in manifest.outputs])
+    for feed, answer in zip(feeds, answers):
+        for out, expected in reference.run(feed).items():
+            np.testing.assert_allclose(answer[out], expected, atol=1e-5)
+    client.unload_model(name)

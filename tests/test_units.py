@@ -1,0 +1,134 @@
+"""Pure logic without Triton or CUDA: buffer states, the batch table, executor states, knobs."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+from backend.batch_table import BatchItem, BatchTable
+from backend.buffers import Boundary, BufferState
+from backend.config import RuntimeConfig
+from backend.executor import ExecutorState
+from backend.policy import ConfigError, FixedPolicy, RandomPolicy
+from backend.query import Query
+
+from .timed import Clock, flat, timed_manifest
+
+A, V, R, W = BufferState.AVAILABLE, BufferState.INVALID, BufferState.INREADING, BufferState.INWRITING
+
+
+def query(rows: int = 1, width: int = 4) -> Query:
+    return Query({"x": np.zeros((rows, width), np.float32)}, lambda outputs, failure: None)
+
+
+def test_buffer_states_follow_write_read_release():
+    boundary = Boundary(0, buffer_pairs=2)
+    out = boundary.claim_output(keep=None)
+    assert boundary.states() == [W, A]
+    boundary.written(out, claims=1)
+    assert boundary.states() == [V, A]
+    second = boundary.claim_output(keep=None)  # the other buffer: parallel manner
+    assert second.index == 1 and boundary.states() == [V, W]
+    boundary.written(second, claims=1)
+    with pytest.raises(RuntimeError, match="no available buffer"):
+        boundary.claim_output(keep=None)
+    reading = boundary.start_reading(0)
+    assert boundary.states() == [R, V]
+    boundary.done_reading(reading)
+    assert boundary.states() == [V, V], "read rows stay invalid until the consumer goes active"
+    boundary.release()
+    assert boundary.states() == [A, V]
+
+
+def test_a_buffer_with_rows_for_several_items_is_released_after_the_last():
+    boundary = Boundary(0, buffer_pairs=1)
+    out = boundary.claim_output(keep=None)
+    boundary.written(out, claims=2)  # a split pushes two parts reading the same buffer
+    for expected in (V, A):
+        boundary.done_reading(boundary.start_reading(0))
+        boundary.release()
+        assert boundary.states() == [expected]
+
+
+def test_kept_rows_are_written_beside_not_over():
+    boundary = Boundary(0, buffer_pairs=1)
+    out = boundary.claim_output(keep=None)
+    boundary.written(out, claims=1)  # a batch keeps its rows here while late rows catch up
+    assert boundary.claim_output(keep=0) is out and boundary.states() == [W]
+    boundary.written(out, claims=0)
+    with pytest.raises(RuntimeError, match="expected invalid"):
+        boundary.start_reading(0) and boundary.start_reading(0)
+
+
+def test_batch_table_new_stretch_merge_split_and_rows():
+    table = BatchTable(stages=3, max_batch_size=8)
+    q0, q1, q2 = query(2), query(1), query(3)
+    first = table.new([q0], now=0.0)
+    assert first == BatchItem(0, 0, 2)
+    assert table.stretch_candidate(query(1, width=5)) is None, "different shapes never merge"
+    assert table.complete(0, first, buffer=1) == [BatchItem(0, 0, 2, 1)]
+    late = table.stretch(0, [q1, q2])
+    assert late == BatchItem(0, 2, 4) and table.get(0).bs == 6
+    assert table.complete(1, BatchItem(0, 0, 2, 1), buffer=0) == [], "held until the late rows catch up"
+    assert table.kept_buffer(1, 0) == 0
+    assert table.complete(0, late, buffer=0) == [BatchItem(0, 2, 4, 0)]
+    merged = table.complete(1, BatchItem(0, 2, 4, 0), buffer=0)
+    assert merged == [BatchItem(0, 0, 6, 0)] and table.get(0).status == [6, 6, 0]
+    parts = table.split(1, merged[0], [3, 3])
+    assert [p.num for p in parts] == [3, 3] and all(p.buffer == 0 for p in parts)
+    second = table.get(parts[1].batch_id)
+    assert second.offset == 3 and not second.stretchable and second.status == [3, 3, 0]
+    # q2's three rows are batch rows 3..5: the second part holds all of them; q1 is the first part's row 2.
+    assert [(m.query, m.query_row, m.row, m.rows) for m in second.members] == [(q2, 0, 0, 3)]
+    assert table.complete(2, parts[0], None) == [parts[0]] and len(table) == 1
+    assert table.complete(2, parts[1], None) == [parts[1]] and len(table) == 0
+
+
+def test_split_batches_are_never_stretched():
+    table = BatchTable(stages=2, max_batch_size=8)
+    table.new([query()], now=0.0, stretchable=False)
+    assert table.stretch_candidate(query()) is None
+    with pytest.raises(ValueError):
+        table.split(0, BatchItem(0, 0, 1), [1, 0])
+
+
+def test_executor_states_serial_manner():
+    """One buffer pair: while a batch is in the last stage the earlier executors are inactive,
+    and every executor goes active, checking, working in that order for each batch."""
+    clock = Clock(timed_manifest([flat(30)] * 3), RuntimeConfig(buffer_pairs=1))
+    clock.submit(clock.query(0, length=8), clock.query(1, length=16))
+    seen = []
+    while len(clock.answers) < 1:
+        seen.append([e.state for e in clock.runtime.executors])
+        threading.Event().wait(0.005)
+    clock.wait(2)
+    assert [ExecutorState.INACTIVE, ExecutorState.INACTIVE, ExecutorState.WORKING] in seen
+    for executor in clock.runtime.executors:
+        history = [s for s in executor.history if s is not ExecutorState.INACTIVE]
+        assert history[:4] == [ExecutorState.ACTIVE, ExecutorState.CHECKING, ExecutorState.WORKING,
+                               ExecutorState.ACTIVE]
+
+
+@pytest.mark.parametrize("parameters, message", [
+    ({"buffer_pairs": "0"}, "'buffer_pairs' must be at least 1"),
+    ({"buffer_pairs": "two"}, "'buffer_pairs' must be an int"),
+    ({"batch_window_ms": "-1"}, "'batch_window_ms' must be >= 0"),
+    ({"policy": "fastest"}, "'policy' is 'fastest'"),
+    ({"policy": "fixed", "policy.split_after": "x"}, "'policy.split_after' must be an int"),
+    ({"policy": "random", "policy.speed": "1"}, "'policy.speed' is not a setting"),
+    ({"policy": "random", "policy.split_probability": "2"}, "'policy.split_probability' must be between"),
+    ({"buffer_pair": "2"}, "'buffer_pair' is unknown"),
+])
+def test_invalid_knobs_name_the_parameter(parameters, message):
+    with pytest.raises(ConfigError, match=message):
+        RuntimeConfig.from_parameters(parameters)
+
+
+def test_knobs_have_working_defaults_and_parse():
+    assert RuntimeConfig.from_parameters({}).buffer_pairs == 2
+    config = RuntimeConfig.from_parameters({"policy": "fixed", "policy.stretch_latest": "true",
+                                            "policy.split_after": "1", "buffer_pairs": "1"})
+    assert config.policy == FixedPolicy(stretch_latest=True, split_after=1) and config.buffer_pairs == 1
+    assert isinstance(RuntimeConfig.from_parameters({"policy": "random", "policy.seed": "3"}).policy, RandomPolicy)
