@@ -133,6 +133,14 @@ def test_waiting_queries_are_stacked_into_full_batches(repository):
     assert all(len(a) == 1 and a[0][1] is None for a in inbox.answers.values())
 
 
+def assert_like_reference(inbox: Inbox, feeds, reference) -> None:
+    for i, feed in enumerate(feeds):
+        outputs, failure = inbox.answers[i][0]
+        assert failure is None, failure
+        for out, expected in reference.run(feed).items():
+            np.testing.assert_allclose(outputs[out], expected, atol=1e-5, err_msg=f"query {i} output {out}")
+
+
 class Slowed:
     """A real stage engine that takes at least 3 ms, so batches stay in the pipeline long enough
     for late queries to stretch them."""
@@ -155,7 +163,8 @@ def test_random_meta_operations_keep_outputs_exact(repository, sources, name, pa
     policy = RandomPolicy(seed=pairs, stretch_probability=0.9, split_probability=0.4)
     runs = []
     runtime = Runtime(manifest, [Slowed(load_engine(s, version_dir)) for s in manifest.stages],
-                      RuntimeConfig(buffer_pairs=pairs, policy=policy), trace=lambda stage, item, *_: runs.append((stage, item)))
+                      RuntimeConfig(buffer_pairs=pairs, policy=policy),
+                      trace=lambda stage, item, *_: runs.append((stage, item)))
     reference = OnnxRuntimeEngine(sources[name], [o.name for o in manifest.outputs])
     inbox = Inbox()
     feeds = [sample_inputs(manifest.inputs, 1 + i % 3, {"sequence": 4 + i // 20}, seed=i) for i in range(40)]
@@ -167,19 +176,7 @@ def test_random_meta_operations_keep_outputs_exact(repository, sources, name, pa
     entered = {item.batch_id for stage, item in runs if stage == 0}
     assert {item.batch_id for stage, item in runs} - entered, "nothing was split"
     assert all(len(answers) == 1 for answers in inbox.answers.values())
-    for i, feed in enumerate(feeds):
-        outputs, failure = inbox.answers[i][0]
-        assert failure is None, failure
-        for out, expected in reference.run(feed).items():
-            np.testing.assert_allclose(outputs[out], expected, atol=1e-5, err_msg=f"query {i} output {out}")
-
-
-def assert_like_reference(inbox: Inbox, feeds, reference) -> None:
-    for i, feed in enumerate(feeds):
-        outputs, failure = inbox.answers[i][0]
-        assert failure is None, failure
-        for out, expected in reference.run(feed).items():
-            np.testing.assert_allclose(outputs[out], expected, atol=1e-5, err_msg=f"query {i} output {out}")
+    assert_like_reference(inbox, feeds, reference)
 
 
 def test_stretched_rows_merge_into_the_running_batch(repository, sources):

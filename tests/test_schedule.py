@@ -102,7 +102,8 @@ def case_two(pairs: int, split: bool) -> Clock:
     and D prefer 1 (T/4 per row). Four queries arrive together."""
     per_row = {"batch_sizes": BATCH_SIZES, "mean": [T / 4 * b for b in BATCH_SIZES]}
     policy = FixedPolicy(split_after=0, split_size=1) if split else Policy()
-    clock = Clock(timed_manifest([flat(T), per_row, per_row, per_row]), RuntimeConfig(buffer_pairs=pairs, policy=policy))
+    config = RuntimeConfig(buffer_pairs=pairs, policy=policy)
+    clock = Clock(timed_manifest([flat(T), per_row, per_row, per_row]), config)
     clock.submit(*[clock.query(k) for k in range(4)])
     return clock
 

@@ -132,3 +132,26 @@ def test_knobs_have_working_defaults_and_parse():
                                             "policy.split_after": "1", "buffer_pairs": "1"})
     assert config.policy == FixedPolicy(stretch_latest=True, split_after=1) and config.buffer_pairs == 1
     assert isinstance(RuntimeConfig.from_parameters({"policy": "random", "policy.seed": "3"}).policy, RandomPolicy)
+
+
+def test_engines_and_devices_fail_clearly_where_they_cannot_run(tmp_path):
+    from backend.device import CpuDevice, make_device
+    from backend.engine import load_engine
+    from backend.manifest import StageSpec, TensorSpec
+
+    x = (TensorSpec("x", "float32", (4,)),)
+    trt_stage = StageSpec(0, "stage_0.plan", "tensorrt", x, x)
+    with pytest.raises(ValueError, match="tensorrt stage cannot run on cpu"):
+        load_engine(trt_stage, tmp_path, CpuDevice())
+    with pytest.raises(ValueError, match="a timed stage needs a 'latency' table"):
+        load_engine(StageSpec(0, "", "timed", x, x), tmp_path)
+    with pytest.raises(ValueError, match="unknown engine 'tvm'"):
+        load_engine(StageSpec(0, "", "tvm", x, x), tmp_path)
+    try:
+        import torch
+        has_gpu = torch.cuda.is_available()
+    except ImportError:
+        has_gpu = False
+    if not has_gpu:
+        with pytest.raises(RuntimeError, match="CUDA device needs"):
+            make_device("GPU")
