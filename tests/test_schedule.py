@@ -143,3 +143,15 @@ def test_figure3_case1_short_queries_leave_early():
     got = clock.wait(4)
     assert_times(got, {0: 2 * T, 1: 2 * T, 2: 2 * T, 3: 4.5 * T}, steps=5)
     check_rows(clock)
+
+
+def test_batch_window_gathers_queries_into_one_batch():
+    """With a window of T/2 the second query (arriving at T/5) joins the first in one batch that
+    enters at T/2; both leave at 3.5T."""
+    clock = Clock(timed_manifest([flat(T)] * 3), RuntimeConfig(batch_window_ms=T / 2))
+    clock.submit(clock.query(0))
+    time.sleep(T / 1000 / 5)
+    clock.submit(clock.query(1))
+    assert_times(clock.wait(2), {0: 3.5 * T, 1: 3.5 * T}, steps=3)
+    assert [(r[0], r[3]) for r in clock.runs] == [(0, 2), (1, 2), (2, 2)]
+    check_rows(clock)
