@@ -71,6 +71,10 @@ class BatchRow:
             if lo < hi:
                 yield member, member.query_row + lo - member.row, lo, hi - lo
 
+    def answered(self, start: int, num: int) -> bool:
+        """Whether every query with rows among these has been answered (a failure elsewhere)."""
+        return all(member.query.answered for member, *_ in self.members_in(start, num))
+
 
 class BatchTable:
     """The ongoing batches, updated by the entry (new, stretch) and by the executors."""
@@ -150,6 +154,11 @@ class BatchTable:
             if sum(i.num for i in waiting) != row.bs - start or {i.buffer for i in waiting} != {buffer}:
                 raise RuntimeError(f"batch {row.id} cannot merge {waiting} at stage {stage}")
             return [BatchItem(row.id, start, row.bs - start, buffer)]
+
+    def holds_rows(self, stage: int) -> bool:
+        """Whether some batch keeps rows after ``stage`` for its late ones (a legitimate output)."""
+        with self._lock:
+            return any(stage in row.held for row in self._rows.values())
 
     def kept_buffer(self, stage: int, batch_id: int) -> int | None:
         """The buffer after ``stage`` where the batch keeps rows waiting for its late ones."""

@@ -97,16 +97,13 @@ class Boundary:
             return buffer
 
     def written(self, buffer: Buffer, claims: int) -> None:
-        """The producer launched its writes; ``claims`` new items (or held batches) will read them."""
+        """The producer launched its writes; ``claims`` more items will read them (several for the
+        parts of a split, one for rows held while late rows catch up, none for late rows written
+        beside held ones)."""
         with self._changed:
             self._expect(buffer, BufferState.INWRITING)
             buffer.claims += claims
             buffer.state = BufferState.INVALID
-
-    def add_claims(self, buffer: Buffer, claims: int) -> None:
-        """More items now read ``buffer``: a split pushes several parts of one batch from it."""
-        with self._changed:
-            buffer.claims += claims
 
     def start_reading(self, index: int) -> Buffer:
         with self._changed:

@@ -60,10 +60,6 @@ class BatchQueue:
             self._ready.wait_for(lambda: self._items)
             return self._items.popleft()
 
-    def __len__(self) -> int:
-        with self._ready:
-            return len(self._items)
-
 
 class Stage(Protocol):
     """What an executor needs from the runtime around it."""
@@ -71,7 +67,6 @@ class Stage(Protocol):
     def stage_inputs(self, row: BatchRow, item: BatchItem) -> dict[str, Any]: ...  # stage 0's rows from queries
     def leave(self, row: BatchRow, item: BatchItem, outputs: dict[str, Any]) -> None: ...  # last stage
     def fail_rows(self, row: BatchRow, start: int, num: int, error: Exception) -> None: ...
-    def is_failed(self, row: BatchRow, start: int, num: int) -> bool: ...
 
 
 Trace = Callable[[int, BatchItem, float, float], None]
@@ -108,7 +103,8 @@ class StageExecutor(threading.Thread):
     def _become_active(self) -> bool:
         """ACTIVE once a legitimate output buffer exists (INACTIVE until then); then release the
         input boundary so the previous executor may reuse what this one has read."""
-        if self.output is not None and not self.output.has_available() and not self._keeps_rows():
+        keeps_rows = self.scheduler.table.holds_rows(self.spec.index)
+        if self.output is not None and not self.output.has_available() and not keeps_rows:
             self._set(ExecutorState.INACTIVE)
             if not self.output.wait_available():
                 return False
@@ -116,10 +112,6 @@ class StageExecutor(threading.Thread):
         if self.input is not None:
             self.input.release()
         return True
-
-    def _keeps_rows(self) -> bool:
-        return any(stage_held for row in self.scheduler.table.rows() for stage_held in row.held
-                   if stage_held == self.spec.index)
 
     def _process(self, item: BatchItem) -> None:
         self._set(ExecutorState.CHECKING)
@@ -168,7 +160,7 @@ class StageExecutor(threading.Thread):
                 self.runtime.fail_rows(row, item.start, item.num, exc)
                 return
             for start, num in chunks:
-                if self.runtime.is_failed(row, start, num):
+                if row.answered(start, num):  # its queries already failed elsewhere
                     continue
                 try:
                     self._run_rows(row, start, num, source, target)

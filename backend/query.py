@@ -10,7 +10,7 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -120,9 +120,3 @@ def take_batch(waiting: deque[Query], max_rows: int) -> list[Query]:
             batch.append(query)
             rows += query.rows
     return batch
-
-
-def stack(queries: Sequence[Query]) -> Tensors:
-    """One buffer holding every query's rows, in order."""
-    names = queries[0].inputs.keys()
-    return {name: np.concatenate([q.inputs[name] for q in queries]) for name in names}

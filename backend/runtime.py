@@ -164,6 +164,3 @@ class Runtime:
                 self._partial.pop(member.query, None)
                 self._filled.pop(member.query, None)
             member.query.answer(failure=Failure(f"inference failed: {type(error).__name__}: {error}", bad_input=False))
-
-    def is_failed(self, row: BatchRow, start: int, num: int) -> bool:
-        return all(member.query.answered for member, *_ in row.members_in(start, num))
