@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -18,7 +19,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from .device import CpuDevice, Device
-from .manifest import StageSpec
+from .manifest import Manifest, StageSpec
 
 Tensors = dict[str, Any]
 
@@ -30,14 +31,32 @@ class Engine(Protocol):
     def run(self, inputs: Mapping[str, Any]) -> Tensors: ...
 
 
-class OnnxRuntimeEngine:
-    """A stage as an ONNX Runtime session on the CPU."""
+def stage_threads(stage_count: int) -> int:
+    """CPU threads for each stage's session: the stages run at the same time, so they share the
+    cores instead of each spreading over all of them."""
+    return max(1, len(os.sched_getaffinity(0)) // max(stage_count, 1))
 
-    def __init__(self, path: Path, output_names: list[str]):
+
+def ort_options(threads: int | None = None):
+    """ONNX Runtime session options: quiet, and with ``threads`` set, that many intra-op threads
+    that sleep rather than spin when idle (an idle stage must not take cores from a busy one)."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    if threads is not None:
+        options.intra_op_num_threads = threads
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    return options
+
+
+class OnnxRuntimeEngine:
+    """A stage as an ONNX Runtime session on the CPU (``threads``: see ``ort_options``)."""
+
+    def __init__(self, path: Path, output_names: list[str], threads: int | None = None):
         import onnxruntime as ort
 
-        options = ort.SessionOptions()
-        options.log_severity_level = 3
+        options = ort_options(threads)
         self._session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
         self._outputs = output_names
 
@@ -97,7 +116,7 @@ class TensorRTEngine:
     """A stage as a TensorRT 10 engine: one execution context, inputs and outputs bound by
     tensor name, shapes set per batch within the engine's optimization profile."""
 
-    def __init__(self, path: Path, output_names: Sequence[str]):
+    def __init__(self, path: Path, output_names: Sequence[str], profiler: Any = None):
         try:
             import tensorrt as trt
             import torch
@@ -112,6 +131,8 @@ class TensorRTEngine:
         if self._engine is None:
             raise RuntimeError(f"{path.name}: TensorRT could not deserialize the engine (built by another version?)")
         self._context = self._engine.create_execution_context()
+        if profiler is not None:  # a trt.IProfiler: the slicer times layers this way
+            self._context.profiler = profiler
         self._outputs = list(output_names)
         self._dtypes = {name: torch.from_numpy(np.empty(0, trt.nptype(self._engine.get_tensor_dtype(name)))).dtype
                         for name in self._outputs}
@@ -132,7 +153,14 @@ class TensorRTEngine:
         return outputs
 
 
-def load_engine(stage: StageSpec, version_dir: Path, device: Device | None = None) -> Engine:
+def load_engines(manifest: Manifest, version_dir: Path, device: Device | None = None) -> list[Engine]:
+    """Every stage's engine, as the backend serves them."""
+    threads = stage_threads(len(manifest.stages))
+    return [load_engine(stage, version_dir, device, threads) for stage in manifest.stages]
+
+
+def load_engine(stage: StageSpec, version_dir: Path, device: Device | None = None,
+                threads: int | None = None) -> Engine:
     """The engine the manifest names for ``stage``, loaded from ``version_dir`` for ``device``."""
     device = device or CpuDevice()
     on_cpu = isinstance(device, CpuDevice)
@@ -147,7 +175,7 @@ def load_engine(stage: StageSpec, version_dir: Path, device: Device | None = Non
     if not path.is_file():
         raise FileNotFoundError(f"stage {stage.index}: {path} is missing; re-run the slicer")
     outputs = [t.name for t in stage.outputs]
-    return OnnxRuntimeEngine(path, outputs) if on_cpu else TensorRTEngine(path, outputs)
+    return OnnxRuntimeEngine(path, outputs, threads) if on_cpu else TensorRTEngine(path, outputs)
 
 
 def run_stages(engines: Sequence[Engine], stages: Sequence[StageSpec], buffer: Mapping[str, Any]) -> Tensors:

@@ -117,6 +117,9 @@ class StageSpec:
     carry: tuple[str, ...] = ()
     nodes: int = 0
     latency: LatencyTable | None = None
+    node_range: tuple[str, str] | None = None  # first and last node of the optimised source graph
+    preferred_batch_size: int | None = None  # from ``latency``: time per query stops improving beyond it
+    buffer_bytes: int | None = None  # what the stage writes (outputs + carry) at the max batch size
 
     @classmethod
     def from_json(cls, data: dict) -> StageSpec:
@@ -129,7 +132,34 @@ class StageSpec:
             carry=tuple(data.get("carry", ())),
             nodes=data.get("nodes", 0),
             latency=LatencyTable.from_json(data["latency"]) if data.get("latency") else None,
+            node_range=tuple(data["node_range"]) if data.get("node_range") else None,
+            preferred_batch_size=data.get("preferred_batch_size"),
+            buffer_bytes=data.get("buffer_bytes"),
         )
+
+
+@dataclass(frozen=True)
+class SlicingReport:
+    """How the slicer chose the stages: what it balanced and which diversities it found.
+
+    ``balance`` is the slowest stage's measured mean over the mean stage at ``balance_batch_size``
+    (and ``balance_length``); 1.0 is perfectly even. ``length_axis`` names the input axis whose
+    padded length varies (input diversity); ``operator_diversity`` says the stages prefer
+    different batch sizes; load diversity is assumed for every service.
+    """
+
+    target: str
+    optimization: str
+    balance_batch_size: int
+    balance_length: int | None
+    balance: float
+    length_axis: str | None
+    operator_diversity: bool
+    profile_seconds: float
+
+    @classmethod
+    def from_json(cls, data: dict) -> SlicingReport:
+        return cls(**data)
 
 
 @dataclass(frozen=True)
@@ -142,6 +172,7 @@ class Manifest:
     inputs: tuple[TensorSpec, ...]
     outputs: tuple[TensorSpec, ...]
     stages: tuple[StageSpec, ...]
+    slicing: SlicingReport | None = None
     format: int = field(default=FORMAT_VERSION)
 
     def to_json(self) -> str:
@@ -159,6 +190,7 @@ class Manifest:
             inputs=_tensors(data["inputs"]),
             outputs=_tensors(data["outputs"]),
             stages=tuple(StageSpec.from_json(s) for s in data["stages"]),
+            slicing=SlicingReport.from_json(data["slicing"]) if data.get("slicing") else None,
         )
 
     def save(self, version_dir: Path) -> Path:

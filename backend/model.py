@@ -23,7 +23,7 @@ if not __package__:
 
 from .config import RuntimeConfig, triton_parameters  # noqa: E402
 from .device import make_device  # noqa: E402
-from .engine import load_engine  # noqa: E402
+from .engine import load_engines  # noqa: E402
 from .manifest import Manifest  # noqa: E402
 from .query import Query  # noqa: E402
 from .runtime import Runtime  # noqa: E402
@@ -41,7 +41,7 @@ class TritonPythonModel:
             )
         runtime_config = RuntimeConfig.from_parameters(triton_parameters(config))
         device = make_device(args.get("model_instance_kind", "CPU"), int(args.get("model_instance_device_id", 0)))
-        engines = [load_engine(stage, version_dir, device) for stage in self._manifest.stages]
+        engines = load_engines(self._manifest, version_dir, device)
         self._runtime = Runtime(self._manifest, engines, runtime_config, device)
 
     def execute(self, requests: list) -> None:

@@ -1,4 +1,4 @@
-"""python -m slicer SRC.onnx --stages N --out DIR [--max-batch-size B] [--dim NAME=SIZE ...]"""
+"""python -m slicer SRC.onnx --stages N --out DIR [options]: profile, cut, build, verify, measure."""
 
 from __future__ import annotations
 
@@ -8,10 +8,14 @@ import time
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from slicer.graph import SliceError
-from slicer.slicing import slice_model
+from slicer.errors import SliceError
+from slicer.profile import table_row
+from slicer.slicing import AUTO, SliceOptions, SliceResult, slice_model
+from slicer.targets import OPTIMIZATION_LEVELS
 
 
 def _dim(text: str) -> tuple[str, int]:
@@ -21,35 +25,130 @@ def _dim(text: str) -> tuple[str, int]:
     return name, int(size)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m slicer",
-        description="Cut an ONNX model into stages and write a Triton model directory for the dvabatch backend.",
-    )
-    parser.add_argument("src", type=Path, help="the source ONNX model (first axis of every input dynamic)")
-    parser.add_argument("--stages", type=int, required=True, help="number of stages")
-    parser.add_argument("--out", type=Path, required=True, help="model directory to write; its name is the model name")
-    parser.add_argument("--max-batch-size", type=int, default=8, help="Triton max_batch_size (default 8)")
-    parser.add_argument("--dim", type=_dim, action="append", default=[], metavar="NAME=SIZE",
-                        help="size of a named dynamic axis for probing and verifying (default 8)")
-    parser.add_argument("--tolerance", type=float, default=1e-4,
-                        help="largest absolute difference allowed between stages and source (default 1e-4)")
-    args = parser.parse_args(argv)
-    console = Console()
-    began = time.perf_counter()
+def _lengths(text: str) -> tuple[int, ...]:
     try:
-        result = slice_model(args.src, args.out, args.stages, args.max_batch_size, dict(args.dim), args.tolerance)
-    except (SliceError, FileNotFoundError) as exc:
-        console.print(f"[red]error:[/red] {exc}")
-        return 1
-    table = Table(title=f"{args.out.name}: {len(result.manifest.stages)} stages of {args.src.name}")
-    for column in ("stage", "nodes", "inputs", "outputs", "carried"):
-        table.add_column(column, overflow="fold")
-    for stage in result.manifest.stages:
-        table.add_row(str(stage.index), str(stage.nodes), ", ".join(t.name for t in stage.inputs),
-                      ", ".join(t.name for t in stage.outputs), ", ".join(stage.carry) or "-")
+        return tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated sizes such as 16,32,64, got {text!r}") from None
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m slicer",
+        description="Profile an ONNX model, cut it into time-balanced stages and write a Triton model "
+                    "directory for the dvabatch backend.",
+    )
+    p.add_argument("src", type=Path, help="the source ONNX model (first axis of every input dynamic)")
+    p.add_argument("--out", type=Path, required=True, help="model directory to write; its name is the model name")
+    p.add_argument("--stages", type=int, help="number of stages (default with --cut-at-diversity: one per "
+                                              "diversity run)")
+    p.add_argument("--max-batch-size", type=int, default=8, help="Triton max_batch_size (default 8)")
+    p.add_argument("--target", choices=("onnxruntime", "tensorrt"), default="onnxruntime",
+                   help="onnxruntime: ONNX files for CPU instances (default); tensorrt: one engine per stage "
+                        "for GPU instances")
+    p.add_argument("--optimize", choices=OPTIMIZATION_LEVELS,
+                   help="ONNX Runtime graph optimisation before cutting (default: extended for onnxruntime, "
+                        "basic for tensorrt)")
+    p.add_argument("--fp16", action="store_true", help="tensorrt: allow FP16 kernels")
+    p.add_argument("--dim", type=_dim, action="append", default=[], metavar="NAME=SIZE",
+                   help="size of a named dynamic axis other than the length axis (default 8)")
+    p.add_argument("--length-axis", default=AUTO, metavar="NAME",
+                   help="input axis whose padded length varies (default: the inputs' only named axis; 'none')")
+    p.add_argument("--lengths", type=_lengths, default=(16, 32, 64), metavar="L1,L2,...",
+                   help="padded lengths to profile along the length axis (default 16,32,64)")
+    p.add_argument("--balance-batch-size", type=int,
+                   help="batch size whose stage times are balanced (default: the maximum)")
+    p.add_argument("--balance-slack", type=float, default=0.05,
+                   help="cut sets whose slowest stage is within this fraction of the best count as ties, "
+                        "and the one moving fewest bytes wins (default 0.05; 0 = strictly fastest)")
+    p.add_argument("--cut-at-diversity", action="store_true",
+                   help="cut where the nodes' preferred batch size changes (operator diversity)")
+    p.add_argument("--improvement", type=float, default=0.10,
+                   help="a larger batch is preferred only if it cuts time per query by this fraction (default 0.1)")
+    p.add_argument("--warmup", type=int, default=3, help="untimed runs per configuration (default 3)")
+    p.add_argument("--node-repeats", type=int, default=10, help="profiled runs per configuration (default 10)")
+    p.add_argument("--stage-repeats", type=int, default=30,
+                   help="timed runs per stage and configuration for the latency tables (default 30)")
+    p.add_argument("--no-policy-defaults", dest="policy_defaults", action="store_false",
+                   help="write no policy parameters into config.pbtxt (the backend's defaults apply)")
+    p.add_argument("--tolerance", type=float, default=1e-4,
+                   help="largest absolute difference allowed between stages and source (default 1e-4)")
+    return p
+
+
+def options_from(args: argparse.Namespace) -> SliceOptions:
+    return SliceOptions(
+        stages=args.stages, max_batch_size=args.max_batch_size, target=args.target, optimize=args.optimize,
+        dim_sizes=dict(args.dim), length_axis=None if args.length_axis == "none" else args.length_axis,
+        lengths=args.lengths, balance_batch_size=args.balance_batch_size, balance_slack=args.balance_slack,
+        cut_at_diversity=args.cut_at_diversity, improvement=args.improvement, warmup=args.warmup,
+        node_repeats=args.node_repeats, stage_repeats=args.stage_repeats, tolerance=args.tolerance,
+        fp16=args.fp16, policy_defaults=args.policy_defaults,
+    )
+
+
+def _size(n: int | None) -> str:
+    if n is None:
+        return "-"
+    for unit in ("B", "KiB", "MiB"):
+        if n < 1024:
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GiB"
+
+
+def summary(result: SliceResult, console: Console) -> None:
+    manifest, report = result.manifest, result.manifest.slicing
+    at = f" (length {report.balance_length})" if report.length_axis else ""
+    table = Table(title=f"{result.model_dir.name}: {len(manifest.stages)} stages, {report.target}, "
+                        f"graph optimisation {report.optimization}")
+    max_bs = manifest.max_batch_size
+    for column in ("stage", "nodes", "first … last node", "ms @1", f"ms @{max_bs}", f"p99 @{max_bs}",
+                   "preferred bs", f"buffer @{max_bs}", "carried"):
+        table.add_column(column, overflow="fold", justify="left" if column in ("first … last node", "carried")
+                         else "right")
+    for stage, predicted in zip(manifest.stages, result.plan.stage_costs):
+        mean = table_row(stage.latency, report.balance_length)
+        p99 = stage.latency.p99 if stage.latency.lengths is None else \
+            stage.latency.p99[stage.latency.lengths.index(report.balance_length)]
+        table.add_row(str(stage.index), str(stage.nodes), " … ".join(stage.node_range), f"{mean[0]:.3f}",
+                      f"{mean[-1]:.3f}", f"{p99[-1]:.3f}", str(stage.preferred_batch_size),
+                      _size(stage.buffer_bytes), ", ".join(stage.carry) or "-")
     console.print(table)
+    console.print(f"balance (slowest / mean stage) at batch size {report.balance_batch_size}{at}: "
+                  f"measured {report.balance:.3f}, predicted from the node profile {result.plan.balance:.3f} "
+                  f"(best possible slowest stage {result.plan.optimum:.3f} ms, chosen "
+                  f"{max(result.plan.stage_costs):.3f} ms, {_size(result.plan.bytes)} crossing the cuts)")
+    if result.changes:
+        console.print("operator diversity, preferred batch size changes at: " + ", ".join(
+            f"{name} ({change.before} -> {change.after})" for name, change in result.changes))
+    else:
+        console.print("operator diversity: every node prefers the same batch size")
+    if result.policy:
+        console.print("policy defaults in config.pbtxt: " + ", ".join(f"{k}={v}" for k, v in result.policy.items()))
+    console.print("time: " + ", ".join(f"{step} {sec:.1f} s" for step, sec in result.seconds.items()))
     console.print(f"max abs error against the source model: {result.max_abs_error:.3g}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    console = Console(width=None if sys.stdout.isatty() else 150)
+    began = time.perf_counter()
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=console, transient=True) as bars:
+        tasks: dict[str, int] = {}
+
+        def progress(what: str, done: int, total: int) -> None:
+            if what not in tasks:
+                tasks[what] = bars.add_task(what, total=total)
+            bars.update(tasks[what], completed=done)
+
+        try:
+            result = slice_model(args.src, args.out, options_from(args), progress)
+        except (SliceError, FileNotFoundError) as exc:
+            console.print(f"[red]error:[/red] {escape(str(exc))}")
+            return 1
+    summary(result, console)
     console.print(f"wrote {result.model_dir} in {time.perf_counter() - began:.1f} s")
     return 0
 

@@ -14,7 +14,7 @@ tensor's dtype and which of its axes vary.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -23,6 +23,7 @@ import onnxruntime as ort
 from onnx import helper
 
 from backend.manifest import Dim, TensorSpec
+from slicer.errors import SliceError
 from slicer.sample import DEFAULT_DIM_SIZE, sample_inputs
 
 # Two probe runs whose batch sizes and dynamic-axis sizes differ from each other and from the
@@ -30,10 +31,6 @@ from slicer.sample import DEFAULT_DIM_SIZE, sample_inputs
 PROBE_BATCHES = (2, 3)
 # Nodes that read only constants but must not be cloned: each clone would draw other values.
 _RANDOM_OPS = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial"}
-
-
-class SliceError(ValueError):
-    """The model cannot be sliced as asked; the message says why."""
 
 
 def node_inputs(node: onnx.NodeProto) -> list[str]:
@@ -99,6 +96,17 @@ class GraphAnalysis:
             if all(self.facts[t].batched for t in self.crossing(k))
         ]
 
+    def row_bytes(self, sizes: Mapping[str, int]) -> dict[str, int]:
+        """Bytes per batch row of every tensor that can cross a cut, with named axes at ``sizes``
+        (measured: one run of the model on a single row)."""
+        names = [t for t in self.produced_at if t in self.last_use and self.facts[t].batched]
+        feed = sample_inputs(self.inputs, 1, sizes)
+        return {name: int(np.asarray(v).nbytes) for name, v in zip(names, exposing(self.model, names).run(names, feed))}
+
+    def cut_bytes(self, row_bytes: Mapping[str, int], cut: int) -> int:
+        """Bytes per batch row crossing ``cut``."""
+        return sum(row_bytes.get(t, 0) for t in self.crossing(cut))
+
     def spec(self, name: str) -> TensorSpec:
         facts = self.facts[name]
         return TensorSpec(name=name, dtype=facts.dtype, dims=facts.dims)
@@ -111,8 +119,10 @@ def _declared_dims(value: onnx.ValueInfoProto) -> list[Dim]:
     return dims
 
 
-def _input_specs(graph: onnx.GraphProto, initializers: Iterable[str]) -> tuple[TensorSpec, ...]:
-    skip = set(initializers)
+def input_specs(model: onnx.ModelProto) -> tuple[TensorSpec, ...]:
+    """The model's inputs as batched tensors; refuses an input without a dynamic first axis."""
+    graph = model.graph
+    skip = {t.name for t in graph.initializer}
     specs = []
     for value in graph.input:
         if value.name in skip:
@@ -128,9 +138,8 @@ def _input_specs(graph: onnx.GraphProto, initializers: Iterable[str]) -> tuple[T
     return tuple(specs)
 
 
-def _probe(model: onnx.ModelProto, names: list[str], inputs: tuple[TensorSpec, ...],
-           dim_sizes: Mapping[str, int]) -> list[dict[str, np.ndarray]]:
-    """Run the model with every tensor in ``names`` exposed, once per probe batch size."""
+def exposing(model: onnx.ModelProto, names: list[str]) -> ort.InferenceSession:
+    """An unoptimised session of ``model`` whose outputs include every tensor in ``names``."""
     probe = onnx.ModelProto()
     probe.CopyFrom(model)
     known = {v.name for v in probe.graph.output}
@@ -144,7 +153,13 @@ def _probe(model: onnx.ModelProto, names: list[str], inputs: tuple[TensorSpec, .
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     options.log_severity_level = 3
-    session = ort.InferenceSession(probe.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    return ort.InferenceSession(probe.SerializeToString(), options, providers=["CPUExecutionProvider"])
+
+
+def _probe(model: onnx.ModelProto, names: list[str], inputs: tuple[TensorSpec, ...],
+           dim_sizes: Mapping[str, int]) -> list[dict[str, np.ndarray]]:
+    """Run the model with every tensor in ``names`` exposed, once per probe batch size."""
+    session = exposing(model, names)
     runs = []
     for scale, batch in enumerate(PROBE_BATCHES, start=1):
         sizes = {k: v * scale for k, v in dim_sizes.items()}
@@ -169,7 +184,7 @@ def analyse(model: onnx.ModelProto, dim_sizes: Mapping[str, int] | None = None) 
     """Order the graph, find its constant subgraphs and probe every other tensor."""
     graph = model.graph
     initializers = {t.name: t for t in graph.initializer}
-    inputs = _input_specs(graph, initializers)
+    inputs = input_specs(model)
     constant_names = set(initializers)
     constants: dict[str, onnx.NodeProto] = {}
     nodes: list[onnx.NodeProto] = []
@@ -210,39 +225,6 @@ def analyse(model: onnx.ModelProto, dim_sizes: Mapping[str, int] | None = None) 
         model=model, nodes=nodes, constants=constants, initializers=initializers, inputs=inputs,
         outputs=tuple(outputs), facts=facts, produced_at=produced_at, last_use=last_use,
     )
-
-
-def choose_even_cuts(legal: list[int], node_count: int, stages: int) -> list[int]:
-    """The legal cuts closest (in total) to splitting the node list into equal parts.
-
-    A small dynamic programme over legal positions: cut i of the N-1 goes to a legal position
-    strictly after cut i-1, minimising the summed distance to the ideal positions.
-    """
-    if stages == 1:
-        return []
-    if len(legal) < stages - 1:
-        raise SliceError(
-            f"only {len(legal)} legal cut points in {node_count} nodes; cannot make {stages} stages"
-        )
-    targets = [node_count * i / stages for i in range(1, stages)]
-    inf = float("inf")
-    cost = [abs(pos - targets[0]) for pos in legal]
-    back: list[list[int]] = []
-    for target in targets[1:]:
-        best, best_j, new_cost, choice = inf, -1, [inf] * len(legal), [-1] * len(legal)
-        for j, pos in enumerate(legal):
-            if j > 0 and cost[j - 1] < best:
-                best, best_j = cost[j - 1], j - 1
-            if best_j >= 0:
-                new_cost[j], choice[j] = best + abs(pos - target), best_j
-        cost = new_cost
-        back.append(choice)
-    j = min(range(len(legal)), key=lambda i: cost[i])
-    cuts = [legal[j]]
-    for choice in reversed(back):
-        j = choice[j]
-        cuts.append(legal[j])
-    return sorted(cuts)
 
 
 def _value_info(spec: TensorSpec) -> onnx.ValueInfoProto:

@@ -1,10 +1,23 @@
-"""Slice an ONNX model into stages and write a Triton model directory served by `dvabatch`.
+"""Slice an ONNX model into time-balanced stages and write a Triton model directory for `dvabatch`.
+
+The steps, in order (each can refuse with a ``SliceError`` before anything is written):
+
+1. **optimise** the source graph (ONNX Runtime constant folding and fusions), then cut that graph;
+2. **probe** it for legal cuts (``slicer.graph``);
+3. **profile** every node at batch sizes 1, 2, 4 .. max and each padded length (the target's
+   profiler), and find each node's preferred batch size (operator diversity);
+4. **cut** where the slowest stage is fastest, moving the fewest bytes among near-optimal cuts
+   (``slicer.cuts``), optionally at the operator-diversity changes;
+5. **build** one file per stage for the target's engine and **verify** the chained stages
+   against the unsliced source at several batch sizes and lengths;
+6. **measure** each stage as a whole (mean and p99 per batch size and length) into the latency
+   tables the policies read, and pick policy defaults from what was found.
 
 Layout written::
 
-    DIR/config.pbtxt            backend: "dvabatch", the source model's interface
-    DIR/1/manifest.json         stages, their tensors, the source file and its sha256
-    DIR/1/stage_<i>.onnx        one ONNX model per stage
+    DIR/config.pbtxt            backend: "dvabatch", the source model's interface, policy defaults
+    DIR/1/manifest.json         stages, tensors, latency tables, the source file and its sha256
+    DIR/1/stage_<i>.onnx|.plan  one engine file per stage
 """
 
 from __future__ import annotations
@@ -12,20 +25,63 @@ from __future__ import annotations
 import hashlib
 import shutil
 import tempfile
-from collections.abc import Mapping
-from dataclasses import dataclass
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
 import onnx
 
-from backend.engine import OnnxRuntimeEngine, load_engine, run_stages
-from backend.manifest import Manifest, StageSpec
+from backend.device import CpuDevice, Device
+from backend.engine import OnnxRuntimeEngine, load_engines, run_stages, stage_threads
+from backend.manifest import Manifest, SlicingReport, StageSpec, TensorSpec
 from slicer import triton_config
-from slicer.graph import SliceError, analyse, choose_even_cuts, node_inputs, stage_model
-from slicer.sample import sample_inputs
+from slicer.cuts import CutPlan, balanced_cuts
+from slicer.errors import SliceError
+from slicer.graph import GraphAnalysis, analyse, input_specs, node_inputs, stage_model
+from slicer.profile import (
+    DiversityChange,
+    NodeProfile,
+    Progress,
+    batch_sizes_up_to,
+    diversity_changes,
+    measure_stages,
+    node_preferences,
+    preferred_batch_size,
+    table_row,
+    wall_timer,
+)
+from slicer.sample import DEFAULT_DIM_SIZE, sample_inputs
+from slicer.targets import Target, make_target, optimize, profile
 
 VERSION = "1"
+AUTO = "auto"
+
+
+@dataclass(frozen=True)
+class SliceOptions:
+    """Everything ``python -m slicer`` can be told; the README's option table explains each."""
+
+    stages: int | None = None  # None: one more than the diversity cuts (with cut_at_diversity)
+    max_batch_size: int = 8
+    target: str = "onnxruntime"
+    optimize: str | None = None  # None: the target's default level
+    dim_sizes: Mapping[str, int] = field(default_factory=dict)
+    length_axis: str | None = AUTO  # AUTO: the inputs' only named dynamic axis; None: no length axis
+    lengths: tuple[int, ...] = (16, 32, 64)
+    balance_batch_size: int | None = None  # None: the maximum batch size
+    balance_slack: float = 0.05
+    cut_at_diversity: bool = False
+    improvement: float = 0.10  # per-query time must drop by this much to prefer a larger batch
+    min_share: float = 0.01  # nodes below this share of the time get no preferred batch size
+    min_run_share: float = 0.05  # diversity runs below this share of the time are noise
+    warmup: int = 3
+    node_repeats: int = 10
+    stage_repeats: int = 30
+    tolerance: float = 1e-4
+    fp16: bool = False
+    policy_defaults: bool = True  # write policy parameters chosen from the profile into config.pbtxt
 
 
 @dataclass(frozen=True)
@@ -33,6 +89,12 @@ class SliceResult:
     model_dir: Path
     manifest: Manifest
     max_abs_error: float  # chained stages against the source model on random inputs
+    node_profile: NodeProfile
+    plan: CutPlan  # predicted stage times from the node profile
+    changes: tuple[tuple[str, DiversityChange], ...]  # (first node's name, change) of operator diversity
+    diversity_cuts: tuple[int, ...]  # a legal cut for each change (forced with cut_at_diversity)
+    policy: dict[str, str]  # config.pbtxt parameters chosen from the profile (empty without policy_defaults)
+    seconds: dict[str, float]  # wall time per step
 
 
 def sha256(path: Path) -> str:
@@ -43,15 +105,39 @@ def sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def build_manifest(src: Path, version_dir: Path, stages: int, max_batch_size: int,
-                   dim_sizes: Mapping[str, int]) -> Manifest:
-    """Cut the source model and write the stage files into ``version_dir``."""
-    model = onnx.load(str(src))
-    analysis = analyse(model, dim_sizes)
+def length_axis(inputs: Sequence[TensorSpec], wanted: str | None) -> str | None:
+    """The input axis whose padded length is profiled (input diversity), if any."""
+    named = sorted({d for spec in inputs for d in spec.dims if isinstance(d, str)})
+    if wanted is None:
+        return None
+    if wanted != AUTO:
+        if wanted not in named:
+            raise SliceError(f"--length-axis {wanted!r} is not a named axis of the inputs {named or '(none)'}")
+        return wanted
+    if len(named) > 1:
+        raise SliceError(f"the inputs have several named axes {named}; choose one with --length-axis NAME "
+                         "or --length-axis none")
+    return named[0] if named else None
+
+
+def _forced_cuts(changes: Sequence[DiversityChange], legal: Sequence[int], cut_bytes: Mapping[int, int],
+                 previous_judged: Sequence[int]) -> list[int]:
+    """A legal cut for each change: between the last judged node before it and its first node,
+    the one moving fewest bytes; the nearest legal cut when there is none in between."""
+    forced = []
+    for change, low in zip(changes, previous_judged):
+        between = [k for k in legal if low < k <= change.after_node]
+        pick = min(between, key=lambda k: (cut_bytes[k], -k)) if between else \
+            min(legal, key=lambda k: abs(k - change.after_node))
+        if pick not in forced:
+            forced.append(pick)
+    return sorted(forced)
+
+
+def write_stages(analysis: GraphAnalysis, cuts: Sequence[int], target: Target, onnx_dir: Path,
+                 version_dir: Path) -> list[StageSpec]:
+    """Build each stage's ONNX graph and the file its engine loads."""
     node_count = len(analysis.nodes)
-    if not 1 <= stages <= max(node_count, 1):
-        raise SliceError(f"--stages must be between 1 and the {node_count} nodes of the model")
-    cuts = choose_even_cuts(analysis.legal_cuts(), node_count, stages)
     bounds = [0, *cuts, node_count]
     specs = []
     previous = [s.name for s in analysis.inputs]
@@ -67,30 +153,32 @@ def build_manifest(src: Path, version_dir: Path, stages: int, max_batch_size: in
         missing |= set(carry) - set(previous)
         if missing:
             raise SliceError(f"stage {index} needs {sorted(missing)} that no earlier stage passes on")
-        file = f"stage_{index}.onnx"
-        onnx.save(stage_model(analysis, start, end, inputs, outputs, f"stage_{index}"), str(version_dir / file))
-        specs.append(StageSpec(index=index, file=file, engine="onnxruntime", inputs=tuple(inputs),
-                               outputs=tuple(outputs), carry=carry, nodes=len(body)))
+        graph_file = onnx_dir / f"stage_{index}.onnx"
+        onnx.save(stage_model(analysis, start, end, inputs, outputs, f"stage_{index}"), str(graph_file))
+        file = f"stage_{index}{target.suffix}"
+        target.build_stage(graph_file, inputs, version_dir / file)
+        specs.append(StageSpec(index=index, file=file, engine=target.engine, inputs=tuple(inputs),
+                               outputs=tuple(outputs), carry=carry, nodes=len(body),
+                               node_range=(body[0].name, body[-1].name)))
         previous = boundary
-    return Manifest(
-        source_file=src.name, source_sha256=sha256(src), max_batch_size=max_batch_size,
-        inputs=analysis.inputs, outputs=analysis.outputs, stages=tuple(specs),
-    )
+    return specs
 
 
 def verify(src: Path, version_dir: Path, manifest: Manifest, batch_sizes: list[int],
-           dim_sizes: Mapping[str, int], seed: int = 0) -> float:
+           dim_sizes: Mapping[str, int], seed: int = 0, device: Device | None = None) -> float:
     """Largest absolute difference between the chained stages and the source model.
 
     Stages that return other tensors, or other shapes, than the source are an error, not a number.
     """
+    device = device or CpuDevice()
     reference = OnnxRuntimeEngine(src, [s.name for s in manifest.outputs])
-    engines = [load_engine(stage, version_dir) for stage in manifest.stages]
+    engines = load_engines(manifest, version_dir, device)
     worst = 0.0
     for batch in batch_sizes:
         feed = sample_inputs(manifest.inputs, batch, dim_sizes, seed=seed + batch)
         expected = reference.run(feed)
-        got = run_stages(engines, manifest.stages, feed)
+        chained = run_stages(engines, manifest.stages, {k: device.from_host(v) for k, v in feed.items()})
+        got = {name: device.to_host(tensor) for name, tensor in chained.items()}
         if set(got) != set(expected):
             raise SliceError(f"stages return {sorted(got)}, the source model {sorted(expected)}")
         for name, want in expected.items():
@@ -101,30 +189,160 @@ def verify(src: Path, version_dir: Path, manifest: Manifest, batch_sizes: list[i
     return worst
 
 
-def slice_model(src: Path, out: Path, stages: int, max_batch_size: int = 8,
-                dim_sizes: Mapping[str, int] | None = None, tolerance: float = 1e-4) -> SliceResult:
-    """Slice ``src`` into ``stages`` stages and write the model directory ``out``.
-
-    The chained stages are checked against the source model at batch sizes 1, 2 and
-    ``max_batch_size``; a model whose stages disagree by more than ``tolerance`` is not written.
-    """
-    src, out = Path(src), Path(out)
-    if max_batch_size < 1:
+def _check(options: SliceOptions) -> None:
+    if options.max_batch_size < 1:
         raise SliceError("--max-batch-size must be at least 1")
-    dim_sizes = dict(dim_sizes or {})
+    if options.stages is None and not options.cut_at_diversity:
+        raise SliceError("--stages is needed unless --cut-at-diversity chooses the stage count")
+    if options.stages is not None and options.stages < 1:
+        raise SliceError("--stages must be at least 1")
+    lengths = list(options.lengths)
+    if not lengths or lengths[0] < 1 or lengths != sorted(set(lengths)):
+        raise SliceError(f"--lengths must be increasing positive sizes, got {list(options.lengths)}")
+    if options.node_repeats < 1 or options.stage_repeats < 1 or options.warmup < 0:
+        raise SliceError("--repeats must be at least 1 and --warmup at least 0")
+    batch_sizes = batch_sizes_up_to(options.max_batch_size)
+    if options.balance_batch_size is not None and options.balance_batch_size not in batch_sizes:
+        raise SliceError(f"--balance-batch-size must be one of the profiled batch sizes {list(batch_sizes)}")
+
+
+def policy_parameters(stages: Sequence[StageSpec], report: SlicingReport) -> dict[str, str]:
+    """config.pbtxt parameters for the diversities found, with the policies the backend has.
+
+    Operator diversity: the paper's Policy II test on the latency tables, decided offline: after
+    the first stage k where running the remaining stages as ``max/s`` batches of ``s`` rows takes
+    no longer than one batch of ``max`` rows, batches are split into parts of the smallest such
+    ``s``. Otherwise load diversity (always present): late queries stretch the latest batch (the
+    ``fixed`` policy does not stretch batches it will split). Input diversity: a batch window of
+    the first stage's time at the largest batch (the paper's Policy I window).
+    """
+    params = {"policy": "fixed"}
+    split = _split_default(stages, report.balance_length)
+    if split:
+        params.update({"policy.split_after": str(split[0]), "policy.split_size": str(split[1])})
+    else:
+        params["policy.stretch_latest"] = "true"
+    if report.length_axis is not None:
+        first = table_row(stages[0].latency, stages[0].latency.lengths[-1])
+        params["batch_window_ms"] = f"{first[-1]:.3f}"
+    return params
+
+
+def _split_default(stages: Sequence[StageSpec], length: int | None) -> tuple[int, int] | None:
+    sizes = stages[0].latency.batch_sizes
+    full = sizes[-1]
+    for k in range(len(stages) - 1):
+        def remain(batch: int) -> float:
+            return sum(table_row(s.latency, length)[sizes.index(batch)] for s in stages[k + 1:])
+        for size in sizes[:-1]:
+            if full % size == 0 and (full // size) * remain(size) <= remain(full):
+                return k, size
+    return None
+
+
+def slice_model(src: Path, out: Path, options: SliceOptions, progress: Progress | None = None) -> SliceResult:
+    """Slice ``src`` as ``options`` say and write the model directory ``out`` (see the module
+    docstring); a model whose chained stages differ from the source by more than
+    ``options.tolerance`` is not written, and an existing one is left as it was."""
+    src, out = Path(src), Path(out)
+    _check(options)
+    if not src.is_file():
+        raise SliceError(f"{src} does not exist")
+    dim_sizes = dict(options.dim_sizes)
+    max_bs = options.max_batch_size
+    batch_sizes = batch_sizes_up_to(max_bs)
+    seconds: dict[str, float] = {}
+    began = time.perf_counter()
+    axis = length_axis(input_specs(onnx.load(str(src), load_external_data=False)), options.length_axis)
+    lengths: tuple[int | None, ...] = tuple(options.lengths) if axis else (None,)
+    target = make_target(options.target, max_batch=max_bs, axis=axis, max_length=lengths[-1],
+                         dim_sizes=dim_sizes, default_size=DEFAULT_DIM_SIZE, fp16=options.fp16)
+    level = options.optimize or target.optimizations[0]
+    if level not in target.optimizations:
+        raise SliceError(f"--optimize {level} makes graphs {target.name} cannot load; use one of "
+                         f"{', '.join(target.optimizations)}")
     out.mkdir(parents=True, exist_ok=True)
-    # Build and verify beside the model, then swap the version folder in: a failed slice leaves
-    # an existing model directory as it was.
-    with tempfile.TemporaryDirectory(dir=out, prefix=".slicing-") as scratch:
-        staged = Path(scratch) / VERSION
+    # Build and verify beside the model, then swap the version folder in.
+    with tempfile.TemporaryDirectory(dir=out, prefix=".slicing-") as scratch_name:
+        scratch = Path(scratch_name)
+        optimized = scratch / "optimized.onnx"
+        analysis = analyse(optimize(src, optimized, level), dim_sizes)
+        seconds["optimise and probe"] = time.perf_counter() - began
+
+        node_profile = profile(target, optimized, [n.name for n in analysis.nodes], analysis.inputs, batch_sizes,
+                               lengths, axis, dim_sizes, options.warmup, options.node_repeats,
+                               stage_threads(options.stages or 1), progress)
+        seconds["node profile"] = node_profile.seconds
+        balance_bs = options.balance_batch_size or max_bs
+        balance_length = lengths[-1]
+        costs = node_profile.at(balance_bs, balance_length)
+        legal = analysis.legal_cuts()
+        row_bytes = analysis.row_bytes({**dim_sizes, **({axis: balance_length} if axis else {})})
+        cut_bytes = {k: analysis.cut_bytes(row_bytes, k) * max_bs for k in legal}
+        changes, forced = _operator_diversity(node_profile, balance_length, costs, legal, cut_bytes, options)
+        stages = options.stages or len(forced) + 1
+        if options.cut_at_diversity and stages < len(forced) + 1:
+            raise SliceError(f"--cut-at-diversity found {len(forced)} places where the preferred batch size "
+                             f"changes; that needs at least {len(forced) + 1} stages, not {stages}")
+        plan = balanced_cuts(costs, legal, stages, cut_bytes, options.balance_slack,
+                             forced if options.cut_at_diversity else ())
+
+        began = time.perf_counter()
+        staged = scratch / VERSION
         staged.mkdir()
-        manifest = build_manifest(src, staged, stages, max_batch_size, dim_sizes)
-        batch_sizes = sorted({1, min(2, max_batch_size), max_batch_size})
-        error = verify(src, staged, manifest, batch_sizes, dim_sizes)
-        if not error <= tolerance:
-            raise SliceError(f"stages differ from the source model by {error:.3g} (> {tolerance:g}); not written")
+        (scratch / "graphs").mkdir()
+        specs = write_stages(analysis, plan.cuts, target, scratch / "graphs", staged)
+        manifest = Manifest(source_file=src.name, source_sha256=sha256(src), max_batch_size=max_bs,
+                            inputs=analysis.inputs, outputs=analysis.outputs, stages=tuple(specs))
+        error = 0.0
+        for length in sorted({lengths[0], lengths[-1]}, key=lambda n: n or 0):
+            sizes = {**dim_sizes, **({axis: length} if axis else {})}
+            grid = sorted({1, min(3, max_bs), max_bs})
+            error = max(error, verify(src, staged, manifest, grid, sizes, seed=length or 0, device=target.device))
+        if not error <= options.tolerance:
+            raise SliceError(f"stages differ from the source model by {error:.3g} (> {options.tolerance:g}); "
+                             "not written")
+        seconds["build and verify"] = time.perf_counter() - began
+
+        began = time.perf_counter()
+        engines = load_engines(manifest, staged, target.device)
+        tables = measure_stages(engines, specs, batch_sizes, lengths, axis, dim_sizes, target.device.from_host,
+                                wall_timer(target.synchronize), options.warmup, options.stage_repeats, progress)
+        del engines
+        seconds["stage latency tables"] = time.perf_counter() - began
+        specs = [
+            replace(spec, latency=table,
+                    preferred_batch_size=preferred_batch_size(batch_sizes, table_row(table, balance_length),
+                                                              options.improvement),
+                    buffer_bytes=max_bs * sum(row_bytes[t.name] for t in spec.outputs)
+                    + max_bs * sum(row_bytes[t] for t in spec.carry))
+            for spec, table in zip(specs, tables)
+        ]
+        at_balance = [table_row(t, balance_length)[batch_sizes.index(balance_bs)] for t in tables]
+        report = SlicingReport(
+            target=target.name, optimization=level, balance_batch_size=balance_bs, balance_length=balance_length,
+            balance=round(max(at_balance) / (sum(at_balance) / len(at_balance)), 4), length_axis=axis,
+            operator_diversity=len({s.preferred_batch_size for s in specs}) > 1,
+            profile_seconds=round(sum(seconds.values()), 2),
+        )
+        manifest = replace(manifest, stages=tuple(specs), slicing=report)
+        policy = policy_parameters(specs, report) if options.policy_defaults else {}
         manifest.save(staged)
         shutil.rmtree(out / VERSION, ignore_errors=True)
         staged.rename(out / VERSION)
-    (out / "config.pbtxt").write_text(triton_config.render(out.name, manifest))
-    return SliceResult(model_dir=out, manifest=manifest, max_abs_error=error)
+    (out / "config.pbtxt").write_text(triton_config.render(out.name, manifest, policy))
+    named = tuple((analysis.nodes[c.after_node].name, c) for c in changes)
+    return SliceResult(model_dir=out, manifest=manifest, max_abs_error=error, node_profile=node_profile, plan=plan,
+                       changes=named, diversity_cuts=tuple(forced), policy=policy, seconds=seconds)
+
+
+def _operator_diversity(node_profile: NodeProfile, length: int | None, costs: np.ndarray, legal: Sequence[int],
+                        cut_bytes: Mapping[int, int], options: SliceOptions
+                        ) -> tuple[list[DiversityChange], list[int]]:
+    """Where the nodes' preferred batch size changes, and a legal cut for each change."""
+    preferences = node_preferences(node_profile, length, options.improvement, options.min_share)
+    changes = diversity_changes(preferences, costs, options.min_run_share)
+    judged = [i for i, p in enumerate(preferences) if p is not None]
+    lows = [max([i for i in judged if i < c.after_node], default=0) for c in changes]
+    forced = _forced_cuts(changes, legal, cut_bytes, lows) if legal else []
+    return changes, forced

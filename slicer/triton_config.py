@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import numpy as np
 
 from backend.manifest import Manifest, TensorSpec
@@ -28,10 +30,30 @@ def _tensor(spec: TensorSpec) -> str:
     return head + f" dims: [ {dims} ] }}"
 
 
-def render(name: str, manifest: Manifest) -> str:
-    """Triton sees one model with a batch axis on every tensor; the stages are ours to run."""
+def _found(manifest: Manifest) -> str:
+    report = manifest.slicing
+    if report is None:
+        return ""
+    preferred = ", ".join(str(s.preferred_batch_size) for s in manifest.stages)
+    return (
+        "# Policy defaults from the slicer's profile: load diversity (always)"
+        + (f", input diversity (axis '{report.length_axis}')" if report.length_axis else "")
+        + (f", operator diversity (preferred batch size per stage: {preferred})" if report.operator_diversity else "")
+        + ".\n"
+    )
+
+
+def render(name: str, manifest: Manifest, parameters: Mapping[str, str] | None = None) -> str:
+    """Triton sees one model with a batch axis on every tensor; the stages are ours to run.
+
+    TensorRT stages run on a GPU instance, ONNX Runtime stages on a CPU one. ``parameters`` are
+    the backend's knobs (README, "Knobs").
+    """
     inputs = ",\n".join(_tensor(s) for s in manifest.inputs)
     outputs = ",\n".join(_tensor(s) for s in manifest.outputs)
+    kind = "KIND_GPU" if any(s.engine == "tensorrt" for s in manifest.stages) else "KIND_CPU"
+    knobs = "".join(f'parameters: {{ key: "{key}" value: {{ string_value: "{value}" }} }}\n'
+                    for key, value in (parameters or {}).items())
     return (
         f'name: "{name}"\n'
         'backend: "dvabatch"\n'
@@ -40,5 +62,6 @@ def render(name: str, manifest: Manifest) -> str:
         f"output [\n{outputs}\n]\n"
         "dynamic_batching { }\n"
         "# One instance: it runs every stage of the pipeline, each batch on its own rows.\n"
-        "instance_group [ { kind: KIND_CPU count: 1 } ]\n"
+        f"instance_group [ {{ kind: {kind} count: 1 }} ]\n"
+        + (_found(manifest) + knobs if parameters else "")
     )

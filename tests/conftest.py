@@ -8,17 +8,20 @@ import socket
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import tritonclient.grpc as grpcclient
 
-from slicer.slicing import slice_model
+from slicer.slicing import SliceOptions, slice_model
 from tools import synthetic
 
 ROOT = Path(__file__).resolve().parent.parent
 E2E_STAGES = {"resnet_like": 3, "unet_like": 3, "bert_like": 4}
 MAX_BATCH = 8
+# Short profiles: the tests check what the slicer does with its numbers, not the numbers' precision.
+FAST = SliceOptions(max_batch_size=MAX_BATCH, lengths=(8, 16), warmup=1, node_repeats=3, stage_repeats=5)
 
 
 def free_port() -> int:
@@ -37,7 +40,8 @@ def sources(tmp_path_factory) -> dict[str, Path]:
 def repository(tmp_path_factory, sources) -> Path:
     repo = tmp_path_factory.mktemp("model_repository")
     for name, stages in E2E_STAGES.items():
-        slice_model(sources[name], repo / name, stages, MAX_BATCH)
+        # The backend's default policy: tests choose their own knobs.
+        slice_model(sources[name], repo / name, replace(FAST, stages=stages, policy_defaults=False))
     return repo
 
 

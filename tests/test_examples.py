@@ -1,4 +1,4 @@
-"""The tracked example repository is what the slicer writes, and the compose file parses."""
+"""The example repository builds on this machine, is rebuilt only when stale, and the compose file parses."""
 
 from __future__ import annotations
 
@@ -6,23 +6,25 @@ from pathlib import Path
 
 import yaml
 
-from backend.manifest import MANIFEST_FILE
-from slicer.slicing import VERSION, slice_model
-from tools import synthetic
-from tools.build_examples import EXAMPLES
-from tools.serve import DEFAULT_REPOSITORY
+from backend.manifest import Manifest
+from slicer.slicing import VERSION
+from tools.build_examples import EXAMPLES, build
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def test_tracked_configs_and_manifests_match_the_slicer(tmp_path):
+def test_examples_are_sliced_with_latency_tables_and_rebuilt_only_when_stale(tmp_path):
+    repository = tmp_path / "repo"
+    assert len(build(repository)) == len(EXAMPLES)
     for example in EXAMPLES:
-        src = synthetic.save(synthetic.BUILDERS[example.builder](), tmp_path / example.source.name)
-        out = tmp_path / "repo" / example.name
-        slice_model(src, out, example.stages, example.max_batch_size)
-        tracked = DEFAULT_REPOSITORY / example.name
-        assert (out / "config.pbtxt").read_text() == (tracked / "config.pbtxt").read_text()
-        assert (out / VERSION / MANIFEST_FILE).read_text() == (tracked / VERSION / MANIFEST_FILE).read_text()
+        manifest = Manifest.load(repository / example.name / VERSION)
+        assert len(manifest.stages) == example.stages and manifest.max_batch_size == example.max_batch_size
+        assert all(s.latency is not None and s.preferred_batch_size for s in manifest.stages)
+        assert manifest.slicing.balance >= 1.0
+        assert 'key: "policy"' in (repository / example.name / "config.pbtxt").read_text()
+    assert build(repository) == []
+    (repository / "unet_like" / VERSION / "stage_0.onnx").unlink()
+    assert build(repository) == [repository / "unet_like"]
 
 
 def test_docker_compose_parses_and_mounts_the_backend():

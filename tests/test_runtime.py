@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from backend.config import RuntimeConfig
-from backend.engine import OnnxRuntimeEngine, load_engine
+from backend.engine import OnnxRuntimeEngine, load_engines
 from backend.manifest import Manifest
 from backend.policy import FixedPolicy, RandomPolicy
 from backend.query import Failure, Query, take_batch, validate
@@ -44,7 +44,7 @@ class Inbox:
 def bert(repository):
     version_dir = repository / "bert_like" / VERSION
     manifest = Manifest.load(version_dir)
-    runtime = Runtime(manifest, [load_engine(s, version_dir) for s in manifest.stages])
+    runtime = Runtime(manifest, load_engines(manifest, version_dir))
     yield manifest, runtime
     runtime.close()
 
@@ -117,7 +117,7 @@ class GatedEngine:
 def test_waiting_queries_are_stacked_into_full_batches(repository):
     version_dir = repository / "resnet_like" / VERSION
     manifest = Manifest.load(version_dir)
-    engines = [load_engine(s, version_dir) for s in manifest.stages]
+    engines = load_engines(manifest, version_dir)
     gate = GatedEngine(engines[0])
     runtime = Runtime(manifest, [gate, *engines[1:]])
     inbox = Inbox()
@@ -162,7 +162,7 @@ def test_random_meta_operations_keep_outputs_exact(repository, sources, name, pa
     manifest = Manifest.load(version_dir)
     policy = RandomPolicy(seed=pairs, stretch_probability=0.9, split_probability=0.4)
     runs = []
-    runtime = Runtime(manifest, [Slowed(load_engine(s, version_dir)) for s in manifest.stages],
+    runtime = Runtime(manifest, [Slowed(e) for e in load_engines(manifest, version_dir)],
                       RuntimeConfig(buffer_pairs=pairs, policy=policy),
                       trace=lambda stage, item, *_: runs.append((stage, item)))
     reference = OnnxRuntimeEngine(sources[name], [o.name for o in manifest.outputs])
@@ -184,7 +184,7 @@ def test_stretched_rows_merge_into_the_running_batch(repository, sources):
     runs both as one batch of 3 rows; each query gets exactly its own outputs."""
     version_dir = repository / "unet_like" / VERSION
     manifest = Manifest.load(version_dir)
-    engines = [load_engine(s, version_dir) for s in manifest.stages]
+    engines = load_engines(manifest, version_dir)
     gate = GatedEngine(engines[1])
     runs = []
     runtime = Runtime(manifest, [engines[0], gate, engines[2]], RuntimeConfig(policy=FixedPolicy(stretch_latest=True)),
@@ -210,7 +210,7 @@ def test_split_parts_leave_one_by_one(repository, sources):
     version_dir = repository / "resnet_like" / VERSION
     manifest = Manifest.load(version_dir)
     runs, answered = [], []
-    runtime = Runtime(manifest, [load_engine(s, version_dir) for s in manifest.stages],
+    runtime = Runtime(manifest, load_engines(manifest, version_dir),
                       RuntimeConfig(buffer_pairs=1, policy=FixedPolicy(split_after=0, split_size=2)),
                       trace=lambda stage, item, *_: runs.append((stage, item.batch_id, item.start, item.num)))
     inbox = Inbox()

@@ -1,40 +1,75 @@
-"""The slicer's stages, chained on ONNX Runtime, equal the unsliced model."""
+"""The slicer: legal cuts, stages equal to the unsliced model, time-balanced cuts, latency tables."""
 
 from __future__ import annotations
 
+import itertools
+import random
+from dataclasses import replace
+
+import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from backend.manifest import Manifest
+from backend.manifest import Manifest, TensorSpec
 from slicer.__main__ import main as slicer_main
-from slicer.graph import SliceError, analyse, choose_even_cuts
-from slicer.slicing import VERSION, sha256, slice_model, verify
+from slicer.cuts import balanced_cuts
+from slicer.errors import SliceError
+from slicer.graph import analyse
+from slicer.profile import diversity_changes, preferred_batch_size
+from slicer.slicing import VERSION, length_axis, sha256, slice_model, verify, write_stages
+from slicer.targets import (
+    OnnxRuntimeTarget,
+    attribute_layer_times,
+    optimize,
+    profile_shapes,
+    tensorrt_missing,
+)
 
-MAX_BATCH = 8
+from .conftest import FAST, MAX_BATCH
+
+
+def sliced(src, out, stages, **options):
+    return slice_model(src, out, replace(FAST, stages=stages, **options))
 
 
 @pytest.mark.parametrize("stages", [2, 3, 5])
 @pytest.mark.parametrize("name", ["resnet_like", "unet_like", "bert_like"])
 def test_chained_stages_equal_unsliced_model(sources, tmp_path, name, stages):
     out = tmp_path / name
-    result = slice_model(sources[name], out, stages, MAX_BATCH)
+    result = sliced(sources[name], out, stages)
     assert len(result.manifest.stages) == stages
+    assert result.max_abs_error <= 1e-5
     for sequence in (5, 17):  # the BERT-like model has a dynamic sequence axis
         error = verify(sources[name], out / VERSION, result.manifest, [1, 3, MAX_BATCH], {"sequence": sequence},
                        seed=sequence)
         assert error <= 1e-5
 
 
-def test_cuts_carry_several_tensors_and_skips(sources, tmp_path):
-    """U-Net: the long skip crosses a stage it is not used in; BERT: the mask crosses every cut."""
-    unet = slice_model(sources["unet_like"], tmp_path / "unet", 3, MAX_BATCH).manifest
-    assert any(len(s.outputs) + len(s.carry) > 1 for s in unet.stages[:-1])
-    assert any(s.carry for s in unet.stages), "a long skip should be carried through a middle stage"
-    bert = slice_model(sources["bert_like"], tmp_path / "bert", 4, MAX_BATCH).manifest
-    for stage in bert.stages[1:]:
-        names = {t.name for t in stage.inputs}
-        assert len(names) >= 2, f"stage {stage.index} should receive hidden states and the mask"
+@pytest.mark.parametrize("name", ["resnet_like", "unet_like", "bert_like"])
+def test_every_legal_cut_gives_stages_equal_to_the_source(sources, tmp_path, name):
+    """Four slicings per model together cut at every legal point of the optimised graph; some cuts
+    carry several tensors (U-Net skips, BERT's hidden states and mask) or pass a tensor through."""
+    optimized = tmp_path / "optimized.onnx"
+    analysis = analyse(optimize(sources[name], optimized, "extended"))
+    legal = analysis.legal_cuts()
+    assert len(legal) >= 4
+    several = carried = False
+    for group in range(4):
+        graphs, version_dir = tmp_path / f"graphs{group}", tmp_path / f"cuts{group}"
+        graphs.mkdir()
+        version_dir.mkdir()
+        specs = write_stages(analysis, legal[group::4], OnnxRuntimeTarget(), graphs, version_dir)
+        manifest = Manifest(source_file="", source_sha256="", max_batch_size=MAX_BATCH, inputs=analysis.inputs,
+                            outputs=analysis.outputs, stages=tuple(specs))
+        for sequence in (3, 11):
+            assert verify(sources[name], version_dir, manifest, [1, 4], {"sequence": sequence}) <= 1e-5
+        several |= any(len(s.outputs) + len(s.carry) > 1 for s in specs[:-1])
+        carried |= any(s.carry for s in specs)
+    if name != "resnet_like":
+        assert several, "a cut should carry several tensors"
+    if name == "unet_like":
+        assert carried, "a long skip should be carried through a stage that does not read it"
 
 
 def test_only_batched_tensors_cross_cuts(sources):
@@ -51,28 +86,216 @@ def test_only_batched_tensors_cross_cuts(sources):
             assert analysis.facts[name].batched
 
 
-def test_model_directory_layout(sources, tmp_path):
+def brute_force(costs, legal, stages, cut_bytes=None, slack=0.0, forced=()):
+    """(best slowest stage, fewest bytes among cut sets within the slack) over every cut set."""
+    cut_bytes = cut_bytes or {}
+    sets = [c for c in itertools.combinations(sorted(legal), stages - 1) if set(forced) <= set(c)]
+
+    def slowest(cuts):
+        bounds = [0, *cuts, len(costs)]
+        return max(sum(costs[a:b]) for a, b in zip(bounds, bounds[1:]))
+
+    best = min(slowest(c) for c in sets)
+    fewest = min(sum(cut_bytes.get(k, 0) for k in c) for c in sets if slowest(c) <= best * (1 + slack) + 1e-12)
+    return best, fewest
+
+
+def test_balanced_cuts_equal_brute_force():
+    rng = random.Random(7)
+    for _ in range(400):
+        n = rng.randint(2, 11)
+        costs = [rng.choice([0.1, 1.0, 2.0, 5.0, rng.random() * 10]) for _ in range(n)]
+        legal = sorted(rng.sample(range(1, n), rng.randint(0, n - 1)))
+        stages = rng.randint(1, len(legal) + 1)
+        forced = rng.sample(legal, rng.randint(0, min(len(legal), stages - 1))) if legal else []
+        cut_bytes = {k: rng.randint(1, 100) for k in legal}
+        slack = rng.choice([0.0, 0.05, 0.3])
+        plan = balanced_cuts(costs, legal, stages, cut_bytes, slack, forced)
+        best, fewest = brute_force(costs, legal, stages, cut_bytes, slack, forced)
+        assert plan.optimum == pytest.approx(best)
+        assert plan.bytes == fewest
+        assert max(plan.stage_costs) <= best * (1 + slack) + 1e-9
+        assert set(forced) <= set(plan.cuts) and len(plan.cuts) == stages - 1
+
+
+def test_balanced_cuts_refuse_impossible_requests():
+    with pytest.raises(SliceError, match="only 1 legal cut points"):
+        balanced_cuts([1.0] * 12, [5], 3)
+    with pytest.raises(SliceError, match="need at least 3 stages"):
+        balanced_cuts([1.0] * 12, [2, 5, 8], 2, forced=[2, 8])
+    assert balanced_cuts([1.0] * 12, [], 1).cuts == ()
+    plan = balanced_cuts([1, 1, 1, 1, 1, 1], [1, 2, 3, 4, 5], 2, {3: 100, 2: 1, 4: 1}, slack=0.5)
+    assert plan.cuts in ((2,), (4,)) and plan.optimum == 3  # a cheaper boundary within the slack wins
+
+
+def uneven_chain(path, widths):
+    """x[batch, 64] through blocks MatMul(64 -> w) Relu MatMul(w -> 64) Relu: block costs grow with w."""
+    rng = np.random.default_rng(0)
+    nodes, inits, x = [], [], "x"
+    for b, width in enumerate(widths):
+        for part, shape in (("up", (64, width)), ("down", (width, 64))):
+            w = f"w_{part}_{b}"
+            inits.append(helper.make_tensor(w, TensorProto.FLOAT, shape,
+                                            (rng.standard_normal(shape) / np.sqrt(shape[0])).astype(np.float32)
+                                            .flatten().tolist()))
+            nodes.append(helper.make_node("MatMul", [x, w], [f"{part}_{b}"], name=f"heavy_{part}_{b}"))
+            nodes.append(helper.make_node("Relu", [f"{part}_{b}"], [f"relu_{part}_{b}"], name=f"relu_{part}_{b}"))
+            x = f"relu_{part}_{b}"
+    graph = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 64])],
+                              [helper.make_tensor_value_info(x, TensorProto.FLOAT, ["batch", 64])], inits)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), str(path))
+    return path
+
+
+def test_cuts_are_optimal_on_known_uneven_costs(tmp_path):
+    """Blocks costing about 4, 1, 1, 4 units in 3 stages: the only cut set near the best keeps the
+    big blocks alone; and the cuts are the brute-force optimum for the measured node times."""
+    src = uneven_chain(tmp_path / "chain.onnx", [2048, 512, 512, 2048])
+    result = sliced(src, tmp_path / "chain", 3, balance_slack=0.0, node_repeats=5)
+    costs = list(result.node_profile.at(MAX_BATCH, None))
+    best, _ = brute_force(costs, range(1, len(costs)), 3)
+    assert result.plan.optimum == pytest.approx(best)
+    assert max(result.plan.stage_costs) == pytest.approx(best)
+    names = result.node_profile.nodes
+    bounds = [0, *result.plan.cuts, len(names)]
+    blocks = [{int(n.rsplit("_", 1)[1]) for n in names[a:b] if n.startswith("heavy")}
+              for a, b in zip(bounds, bounds[1:])]
+    assert blocks == [{0}, {1, 2}, {3}]
+
+
+def test_preferred_batch_size_and_diversity_changes():
+    sizes = (1, 2, 4, 8)
+    assert preferred_batch_size(sizes, [1.0, 1.0, 1.0, 1.0], 0.1) == 8  # fixed cost: bigger is always better
+    assert preferred_batch_size(sizes, [1.0, 2.0, 4.0, 8.0], 0.1) == 1  # linear: batching buys nothing
+    assert preferred_batch_size(sizes, [1.0, 1.0, 2.0, 4.0], 0.1) == 2  # the paper's GEMM-B shape
+    assert preferred_batch_size(sizes, [1.0, 2.1, 1.9, 8.0], 0.1) == 4  # a noisy dip is not the end
+    # Runs of 8, 8, (None), 1, 1 with a tiny 4 in between that is noise.
+    preferences = [8, 8, None, 4, 1, 1, 1]
+    costs = [3.0, 3.0, 0.1, 0.1, 2.0, 2.0, 2.0]
+    changes = diversity_changes(preferences, costs, min_run_share=0.05)
+    assert [(c.after_node, c.before, c.after) for c in changes] == [(4, 8, 1)]
+    assert diversity_changes([2, 2, 2], [1.0, 1.0, 1.0], 0.05) == []
+
+
+def test_cut_at_diversity_places_cuts_at_the_changes(sources, tmp_path):
+    result = sliced(sources["unet_like"], tmp_path / "u", None, cut_at_diversity=True)
+    assert len(result.diversity_cuts) == len(result.changes)
+    assert set(result.diversity_cuts) <= set(result.plan.cuts)
+    assert len(result.manifest.stages) == len(result.diversity_cuts) + 1
+    for name, change in result.changes:
+        assert name in result.node_profile.nodes and change.before != change.after
+
+
+def test_latency_tables_are_monotone_and_stored_with_units(sources, tmp_path):
+    result = sliced(sources["bert_like"], tmp_path / "b", 3, stage_repeats=15)
+    manifest = Manifest.load(tmp_path / "b" / VERSION)
+    assert manifest == result.manifest
+    report = manifest.slicing
+    assert report.length_axis == "sequence" and report.balance_length == 16 and report.balance >= 1.0
+    assert report.target == "onnxruntime" and report.optimization == "extended"
+    for stage in manifest.stages:
+        table = stage.latency
+        assert table.unit == "ms" and table.batch_sizes == (1, 2, 4, 8)
+        assert table.axis == "sequence" and table.lengths == (8, 16)
+        assert stage.preferred_batch_size in table.batch_sizes and stage.buffer_bytes > 0
+        for means, p99s in zip(table.mean, table.p99):
+            assert all(p >= m * 0.999 for m, p in zip(means, p99s))
+            assert means[-1] > means[0], f"stage {stage.index}: 8 rows should take longer than 1 ({means})"
+            for small, large in zip(means, means[1:]):  # monotone within noise
+                assert large >= 0.6 * small - 0.05, f"stage {stage.index}: {means} is not monotone"
+
+
+def test_buffer_bytes_are_the_stage_outputs_at_the_max_batch(sources, tmp_path):
+    manifest = sliced(sources["resnet_like"], tmp_path / "r", 2).manifest
+    assert manifest.stages[-1].buffer_bytes == MAX_BATCH * 10 * 4  # logits: 10 float32 per row
+    first = manifest.stages[0]
+    per_row = sum(4 * int(np.prod(t.dims)) for t in first.outputs)
+    per_row += sum(4 * int(np.prod(t.dims)) for t in manifest.stages[1].inputs if t.name in first.carry)
+    assert first.buffer_bytes == MAX_BATCH * per_row
+
+
+def test_graph_is_optimised_before_cutting(sources, tmp_path):
+    plain = optimize(sources["bert_like"], tmp_path / "none.onnx", "none")
+    fused = optimize(sources["bert_like"], tmp_path / "extended.onnx", "extended")
+    assert len(fused.graph.node) < len(plain.graph.node)
+    assert any(n.domain == "com.microsoft" for n in fused.graph.node)
+    assert len({n.name for n in fused.graph.node}) == len(fused.graph.node)
+    result = sliced(sources["bert_like"], tmp_path / "b", 3, optimize="none")
+    assert result.manifest.slicing.optimization == "none" and result.max_abs_error <= 1e-5
+
+
+def test_model_directory_layout_and_policy_defaults(sources, tmp_path):
     out = tmp_path / "my_model"
-    result = slice_model(sources["bert_like"], out, 3, max_batch_size=4)
+    result = slice_model(sources["bert_like"], out, replace(FAST, stages=3, max_batch_size=4))
     config = (out / "config.pbtxt").read_text()
     assert 'name: "my_model"' in config and 'backend: "dvabatch"' in config
-    assert "max_batch_size: 4" in config and "dynamic_batching" in config
+    assert "max_batch_size: 4" in config and "dynamic_batching" in config and "KIND_CPU" in config
     assert '{ name: "input_ids" data_type: TYPE_INT64 dims: [ -1 ] }' in config
     assert '{ name: "last_hidden_state" data_type: TYPE_FP32 dims: [ -1, 32 ] }' in config
+    assert "input diversity (axis 'sequence')" in config
+    assert result.policy["policy"] == "fixed" and "batch_window_ms" in result.policy
+    for key, value in result.policy.items():
+        assert f'parameters: {{ key: "{key}" value: {{ string_value: "{value}" }} }}' in config
     manifest = Manifest.load(out / VERSION)
-    assert manifest == result.manifest
+    assert manifest == result.manifest and manifest.max_batch_size == 4
     assert manifest.source_file == "bert_like.onnx" and manifest.source_sha256 == sha256(sources["bert_like"])
     assert [s.file for s in manifest.stages] == [f"stage_{i}.onnx" for i in range(3)]
     assert manifest.inputs[0].dims == ("sequence",)
     for previous, stage in zip(manifest.stages, manifest.stages[1:]):
         handed_over = {t.name for t in previous.outputs} | set(previous.carry)
         assert {t.name for t in stage.inputs} | set(stage.carry) <= handed_over
+    bare = slice_model(sources["resnet_like"], tmp_path / "bare", replace(FAST, stages=2, policy_defaults=False))
+    assert bare.policy == {} and "parameters" not in (tmp_path / "bare" / "config.pbtxt").read_text()
 
 
-def test_cli_writes_model_and_reports(sources, tmp_path, capsys):
-    assert slicer_main([str(sources["resnet_like"]), "--stages", "2", "--out", str(tmp_path / "r")]) == 0
-    assert "max abs error" in capsys.readouterr().out
-    assert (tmp_path / "r" / VERSION / "stage_1.onnx").is_file()
+def test_cli_reports_the_summary(sources, tmp_path, capsys):
+    out = tmp_path / "r"
+    assert slicer_main([str(sources["resnet_like"]), "--stages", "2", "--out", str(out), "--node-repeats", "2",
+                        "--stage-repeats", "3", "--warmup", "1"]) == 0
+    text = capsys.readouterr().out
+    for expected in ("first … last node", "ms @1", "ms @8", "preferred bs", "buffer @8",
+                     "balance (slowest / mean stage)", "max abs error", "node profile"):
+        assert expected in text
+    assert (out / VERSION / "stage_1.onnx").is_file()
+    assert slicer_main([str(sources["resnet_like"]), "--out", str(out)]) == 1
+    assert "--stages is needed" in capsys.readouterr().out
+
+
+@pytest.mark.skipif(tensorrt_missing() is None, reason="this machine can build TensorRT engines")
+def test_tensorrt_target_stops_at_once_without_gpu(sources, tmp_path, capsys):
+    with pytest.raises(SliceError, match="--target tensorrt cannot run here: "):
+        sliced(sources["unet_like"], tmp_path / "t", 2, target="tensorrt")
+    assert not (tmp_path / "t").exists()
+    assert slicer_main([str(sources["unet_like"]), "--stages", "2", "--out", str(tmp_path / "t"),
+                        "--target", "tensorrt"]) == 1
+    assert "tensorrt" in capsys.readouterr().out
+
+
+def test_tensorrt_layer_names_map_to_nodes_and_profiles_cover_the_range():
+    nodes = ["/a/Conv", "/a/Relu", "/b/MatMul", "/b/Add", "/c/Softmax", "/d/MatMul"]
+    times = attribute_layer_times({
+        "/a/Conv + /a/Relu": 2.0,
+        "PWN(/b/MatMul, /b/Add)": 1.0,
+        "{ForeignNode[/b/Add.../d/MatMul]}": 3.0,
+        "Reformatting CopyNode for Input Tensor 0 to /c/Softmax": 0.5,
+        "unnamed shuffle": 9.0,
+    }, nodes)
+    assert times.tolist() == pytest.approx([1.0, 1.0, 0.5, 0.5 + 1.0, 1.0 + 0.5, 1.0])
+    spec = TensorSpec("input_ids", "int64", ("sequence", 3, "width"))
+    assert profile_shapes(spec, 8, "sequence", 64, {"width": 5}, 8) == ((1, 1, 3, 5), (8, 64, 3, 5), (8, 64, 3, 5))
+
+
+def test_length_axis_is_the_inputs_named_axis():
+    ids = TensorSpec("ids", "int64", ("sequence",))
+    image = TensorSpec("image", "float32", ("height", "width"))
+    assert length_axis([ids], "auto") == "sequence"
+    assert length_axis([ids], None) is None
+    assert length_axis([TensorSpec("x", "float32", (3,))], "auto") is None
+    with pytest.raises(SliceError, match="several named axes"):
+        length_axis([image], "auto")
+    assert length_axis([image], "height") == "height"
+    with pytest.raises(SliceError, match="not a named axis"):
+        length_axis([ids], "time")
 
 
 def test_rejects_fixed_batch_axis(tmp_path):
@@ -82,28 +305,19 @@ def test_rejects_fixed_batch_axis(tmp_path):
     src = tmp_path / "fixed.onnx"
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(src))
     with pytest.raises(SliceError, match="no dynamic batch axis"):
-        slice_model(src, tmp_path / "out", 1)
+        sliced(src, tmp_path / "out", 1)
 
 
 def test_rejects_more_stages_than_legal_cuts(sources, tmp_path):
-    with pytest.raises(SliceError, match="stages"):
-        slice_model(sources["resnet_like"], tmp_path / "r", 500)
-
-
-def test_even_cuts_pick_nearest_legal_positions():
-    assert choose_even_cuts(list(range(1, 12)), 12, 3) == [4, 8]
-    assert choose_even_cuts([1, 2, 9, 10], 12, 3) == [2, 9]
-    assert choose_even_cuts([5, 6], 12, 3) == [5, 6]
-    assert choose_even_cuts([], 12, 1) == []
-    with pytest.raises(SliceError):
-        choose_even_cuts([5], 12, 3)
+    with pytest.raises(SliceError, match="legal cut points"):
+        sliced(sources["resnet_like"], tmp_path / "r", 500)
 
 
 def test_refused_slice_leaves_existing_model_untouched(sources, tmp_path):
     out = tmp_path / "r"
-    slice_model(sources["resnet_like"], out, 2, MAX_BATCH)
+    sliced(sources["resnet_like"], out, 2)
     before = {p.name: p.read_bytes() for p in (out / VERSION).iterdir()}
     with pytest.raises(SliceError, match="not written"):
-        slice_model(sources["resnet_like"], out, 3, MAX_BATCH, tolerance=-1.0)
+        sliced(sources["resnet_like"], out, 3, tolerance=-1.0)
     assert {p.name: p.read_bytes() for p in (out / VERSION).iterdir()} == before
     assert {p.name for p in out.iterdir()} == {"config.pbtxt", VERSION}  # no scratch folder left

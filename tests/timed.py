@@ -8,7 +8,7 @@ import time
 import numpy as np
 
 from backend.config import RuntimeConfig
-from backend.engine import load_engine
+from backend.engine import load_engines
 from backend.manifest import LatencyTable, Manifest, StageSpec, TensorSpec
 from backend.query import Query
 from backend.runtime import Runtime
@@ -38,7 +38,7 @@ class Clock:
         self.runs: list[tuple[int, int, int, int, float, float]] = []  # stage, batch, start, num, t0, t1
         self._done = threading.Condition()
         self._started, self.t0 = False, time.monotonic()
-        self.runtime = Runtime(manifest, [load_engine(s, ".") for s in manifest.stages], config, trace=self._trace)
+        self.runtime = Runtime(manifest, load_engines(manifest, "."), config, trace=self._trace)
 
     def _trace(self, stage, item, began, ended) -> None:
         self.runs.append((stage, item.batch_id, item.start, item.num, self.ms(began), self.ms(ended)))

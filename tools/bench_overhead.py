@@ -31,7 +31,7 @@ from rich.table import Table
 
 from backend.manifest import Manifest
 from slicer.sample import sample_inputs
-from slicer.slicing import VERSION, slice_model
+from slicer.slicing import VERSION, SliceOptions, slice_model
 from tools.build_examples import CACHE, EXAMPLES
 from tools.client import infer
 from tools.serve import Server
@@ -43,7 +43,9 @@ def build_repository(model: str, stages: int, folder: Path) -> None:
     source = save(BUILDERS[model](), CACHE / "sources" / f"{model}.onnx")
     max_batch = next(e.max_batch_size for e in EXAMPLES if e.name == model)
     for count in (1, stages):
-        slice_model(source, folder / f"dva{count}", count, max_batch)
+        # The backend's defaults (pass policy, no batch window): the overhead of the runtime alone.
+        slice_model(source, folder / f"dva{count}",
+                    SliceOptions(stages=count, max_batch_size=max_batch, policy_defaults=False))
     whole = folder / "whole" / VERSION
     whole.mkdir(parents=True)
     shutil.copy(source, whole / "model.onnx")

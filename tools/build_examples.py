@@ -2,9 +2,10 @@
 
     python -m tools.build_examples [--force]
 
-Source ONNX files go to a cache outside git ($DVABATCH_CACHE, default ~/.cache/dvabatch);
-config.pbtxt and manifest.json in model_repository/ are tracked, stage files are not. A model
-whose stage files exist and whose manifest matches its source's sha256 is not sliced again.
+Source ONNX files go to a cache outside git ($DVABATCH_CACHE, default ~/.cache/dvabatch). The
+model directories are generated, none of it is tracked: the stages are cut and their latency
+tables measured on this machine. A model whose stage files exist and whose manifest matches its
+source's sha256 is not sliced again.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from backend.manifest import Manifest
-from slicer.slicing import VERSION, sha256, slice_model
+from slicer.slicing import VERSION, SliceOptions, sha256, slice_model
 from tools import synthetic
 from tools.serve import DEFAULT_REPOSITORY
 
@@ -60,8 +61,10 @@ def build(repository: Path = DEFAULT_REPOSITORY, force: bool = False) -> list[Pa
         # Always regenerated (milliseconds, same bytes each time), so a changed builder is noticed.
         synthetic.save(synthetic.BUILDERS[example.builder](), example.source)
         if force or not up_to_date(example, model_dir):
-            result = slice_model(example.source, model_dir, example.stages, example.max_batch_size)
-            print(f"{example.name}: {example.stages} stages, max abs error {result.max_abs_error:.2g}")
+            result = slice_model(example.source, model_dir,
+                                 SliceOptions(stages=example.stages, max_batch_size=example.max_batch_size))
+            print(f"{example.name}: {example.stages} stages, balance {result.manifest.slicing.balance:.2f}, "
+                  f"max abs error {result.max_abs_error:.2g}")
             built.append(model_dir)
     return built
 
