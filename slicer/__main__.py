@@ -142,6 +142,8 @@ def main(argv: list[str] | None = None) -> int:
             if what not in tasks:
                 tasks[what] = bars.add_task(what, total=total)
             bars.update(tasks[what], completed=done)
+            if done == total and not console.is_terminal:  # logs get a line per finished step
+                console.print(f"{what}: {total} of {total} done")
 
         try:
             result = slice_model(args.src, args.out, options_from(args), progress)

@@ -120,20 +120,6 @@ def length_axis(inputs: Sequence[TensorSpec], wanted: str | None) -> str | None:
     return named[0] if named else None
 
 
-def _forced_cuts(changes: Sequence[DiversityChange], legal: Sequence[int], cut_bytes: Mapping[int, int],
-                 previous_judged: Sequence[int]) -> list[int]:
-    """A legal cut for each change: between the last judged node before it and its first node,
-    the one moving fewest bytes; the nearest legal cut when there is none in between."""
-    forced = []
-    for change, low in zip(changes, previous_judged):
-        between = [k for k in legal if low < k <= change.after_node]
-        pick = min(between, key=lambda k: (cut_bytes[k], -k)) if between else \
-            min(legal, key=lambda k: abs(k - change.after_node))
-        if pick not in forced:
-            forced.append(pick)
-    return sorted(forced)
-
-
 def write_stages(analysis: GraphAnalysis, cuts: Sequence[int], target: Target, onnx_dir: Path,
                  version_dir: Path) -> list[StageSpec]:
     """Build each stage's ONNX graph and the file its engine loads."""
@@ -206,38 +192,97 @@ def _check(options: SliceOptions) -> None:
         raise SliceError(f"--balance-batch-size must be one of the profiled batch sizes {list(batch_sizes)}")
 
 
-def policy_parameters(stages: Sequence[StageSpec], report: SlicingReport) -> dict[str, str]:
-    """config.pbtxt parameters for the diversities found, with the policies the backend has.
+@dataclass(frozen=True)
+class _Plan:
+    """What profiling and cutting decided, before anything is built."""
 
-    Operator diversity: the paper's Policy II test on the latency tables, decided offline: after
-    the first stage k where running the remaining stages as ``max/s`` batches of ``s`` rows takes
-    no longer than one batch of ``max`` rows, batches are split into parts of the smallest such
-    ``s``. Otherwise load diversity (always present): late queries stretch the latest batch (the
-    ``fixed`` policy does not stretch batches it will split). Input diversity: a batch window of
-    the first stage's time at the largest batch (the paper's Policy I window).
-    """
-    params = {"policy": "fixed"}
-    split = _split_default(stages, report.balance_length)
-    if split:
-        params.update({"policy.split_after": str(split[0]), "policy.split_size": str(split[1])})
-    else:
-        params["policy.stretch_latest"] = "true"
-    if report.length_axis is not None:
-        first = table_row(stages[0].latency, stages[0].latency.lengths[-1])
-        params["batch_window_ms"] = f"{first[-1]:.3f}"
-    return params
+    analysis: GraphAnalysis
+    node_profile: NodeProfile
+    cuts: CutPlan
+    changes: list[DiversityChange]
+    diversity_cuts: list[int]
+    row_bytes: dict[str, int]
+    optimization: str
 
 
-def _split_default(stages: Sequence[StageSpec], length: int | None) -> tuple[int, int] | None:
-    sizes = stages[0].latency.batch_sizes
-    full = sizes[-1]
-    for k in range(len(stages) - 1):
-        def remain(batch: int) -> float:
-            return sum(table_row(s.latency, length)[sizes.index(batch)] for s in stages[k + 1:])
-        for size in sizes[:-1]:
-            if full % size == 0 and (full // size) * remain(size) <= remain(full):
-                return k, size
-    return None
+def _plan(src: Path, optimized: Path, target: Target, axis: str | None, lengths: tuple[int | None, ...],
+          options: SliceOptions, progress: Progress | None) -> _Plan:
+    """Optimise, probe and profile the source, then choose the cuts."""
+    level = options.optimize or target.optimizations[0]
+    analysis = analyse(optimize(src, optimized, level), options.dim_sizes)
+    max_bs = options.max_batch_size
+    node_profile = profile(target, optimized, [n.name for n in analysis.nodes], analysis.inputs,
+                           batch_sizes_up_to(max_bs), lengths, axis, options.dim_sizes, options.warmup,
+                           options.node_repeats, stage_threads(options.stages or 1), progress)
+    costs = node_profile.at(options.balance_batch_size or max_bs, lengths[-1])
+    legal = analysis.legal_cuts()
+    row_bytes = analysis.row_bytes({**options.dim_sizes, **({axis: lengths[-1]} if axis else {})})
+    cut_bytes = {k: analysis.cut_bytes(row_bytes, k) * max_bs for k in legal}
+    changes, diversity_cuts = _operator_diversity(node_profile, lengths[-1], costs, legal, cut_bytes, options)
+    stages = options.stages or len(diversity_cuts) + 1
+    if options.cut_at_diversity and stages < len(diversity_cuts) + 1:
+        raise SliceError(f"--cut-at-diversity found {len(diversity_cuts)} places where the preferred batch size "
+                         f"changes; that needs at least {len(diversity_cuts) + 1} stages, not {stages}")
+    cuts = balanced_cuts(costs, legal, stages, cut_bytes, options.balance_slack,
+                         diversity_cuts if options.cut_at_diversity else ())
+    return _Plan(analysis, node_profile, cuts, changes, diversity_cuts, row_bytes, level)
+
+
+def _operator_diversity(node_profile: NodeProfile, length: int | None, costs: np.ndarray, legal: Sequence[int],
+                        cut_bytes: Mapping[int, int], options: SliceOptions
+                        ) -> tuple[list[DiversityChange], list[int]]:
+    """Where the nodes' preferred batch size changes, and a legal cut for each change: between the
+    last judged node before the change and its first node, the one moving fewest bytes (the
+    nearest legal cut when there is none in between)."""
+    preferences = node_preferences(node_profile, length, options.improvement, options.min_share)
+    changes = diversity_changes(preferences, costs, options.min_run_share)
+    judged = [i for i, p in enumerate(preferences) if p is not None]
+    cuts: set[int] = set()
+    for change in changes if legal else ():
+        low = max((i for i in judged if i < change.after_node), default=0)
+        between = [k for k in legal if low < k <= change.after_node]
+        cuts.add(min(between, key=lambda k: (cut_bytes[k], -k)) if between
+                 else min(legal, key=lambda k: abs(k - change.after_node)))
+    return changes, sorted(cuts)
+
+
+def _build_and_verify(src: Path, plan: _Plan, target: Target, scratch: Path, lengths: tuple[int | None, ...],
+                      axis: str | None, options: SliceOptions) -> tuple[Manifest, float]:
+    """Stage files in ``scratch/1``; refuses stages that differ from the source."""
+    staged, graphs = scratch / VERSION, scratch / "graphs"
+    staged.mkdir()
+    graphs.mkdir()
+    specs = write_stages(plan.analysis, plan.cuts.cuts, target, graphs, staged)
+    max_bs = options.max_batch_size
+    manifest = Manifest(source_file=src.name, source_sha256=sha256(src), max_batch_size=max_bs,
+                        inputs=plan.analysis.inputs, outputs=plan.analysis.outputs, stages=tuple(specs))
+    error = 0.0
+    for length in dict.fromkeys((lengths[0], lengths[-1])):
+        sizes = {**options.dim_sizes, **({axis: length} if axis else {})}
+        grid = sorted({1, min(3, max_bs), max_bs})
+        error = max(error, verify(src, staged, manifest, grid, sizes, seed=length or 0, device=target.device))
+    if not error <= options.tolerance:
+        raise SliceError(f"stages differ from the source model by {error:.3g} (> {options.tolerance:g}); not written")
+    return manifest, error
+
+
+def _measure(manifest: Manifest, plan: _Plan, target: Target, version_dir: Path, lengths: tuple[int | None, ...],
+             axis: str | None, options: SliceOptions, progress: Progress | None) -> list[StageSpec]:
+    """The stages with their latency tables, preferred batch sizes and buffer bytes."""
+    batch_sizes = batch_sizes_up_to(options.max_batch_size)
+    engines = load_engines(manifest, version_dir, target.device)
+    tables = measure_stages(engines, manifest.stages, batch_sizes, lengths, axis, dict(options.dim_sizes),
+                            target.device.from_host, wall_timer(target.synchronize), options.warmup,
+                            options.stage_repeats, progress)
+    row_bytes = plan.row_bytes
+    return [
+        replace(spec, latency=table,
+                preferred_batch_size=preferred_batch_size(batch_sizes, table_row(table, lengths[-1]),
+                                                          options.improvement),
+                buffer_bytes=options.max_batch_size * (sum(row_bytes[t.name] for t in spec.outputs)
+                                                       + sum(row_bytes[t] for t in spec.carry)))
+        for spec, table in zip(manifest.stages, tables)
+    ]
 
 
 def slice_model(src: Path, out: Path, options: SliceOptions, progress: Progress | None = None) -> SliceResult:
@@ -248,101 +293,43 @@ def slice_model(src: Path, out: Path, options: SliceOptions, progress: Progress 
     _check(options)
     if not src.is_file():
         raise SliceError(f"{src} does not exist")
-    dim_sizes = dict(options.dim_sizes)
-    max_bs = options.max_batch_size
-    batch_sizes = batch_sizes_up_to(max_bs)
-    seconds: dict[str, float] = {}
-    began = time.perf_counter()
     axis = length_axis(input_specs(onnx.load(str(src), load_external_data=False)), options.length_axis)
     lengths: tuple[int | None, ...] = tuple(options.lengths) if axis else (None,)
-    target = make_target(options.target, max_batch=max_bs, axis=axis, max_length=lengths[-1],
-                         dim_sizes=dim_sizes, default_size=DEFAULT_DIM_SIZE, fp16=options.fp16)
-    level = options.optimize or target.optimizations[0]
-    if level not in target.optimizations:
-        raise SliceError(f"--optimize {level} makes graphs {target.name} cannot load; use one of "
+    target = make_target(options.target, max_batch=options.max_batch_size, axis=axis, max_length=lengths[-1],
+                         dim_sizes=dict(options.dim_sizes), default_size=DEFAULT_DIM_SIZE, fp16=options.fp16)
+    if options.optimize and options.optimize not in target.optimizations:
+        raise SliceError(f"--optimize {options.optimize} makes graphs {target.name} cannot load; use one of "
                          f"{', '.join(target.optimizations)}")
+    seconds: dict[str, float] = {}
     out.mkdir(parents=True, exist_ok=True)
     # Build and verify beside the model, then swap the version folder in.
     with tempfile.TemporaryDirectory(dir=out, prefix=".slicing-") as scratch_name:
         scratch = Path(scratch_name)
-        optimized = scratch / "optimized.onnx"
-        analysis = analyse(optimize(src, optimized, level), dim_sizes)
-        seconds["optimise and probe"] = time.perf_counter() - began
-
-        node_profile = profile(target, optimized, [n.name for n in analysis.nodes], analysis.inputs, batch_sizes,
-                               lengths, axis, dim_sizes, options.warmup, options.node_repeats,
-                               stage_threads(options.stages or 1), progress)
-        seconds["node profile"] = node_profile.seconds
-        balance_bs = options.balance_batch_size or max_bs
-        balance_length = lengths[-1]
-        costs = node_profile.at(balance_bs, balance_length)
-        legal = analysis.legal_cuts()
-        row_bytes = analysis.row_bytes({**dim_sizes, **({axis: balance_length} if axis else {})})
-        cut_bytes = {k: analysis.cut_bytes(row_bytes, k) * max_bs for k in legal}
-        changes, forced = _operator_diversity(node_profile, balance_length, costs, legal, cut_bytes, options)
-        stages = options.stages or len(forced) + 1
-        if options.cut_at_diversity and stages < len(forced) + 1:
-            raise SliceError(f"--cut-at-diversity found {len(forced)} places where the preferred batch size "
-                             f"changes; that needs at least {len(forced) + 1} stages, not {stages}")
-        plan = balanced_cuts(costs, legal, stages, cut_bytes, options.balance_slack,
-                             forced if options.cut_at_diversity else ())
-
         began = time.perf_counter()
-        staged = scratch / VERSION
-        staged.mkdir()
-        (scratch / "graphs").mkdir()
-        specs = write_stages(analysis, plan.cuts, target, scratch / "graphs", staged)
-        manifest = Manifest(source_file=src.name, source_sha256=sha256(src), max_batch_size=max_bs,
-                            inputs=analysis.inputs, outputs=analysis.outputs, stages=tuple(specs))
-        error = 0.0
-        for length in sorted({lengths[0], lengths[-1]}, key=lambda n: n or 0):
-            sizes = {**dim_sizes, **({axis: length} if axis else {})}
-            grid = sorted({1, min(3, max_bs), max_bs})
-            error = max(error, verify(src, staged, manifest, grid, sizes, seed=length or 0, device=target.device))
-        if not error <= options.tolerance:
-            raise SliceError(f"stages differ from the source model by {error:.3g} (> {options.tolerance:g}); "
-                             "not written")
+        plan = _plan(src, scratch / "optimized.onnx", target, axis, lengths, options, progress)
+        seconds["node profile"] = plan.node_profile.seconds
+        seconds["optimise, probe and cut"] = time.perf_counter() - began - plan.node_profile.seconds
+        began = time.perf_counter()
+        manifest, error = _build_and_verify(src, plan, target, scratch, lengths, axis, options)
         seconds["build and verify"] = time.perf_counter() - began
-
         began = time.perf_counter()
-        engines = load_engines(manifest, staged, target.device)
-        tables = measure_stages(engines, specs, batch_sizes, lengths, axis, dim_sizes, target.device.from_host,
-                                wall_timer(target.synchronize), options.warmup, options.stage_repeats, progress)
-        del engines
+        specs = _measure(manifest, plan, target, scratch / VERSION, lengths, axis, options, progress)
         seconds["stage latency tables"] = time.perf_counter() - began
-        specs = [
-            replace(spec, latency=table,
-                    preferred_batch_size=preferred_batch_size(batch_sizes, table_row(table, balance_length),
-                                                              options.improvement),
-                    buffer_bytes=max_bs * sum(row_bytes[t.name] for t in spec.outputs)
-                    + max_bs * sum(row_bytes[t] for t in spec.carry))
-            for spec, table in zip(specs, tables)
-        ]
-        at_balance = [table_row(t, balance_length)[batch_sizes.index(balance_bs)] for t in tables]
+        balance_bs = options.balance_batch_size or options.max_batch_size
+        at_balance = [table_row(s.latency, lengths[-1])[s.latency.batch_sizes.index(balance_bs)] for s in specs]
         report = SlicingReport(
-            target=target.name, optimization=level, balance_batch_size=balance_bs, balance_length=balance_length,
-            balance=round(max(at_balance) / (sum(at_balance) / len(at_balance)), 4), length_axis=axis,
-            operator_diversity=len({s.preferred_batch_size for s in specs}) > 1,
-            profile_seconds=round(sum(seconds.values()), 2),
+            target=target.name, optimization=plan.optimization, balance_batch_size=balance_bs,
+            balance_length=lengths[-1], balance=round(max(at_balance) / (sum(at_balance) / len(at_balance)), 4),
+            length_axis=axis, operator_diversity=len({s.preferred_batch_size for s in specs}) > 1,
+            profile_seconds=round(seconds["node profile"] + seconds["stage latency tables"], 2),
         )
         manifest = replace(manifest, stages=tuple(specs), slicing=report)
-        policy = policy_parameters(specs, report) if options.policy_defaults else {}
-        manifest.save(staged)
+        policy = triton_config.policy_parameters(specs, report) if options.policy_defaults else {}
+        manifest.save(scratch / VERSION)
         shutil.rmtree(out / VERSION, ignore_errors=True)
-        staged.rename(out / VERSION)
+        (scratch / VERSION).rename(out / VERSION)
     (out / "config.pbtxt").write_text(triton_config.render(out.name, manifest, policy))
-    named = tuple((analysis.nodes[c.after_node].name, c) for c in changes)
-    return SliceResult(model_dir=out, manifest=manifest, max_abs_error=error, node_profile=node_profile, plan=plan,
-                       changes=named, diversity_cuts=tuple(forced), policy=policy, seconds=seconds)
-
-
-def _operator_diversity(node_profile: NodeProfile, length: int | None, costs: np.ndarray, legal: Sequence[int],
-                        cut_bytes: Mapping[int, int], options: SliceOptions
-                        ) -> tuple[list[DiversityChange], list[int]]:
-    """Where the nodes' preferred batch size changes, and a legal cut for each change."""
-    preferences = node_preferences(node_profile, length, options.improvement, options.min_share)
-    changes = diversity_changes(preferences, costs, options.min_run_share)
-    judged = [i for i, p in enumerate(preferences) if p is not None]
-    lows = [max([i for i in judged if i < c.after_node], default=0) for c in changes]
-    forced = _forced_cuts(changes, legal, cut_bytes, lows) if legal else []
-    return changes, forced
+    named = tuple((plan.analysis.nodes[c.after_node].name, c) for c in plan.changes)
+    return SliceResult(model_dir=out, manifest=manifest, max_abs_error=error, node_profile=plan.node_profile,
+                       plan=plan.cuts, changes=named, diversity_cuts=tuple(plan.diversity_cuts), policy=policy,
+                       seconds=seconds)

@@ -1,12 +1,14 @@
-"""config.pbtxt for a sliced model served by the `dvabatch` backend."""
+"""config.pbtxt for a sliced model served by the `dvabatch` backend: its interface, its instance
+kind, and policy defaults chosen from the slicer's profile."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from backend.manifest import Manifest, TensorSpec
+from backend.manifest import Manifest, SlicingReport, StageSpec, TensorSpec
+from slicer.profile import table_row
 
 TRITON_DTYPES = {
     "bool": "TYPE_BOOL", "uint8": "TYPE_UINT8", "uint16": "TYPE_UINT16", "uint32": "TYPE_UINT32",
@@ -65,3 +67,37 @@ def render(name: str, manifest: Manifest, parameters: Mapping[str, str] | None =
         f"instance_group [ {{ kind: {kind} count: 1 }} ]\n"
         + (_found(manifest) + knobs if parameters else "")
     )
+
+
+def policy_parameters(stages: Sequence[StageSpec], report: SlicingReport) -> dict[str, str]:
+    """config.pbtxt parameters for the diversities found, with the policies the backend has.
+
+    Operator diversity: the paper's Policy II test on the latency tables, decided offline: after
+    the first stage k where running the remaining stages as ``max/s`` batches of ``s`` rows takes
+    no longer than one batch of ``max`` rows, batches are split into parts of the smallest such
+    ``s``. Otherwise load diversity (always present): late queries stretch the latest batch (the
+    ``fixed`` policy does not stretch batches it will split). Input diversity: a batch window of
+    the first stage's time at the largest batch (the paper's Policy I window).
+    """
+    params = {"policy": "fixed"}
+    split = _split_default(stages, report.balance_length)
+    if split:
+        params.update({"policy.split_after": str(split[0]), "policy.split_size": str(split[1])})
+    else:
+        params["policy.stretch_latest"] = "true"
+    if report.length_axis is not None:
+        first = table_row(stages[0].latency, stages[0].latency.lengths[-1])
+        params["batch_window_ms"] = f"{first[-1]:.3f}"
+    return params
+
+
+def _split_default(stages: Sequence[StageSpec], length: int | None) -> tuple[int, int] | None:
+    sizes = stages[0].latency.batch_sizes
+    full = sizes[-1]
+    for k in range(len(stages) - 1):
+        def remain(batch: int) -> float:
+            return sum(table_row(s.latency, length)[sizes.index(batch)] for s in stages[k + 1:])
+        for size in sizes[:-1]:
+            if full % size == 0 and (full // size) * remain(size) <= remain(full):
+                return k, size
+    return None
