@@ -201,9 +201,12 @@ def test_latency_tables_are_monotone_and_stored_with_units(sources, tmp_path):
         assert stage.preferred_batch_size in table.batch_sizes and stage.buffer_bytes > 0
         for means, p99s in zip(table.mean, table.p99):
             assert all(p >= m * 0.999 for m, p in zip(means, p99s))
-            assert means[-1] > means[0], f"stage {stage.index}: 8 rows should take longer than 1 ({means})"
-            for small, large in zip(means, means[1:]):  # monotone within noise
-                assert large >= 0.6 * small - 0.05, f"stage {stage.index}: {means} is not monotone"
+            # Monotone within noise: a larger batch may come out faster only by less than the
+            # smaller batch's own spread (its p99 over its mean), or 0.05 ms.
+            noise = [max(0.05, p - m) for m, p in zip(means, p99s)]
+            for i in range(len(means) - 1):
+                assert means[i + 1] >= means[i] - noise[i], f"stage {stage.index}: {means} (p99 {p99s})"
+            assert means[-1] > means[0] - noise[0], f"stage {stage.index}: 8 rows faster than 1: {means}"
 
 
 def test_buffer_bytes_are_the_stage_outputs_at_the_max_batch(sources, tmp_path):
