@@ -51,7 +51,9 @@ def query_model(client: grpcclient.InferenceServerClient, example, repository: P
         worst = max(worst, error)
         first = manifest.outputs[0].name
         shapes = ", ".join(f"{k}{list(v.shape)}" for k, v in feed.items())
-        table.add_row(example.name, str(len(manifest.stages)), shapes, f"{first} {_preview(answer[first])}",
+        stages = f"{len(manifest.stages)}, balance {manifest.slicing.balance:.2f}" if manifest.slicing else \
+            str(len(manifest.stages))
+        table.add_row(example.name, stages, shapes, f"{first} {_preview(answer[first])}",
                       f"{error:.1e}")
     return worst
 
