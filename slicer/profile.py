@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from backend.engine import Engine
-from backend.manifest import LatencyTable, StageSpec
+from backend.manifest import LatencyTable, StageSpec, TensorSpec
 from slicer.sample import sample_inputs
 
 # Progress callback: (what is being done, how many of how many done).
@@ -120,21 +120,22 @@ def diversity_changes(preferences: Sequence[int | None], costs: Sequence[float],
 Timer = Callable[[Callable[[], object]], float]
 
 
-def measure_stages(engines: Sequence[Engine], stages: Sequence[StageSpec], batch_sizes: Sequence[int],
-                   lengths: Sequence[int | None], axis: str | None, dim_sizes: dict[str, int],
+def measure_stages(engines: Sequence[Engine], inputs: Sequence[TensorSpec], stages: Sequence[StageSpec],
+                   batch_sizes: Sequence[int], lengths: Sequence[int | None], axis: str | None,
+                   dim_sizes: dict[str, int],
                    to_device: Callable, timer: Timer, warmup: int, repeats: int,
                    progress: Progress | None = None) -> list[LatencyTable]:
     """Each stage's mean and p99 per batch size (and length), run as the executors run it.
 
-    Every stage sees the real outputs of the stages before it on random model inputs. Stages are
-    timed one after another; within a stage, rounds interleave all (length, batch size) pairs so a
-    slow moment on the machine spreads over the whole table instead of bending one column.
+    Every stage sees the real outputs of the stages before it on random model ``inputs``. Stages
+    are timed one after another; within a stage, rounds interleave all (length, batch size) pairs
+    so a slow moment on the machine spreads over the whole table instead of bending one column.
     """
     configs = [(length, batch) for length in lengths for batch in batch_sizes]
     feeds = {}
     for length, batch in configs:
         sizes = {**dim_sizes, **({axis: length} if axis else {})}
-        current = {k: to_device(v) for k, v in sample_inputs(stages[0].inputs, batch, sizes, seed=batch).items()}
+        current = {k: to_device(v) for k, v in sample_inputs(inputs, batch, sizes, seed=batch).items()}
         per_stage = []
         for engine, stage in zip(engines, stages):
             stage_inputs = {t.name: current[t.name] for t in stage.inputs}

@@ -271,9 +271,9 @@ def _measure(manifest: Manifest, plan: _Plan, target: Target, version_dir: Path,
     """The stages with their latency tables, preferred batch sizes and buffer bytes."""
     batch_sizes = batch_sizes_up_to(options.max_batch_size)
     engines = load_engines(manifest, version_dir, target.device)
-    tables = measure_stages(engines, manifest.stages, batch_sizes, lengths, axis, dict(options.dim_sizes),
-                            target.device.from_host, wall_timer(target.synchronize), options.warmup,
-                            options.stage_repeats, progress)
+    tables = measure_stages(engines, manifest.inputs, manifest.stages, batch_sizes, lengths, axis,
+                            dict(options.dim_sizes), target.device.from_host, wall_timer(target.synchronize),
+                            options.warmup, options.stage_repeats, progress)
     row_bytes = plan.row_bytes
     return [
         replace(spec, latency=table,

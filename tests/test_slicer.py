@@ -349,3 +349,18 @@ def test_policy_defaults_follow_the_tables():
     with_length = [stage(0, ((0.5, 0.6, 0.7, 0.9), batched), lengths=(8, 16)),
                    stage(1, (batched, batched), lengths=(8, 16))]
     assert policy_parameters(with_length, report("sequence", 16))["batch_window_ms"] == "2.000"
+
+
+def test_an_input_read_only_by_a_late_stage_is_carried(tmp_path):
+    """``bias`` is first read by the last node: earlier stages carry it, and every step (verify,
+    tables) feeds it from the model's inputs."""
+    nodes = [helper.make_node("Relu", ["x"], ["a"]), helper.make_node("Neg", ["a"], ["b"]),
+             helper.make_node("Relu", ["b"], ["c"]), helper.make_node("Add", ["c", "bias"], ["y"])]
+    graph = helper.make_graph(nodes, "late", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4]),
+                                              helper.make_tensor_value_info("bias", TensorProto.FLOAT, ["batch", 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4])])
+    src = tmp_path / "late.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), str(src))
+    manifest = sliced(src, tmp_path / "late", 3, optimize="none").manifest
+    assert manifest.stages[0].carry == ("bias",) and manifest.stages[0].inputs[0].name == "x"
+    assert all(s.latency is not None for s in manifest.stages)
