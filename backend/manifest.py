@@ -77,14 +77,20 @@ class LatencyTable:
         freeze = lambda v: tuple(freeze(x) for x in v) if isinstance(v, list) else v  # noqa: E731
         return cls(**{key: freeze(value) for key, value in data.items()})
 
-    def lookup(self, batch: int, length: int | None = None) -> float:
-        """Mean milliseconds for ``batch`` rows padded to ``length`` along ``axis``."""
-        column = _round_up(self.batch_sizes, batch, "batch size")
+    def row(self, length: int | None = None, statistic: str = "mean") -> tuple[float, ...]:
+        """``mean`` (or ``p99``) per batch size for ``length`` rounded up along ``axis``."""
+        values = getattr(self, statistic)
+        if values is None:
+            raise ValueError(f"latency table has no {statistic!r}")
         if self.lengths is None:
-            return float(self.mean[column])
+            return tuple(values)
         if length is None:
             raise ValueError(f"latency table is per '{self.axis}' length; none given")
-        return float(self.mean[_round_up(self.lengths, length, f"'{self.axis}' length")][column])
+        return tuple(values[_round_up(self.lengths, length, f"'{self.axis}' length")])
+
+    def lookup(self, batch: int, length: int | None = None) -> float:
+        """Mean milliseconds for ``batch`` rows padded to ``length`` along ``axis``."""
+        return float(self.row(length)[_round_up(self.batch_sizes, batch, "batch size")])
 
 
 def _round_up(table: tuple[int, ...], value: int, what: str) -> int:
@@ -144,8 +150,8 @@ class SlicingReport:
 
     ``balance`` is the slowest stage's measured mean over the mean stage at ``balance_batch_size``
     (and ``balance_length``); 1.0 is perfectly even. ``length_axis`` names the input axis whose
-    padded length varies (input diversity); ``operator_diversity`` says the stages prefer
-    different batch sizes; load diversity is assumed for every service.
+    padded length varies (input diversity); load diversity is assumed for every service, and
+    operator diversity is ``Manifest.operator_diversity``.
     """
 
     target: str
@@ -154,7 +160,6 @@ class SlicingReport:
     balance_length: int | None
     balance: float
     length_axis: str | None
-    operator_diversity: bool
     profile_seconds: float
 
     @classmethod
@@ -174,6 +179,11 @@ class Manifest:
     stages: tuple[StageSpec, ...]
     slicing: SlicingReport | None = None
     format: int = field(default=FORMAT_VERSION)
+
+    @property
+    def operator_diversity(self) -> bool:
+        """The stages prefer different batch sizes."""
+        return len({s.preferred_batch_size for s in self.stages if s.preferred_batch_size}) > 1
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2) + "\n"

@@ -13,7 +13,6 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from slicer.errors import SliceError
-from slicer.profile import table_row
 from slicer.slicing import AUTO, SliceOptions, SliceResult, slice_model
 from slicer.targets import OPTIMIZATION_LEVELS
 
@@ -108,9 +107,8 @@ def summary(result: SliceResult, console: Console) -> None:
         table.add_column(column, overflow="fold", justify="left" if column in ("first … last node", "carried")
                          else "right")
     for stage, predicted in zip(manifest.stages, result.plan.stage_costs):
-        mean = table_row(stage.latency, report.balance_length)
-        p99 = stage.latency.p99 if stage.latency.lengths is None else \
-            stage.latency.p99[stage.latency.lengths.index(report.balance_length)]
+        mean = stage.latency.row(report.balance_length)
+        p99 = stage.latency.row(report.balance_length, "p99")
         table.add_row(str(stage.index), str(stage.nodes), " … ".join(stage.node_range), f"{mean[0]:.3f}",
                       f"{mean[-1]:.3f}", f"{p99[-1]:.3f}", str(stage.preferred_batch_size),
                       _size(stage.buffer_bytes), ", ".join(stage.carry) or "-")

@@ -72,7 +72,6 @@ def balanced_cuts(costs: Sequence[float], legal: Sequence[int], stages: int,
     at = prefix[positions]
     earliest = _earliest_starts(positions, forced)
     moved = np.array([cut_bytes.get(int(p), 0) for p in positions], dtype=float)
-    moved[0] = moved[-1] = 0.0
     count = len(positions)
     inf = np.inf
 

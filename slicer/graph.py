@@ -22,6 +22,7 @@ import onnx
 import onnxruntime as ort
 from onnx import helper
 
+from backend.engine import ort_options
 from backend.manifest import Dim, TensorSpec
 from slicer.errors import SliceError
 from slicer.sample import DEFAULT_DIM_SIZE, sample_inputs
@@ -150,9 +151,8 @@ def exposing(model: onnx.ModelProto, names: list[str]) -> ort.InferenceSession:
             if name in typed:
                 value.type.tensor_type.elem_type = typed[name].type.tensor_type.elem_type
             probe.graph.output.append(value)
-    options = ort.SessionOptions()
+    options = ort_options()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    options.log_severity_level = 3
     return ort.InferenceSession(probe.SerializeToString(), options, providers=["CPUExecutionProvider"])
 
 

@@ -15,7 +15,7 @@ import numpy as np
 
 from backend.engine import Engine
 from backend.manifest import LatencyTable, StageSpec, TensorSpec
-from slicer.sample import sample_inputs
+from slicer.sample import sample_inputs, sizes_at
 
 # Progress callback: (what is being done, how many of how many done).
 Progress = Callable[[str, int, int], None]
@@ -134,8 +134,8 @@ def measure_stages(engines: Sequence[Engine], inputs: Sequence[TensorSpec], stag
     configs = [(length, batch) for length in lengths for batch in batch_sizes]
     feeds = {}
     for length, batch in configs:
-        sizes = {**dim_sizes, **({axis: length} if axis else {})}
-        current = {k: to_device(v) for k, v in sample_inputs(inputs, batch, sizes, seed=batch).items()}
+        feed = sample_inputs(inputs, batch, sizes_at(dim_sizes, axis, length), seed=batch)
+        current = {k: to_device(v) for k, v in feed.items()}
         per_stage = []
         for engine, stage in zip(engines, stages):
             stage_inputs = {t.name: current[t.name] for t in stage.inputs}
@@ -145,7 +145,7 @@ def measure_stages(engines: Sequence[Engine], inputs: Sequence[TensorSpec], stag
             current = {**{n: current[n] for n in stage.carry}, **computed}
         feeds[(length, batch)] = per_stage
     samples = {(s, c): [] for s in range(len(stages)) for c in configs}
-    for s, engine in enumerate(engines):  # one stage at a time: no other session's threads still spinning
+    for s, engine in enumerate(engines):  # one stage at a time: no other stage competes for the cores
         for _ in range(repeats):
             for config in configs:
                 samples[(s, config)].append(timer(lambda: engine.run(feeds[config][s])))
@@ -175,10 +175,3 @@ def wall_timer(synchronize: Callable[[], None]) -> Timer:
         synchronize()
         return (time.perf_counter() - began) * 1000
     return timed
-
-
-def table_row(table: LatencyTable, length: int | None) -> tuple[float, ...]:
-    """The mean times per batch size at ``length`` (any row for a table without lengths)."""
-    if table.lengths is None:
-        return tuple(table.mean)
-    return tuple(table.mean[table.lengths.index(length)])

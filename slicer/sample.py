@@ -12,6 +12,11 @@ from backend.manifest import TensorSpec
 DEFAULT_DIM_SIZE = 8
 
 
+def sizes_at(dim_sizes: Mapping[str, int], axis: str | None, length: int | None) -> dict[str, int]:
+    """Named axis sizes with the length ``axis`` (if any) at ``length``."""
+    return {**dim_sizes, **({axis: length} if axis else {})}
+
+
 def concrete_shape(spec: TensorSpec, batch: int, sizes: Mapping[str, int], default: int) -> tuple[int, ...]:
     """The shape of ``batch`` rows, with named dynamic axes from ``sizes`` and others ``default``."""
     dims = [d if isinstance(d, int) and d >= 0 else sizes.get(str(d), default) for d in spec.dims]

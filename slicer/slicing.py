@@ -49,10 +49,9 @@ from slicer.profile import (
     measure_stages,
     node_preferences,
     preferred_batch_size,
-    table_row,
     wall_timer,
 )
-from slicer.sample import DEFAULT_DIM_SIZE, sample_inputs
+from slicer.sample import DEFAULT_DIM_SIZE, sample_inputs, sizes_at
 from slicer.targets import Target, make_target, optimize, profile
 
 VERSION = "1"
@@ -216,7 +215,7 @@ def _plan(src: Path, optimized: Path, target: Target, axis: str | None, lengths:
                            options.node_repeats, stage_threads(options.stages or 1), progress)
     costs = node_profile.at(options.balance_batch_size or max_bs, lengths[-1])
     legal = analysis.legal_cuts()
-    row_bytes = analysis.row_bytes({**options.dim_sizes, **({axis: lengths[-1]} if axis else {})})
+    row_bytes = analysis.row_bytes(sizes_at(options.dim_sizes, axis, lengths[-1]))
     cut_bytes = {k: analysis.cut_bytes(row_bytes, k) * max_bs for k in legal}
     changes, diversity_cuts = _operator_diversity(node_profile, lengths[-1], costs, legal, cut_bytes, options)
     stages = options.stages or len(diversity_cuts) + 1
@@ -258,9 +257,9 @@ def _build_and_verify(src: Path, plan: _Plan, target: Target, scratch: Path, len
                         inputs=plan.analysis.inputs, outputs=plan.analysis.outputs, stages=tuple(specs))
     error = 0.0
     for length in dict.fromkeys((lengths[0], lengths[-1])):
-        sizes = {**options.dim_sizes, **({axis: length} if axis else {})}
         grid = sorted({1, min(3, max_bs), max_bs})
-        error = max(error, verify(src, staged, manifest, grid, sizes, seed=length or 0, device=target.device))
+        error = max(error, verify(src, staged, manifest, grid, sizes_at(options.dim_sizes, axis, length),
+                                  seed=length or 0, device=target.device))
     if not error <= options.tolerance:
         raise SliceError(f"stages differ from the source model by {error:.3g} (> {options.tolerance:g}); not written")
     return manifest, error
@@ -277,7 +276,7 @@ def _measure(manifest: Manifest, plan: _Plan, target: Target, version_dir: Path,
     row_bytes = plan.row_bytes
     return [
         replace(spec, latency=table,
-                preferred_batch_size=preferred_batch_size(batch_sizes, table_row(table, lengths[-1]),
+                preferred_batch_size=preferred_batch_size(batch_sizes, table.row(lengths[-1]),
                                                           options.improvement),
                 buffer_bytes=options.max_batch_size * (sum(row_bytes[t.name] for t in spec.outputs)
                                                        + sum(row_bytes[t] for t in spec.carry)))
@@ -316,11 +315,11 @@ def slice_model(src: Path, out: Path, options: SliceOptions, progress: Progress 
         specs = _measure(manifest, plan, target, scratch / VERSION, lengths, axis, options, progress)
         seconds["stage latency tables"] = time.perf_counter() - began
         balance_bs = options.balance_batch_size or options.max_batch_size
-        at_balance = [table_row(s.latency, lengths[-1])[s.latency.batch_sizes.index(balance_bs)] for s in specs]
+        at_balance = [s.latency.lookup(balance_bs, lengths[-1]) for s in specs]
         report = SlicingReport(
             target=target.name, optimization=plan.optimization, balance_batch_size=balance_bs,
             balance_length=lengths[-1], balance=round(max(at_balance) / (sum(at_balance) / len(at_balance)), 4),
-            length_axis=axis, operator_diversity=len({s.preferred_batch_size for s in specs}) > 1,
+            length_axis=axis,
             profile_seconds=round(seconds["node profile"] + seconds["stage latency tables"], 2),
         )
         manifest = replace(manifest, stages=tuple(specs), slicing=report)

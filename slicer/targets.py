@@ -23,7 +23,7 @@ from backend.engine import ort_options
 from backend.manifest import TensorSpec
 from slicer.errors import SliceError
 from slicer.profile import NodeProfile, Progress
-from slicer.sample import sample_inputs
+from slicer.sample import sample_inputs, sizes_at
 
 # ONNX Runtime's offline graph optimisation levels that keep a model portable across machines
 # ("all" adds layout changes tied to the CPU it ran on).
@@ -70,13 +70,12 @@ def optimize(src: Path, dst: Path, level: str) -> onnx.ModelProto:
         with tempfile.TemporaryDirectory() as scratch:
             named = Path(scratch) / "named.onnx"
             onnx.save(model, str(named))
-            options = ort.SessionOptions()
+            options = ort_options()
             options.graph_optimization_level = {
                 "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
                 "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
             }[level]
             options.optimized_model_filepath = str(dst)
-            options.log_severity_level = 3
             ort.InferenceSession(str(named), options, providers=["CPUExecutionProvider"])
         model = onnx.load(str(dst))
         name_nodes(model)
@@ -86,8 +85,7 @@ def optimize(src: Path, dst: Path, level: str) -> onnx.ModelProto:
 
 def _feed(inputs: Sequence[TensorSpec], batch: int, length: int | None, axis: str | None,
           dim_sizes: Mapping[str, int]) -> dict[str, np.ndarray]:
-    sizes = {**dim_sizes, **({axis: length} if axis else {})}
-    return sample_inputs(inputs, batch, sizes, seed=batch)
+    return sample_inputs(inputs, batch, sizes_at(dim_sizes, axis, length), seed=batch)
 
 
 class OnnxRuntimeTarget:
@@ -125,10 +123,9 @@ class OnnxRuntimeTarget:
                 if progress:
                     progress("node profile", c + 1, len(configs))
             events = json.loads(Path(session.end_profiling()).read_text())
-        runs = sorted((e["ts"], e["ts"] + e["dur"]) for e in events if e.get("name") == "model_run")
-        if len(runs) != len(plan):
-            raise SliceError(f"ONNX Runtime's profile has {len(runs)} runs, {len(plan)} were made")
-        starts = np.array([start for start, _ in runs])
+        starts = np.array(sorted(e["ts"] for e in events if e.get("name") == "model_run"))
+        if len(starts) != len(plan):
+            raise SliceError(f"ONNX Runtime's profile has {len(starts)} runs, {len(plan)} were made")
         per_run = np.zeros((len(plan), len(nodes)))
         for event in events:
             if event.get("cat") != "Node" or not event["name"].endswith("_kernel_time"):

@@ -8,7 +8,6 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from backend.manifest import Manifest, SlicingReport, StageSpec, TensorSpec
-from slicer.profile import table_row
 
 TRITON_DTYPES = {
     "bool": "TYPE_BOOL", "uint8": "TYPE_UINT8", "uint16": "TYPE_UINT16", "uint32": "TYPE_UINT32",
@@ -40,7 +39,7 @@ def _found(manifest: Manifest) -> str:
     return (
         "# Policy defaults from the slicer's profile: load diversity (always)"
         + (f", input diversity (axis '{report.length_axis}')" if report.length_axis else "")
-        + (f", operator diversity (preferred batch size per stage: {preferred})" if report.operator_diversity else "")
+        + (f", operator diversity (preferred batch size per stage: {preferred})" if manifest.operator_diversity else "")
         + ".\n"
     )
 
@@ -86,7 +85,7 @@ def policy_parameters(stages: Sequence[StageSpec], report: SlicingReport) -> dic
     else:
         params["policy.stretch_latest"] = "true"
     if report.length_axis is not None:
-        first = table_row(stages[0].latency, stages[0].latency.lengths[-1])
+        first = stages[0].latency.row(stages[0].latency.lengths[-1])
         params["batch_window_ms"] = f"{first[-1]:.3f}"
     return params
 
@@ -96,7 +95,7 @@ def _split_default(stages: Sequence[StageSpec], length: int | None) -> tuple[int
     full = sizes[-1]
     for k in range(len(stages) - 1):
         def remain(batch: int) -> float:
-            return sum(table_row(s.latency, length)[sizes.index(batch)] for s in stages[k + 1:])
+            return sum(s.latency.lookup(batch, length) for s in stages[k + 1:])
         for size in sizes[:-1]:
             if full % size == 0 and (full // size) * remain(size) <= remain(full):
                 return k, size

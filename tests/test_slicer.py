@@ -337,7 +337,7 @@ def test_policy_defaults_follow_the_tables():
 
     def report(axis=None, length=None):
         return SlicingReport(target="onnxruntime", optimization="extended", balance_batch_size=8,
-                             balance_length=length, balance=1.0, length_axis=axis, operator_diversity=True,
+                             balance_length=length, balance=1.0, length_axis=axis,
                              profile_seconds=0.0)
 
     batched = (1.0, 1.1, 1.3, 2.0)  # large batches are cheap per query
