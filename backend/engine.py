@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -37,26 +37,27 @@ def stage_threads(stage_count: int) -> int:
     return max(1, len(os.sched_getaffinity(0)) // max(stage_count, 1))
 
 
-def ort_options(threads: int | None = None):
+def ort_options(threads: int | None = None, spinning: bool = False):
     """ONNX Runtime session options: quiet, and with ``threads`` set, that many intra-op threads
-    that sleep rather than spin when idle (an idle stage must not take cores from a busy one)."""
+    that sleep rather than spin when idle unless ``spinning`` (an idle stage must not take cores
+    from a busy one; a lone model on idle cores may gain from spinning)."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
     options.log_severity_level = 3
     if threads is not None:
         options.intra_op_num_threads = threads
-        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        options.add_session_config_entry("session.intra_op.allow_spinning", "1" if spinning else "0")
     return options
 
 
 class OnnxRuntimeEngine:
     """A stage as an ONNX Runtime session on the CPU (``threads``: see ``ort_options``)."""
 
-    def __init__(self, path: Path, output_names: list[str], threads: int | None = None):
+    def __init__(self, path: Path, output_names: list[str], threads: int | None = None, spinning: bool = False):
         import onnxruntime as ort
 
-        options = ort_options(threads)
+        options = ort_options(threads, spinning)
         self._session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
         self._outputs = output_names
 
@@ -153,14 +154,16 @@ class TensorRTEngine:
         return outputs
 
 
-def load_engines(manifest: Manifest, version_dir: Path, device: Device | None = None) -> list[Engine]:
-    """Every stage's engine, as the backend serves them."""
-    threads = stage_threads(len(manifest.stages))
-    return [load_engine(stage, version_dir, device, threads) for stage in manifest.stages]
+def load_engines(manifest: Manifest, version_dir: Path, device: Device | None = None, threads: int = 0,
+                 spinning: bool = False) -> list[Engine]:
+    """Every stage's engine, as the backend serves them (``threads`` 0: the cores shared among the
+    stages, which run at the same time)."""
+    threads = threads or stage_threads(len(manifest.stages))
+    return [load_engine(stage, version_dir, device, threads, spinning) for stage in manifest.stages]
 
 
 def load_engine(stage: StageSpec, version_dir: Path, device: Device | None = None,
-                threads: int | None = None) -> Engine:
+                threads: int | None = None, spinning: bool = False) -> Engine:
     """The engine the manifest names for ``stage``, loaded from ``version_dir`` for ``device``."""
     device = device or CpuDevice()
     on_cpu = isinstance(device, CpuDevice)
@@ -175,14 +178,19 @@ def load_engine(stage: StageSpec, version_dir: Path, device: Device | None = Non
     if not path.is_file():
         raise FileNotFoundError(f"stage {stage.index}: {path} is missing; re-run the slicer")
     outputs = [t.name for t in stage.outputs]
-    return OnnxRuntimeEngine(path, outputs, threads) if on_cpu else TensorRTEngine(path, outputs)
+    return OnnxRuntimeEngine(path, outputs, threads, spinning) if on_cpu else TensorRTEngine(path, outputs)
 
 
-def run_stages(engines: Sequence[Engine], stages: Sequence[StageSpec], buffer: Mapping[str, Any]) -> Tensors:
+def run_stages(engines: Sequence[Engine], stages: Sequence[StageSpec], buffer: Mapping[str, Any],
+               ran: Callable[[int, float], None] | None = None) -> Tensors:
     """Run ``buffer`` through the stages in order, each seeing only the previous one's outputs and
-    carried tensors: the chain the executors run, without the runtime (the slicer verifies with it)."""
+    carried tensors: the chain the executors run, without the pipeline (the slicer verifies with
+    it; ``batching: triton`` serves with it). ``ran(stage, seconds)`` hears how long each took."""
     current = dict(buffer)
     for engine, stage in zip(engines, stages):
+        began = time.monotonic()
         computed = engine.run({t.name: current[t.name] for t in stage.inputs})
         current = {**{name: current[name] for name in stage.carry}, **computed}
+        if ran is not None:
+            ran(stage.index, time.monotonic() - began)
     return current

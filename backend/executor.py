@@ -135,8 +135,10 @@ class StageExecutor(threading.Thread):
                 self.device.record(target.event, self.stream)
                 # Every pushed part reads the buffer once; rows held for late ones count as one read.
                 self.output.written(target, max(len(out), 1) - keeps)
+        ended = time.monotonic()
+        self.scheduler.metrics.stage_ran(self.spec.index, item.num, ended - began)
         if self.trace:
-            self.trace(self.spec.index, item, began, time.monotonic())
+            self.trace(self.spec.index, item, began, ended)
         for part in out:
             if self.outbox is not None:
                 self.outbox.put(part)

@@ -181,6 +181,14 @@ class Manifest:
     format: int = field(default=FORMAT_VERSION)
 
     @property
+    def length_axis(self) -> str | None:
+        """The input axis whose padded length varies (input diversity): the slicer's, else the
+        axis of the stage latency tables (a hand-written or simulated model)."""
+        if self.slicing is not None:
+            return self.slicing.length_axis
+        return next((s.latency.axis for s in self.stages if s.latency is not None), None)
+
+    @property
     def operator_diversity(self) -> bool:
         """The stages prefer different batch sizes."""
         return len({s.preferred_batch_size for s in self.stages if s.preferred_batch_size}) > 1

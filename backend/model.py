@@ -3,11 +3,15 @@
 Only Triton glue lives here: requests become ``Query`` objects answered from their own response
 senders, and ``execute`` returns None at once, so Triton can hand over the next batch while
 earlier ones are still running (Triton 24.06+ allows this in the default, non-decoupled mode).
+With ``batching: triton`` (the baselines) ``execute`` runs its batch to completion first. The
+runtime's counters reach Triton's metrics endpoint through the custom metrics API.
 """
 
 import importlib
 import json
+import logging
 import sys
+import threading
 from pathlib import Path
 
 import triton_python_backend_utils as pb_utils
@@ -23,10 +27,60 @@ if not __package__:
 
 from .config import RuntimeConfig, triton_parameters  # noqa: E402
 from .device import make_device  # noqa: E402
-from .engine import load_engines  # noqa: E402
+from .engine import load_engines, stage_threads  # noqa: E402
 from .manifest import Manifest  # noqa: E402
+from .metrics import FAMILIES, Metrics  # noqa: E402
 from .query import Query  # noqa: E402
 from .runtime import Runtime  # noqa: E402
+from .whole import WholeBatch  # noqa: E402
+
+METRICS_INTERVAL_S = 1.0
+log = logging.getLogger(__name__)
+
+
+class MetricsExporter(threading.Thread):
+    """Copies the runtime's counters into Triton's custom metrics about once a second (and once
+    more when the model unloads), so the hot path never waits on the Triton process."""
+
+    def __init__(self, metrics: Metrics, gauges, labels: dict[str, str]):
+        super().__init__(name="dvabatch-metrics", daemon=True)
+        self._metrics, self._gauges, self._labels = metrics, gauges, labels
+        self._families: dict = {}
+        self._series: dict = {}
+        self._sent: dict = {}
+        self._stop = threading.Event()
+
+    def run(self) -> None:
+        while not self._stop.wait(METRICS_INTERVAL_S):
+            self.flush()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.join()
+        self.flush()
+
+    def flush(self) -> None:
+        try:
+            self._flush()
+        except Exception:  # noqa: BLE001 - metrics must never take serving down; the next flush catches up
+            log.exception("could not export the metrics")
+
+    def _flush(self) -> None:
+        values = {**self._metrics.snapshot(), **{(f.name, ()): v for f, v in self._gauges().items()}}
+        for key, value in values.items():
+            name, labels = key
+            family = FAMILIES[name]
+            if key not in self._series:
+                if name not in self._families:
+                    kind = pb_utils.MetricFamily.COUNTER if family.kind == "counter" else pb_utils.MetricFamily.GAUGE
+                    self._families[name] = pb_utils.MetricFamily(name=name, description=family.description, kind=kind)
+                self._series[key] = self._families[name].Metric(labels={**self._labels, **dict(labels)})
+            if family.kind == "counter":
+                if value > self._sent.get(key, 0.0):
+                    self._series[key].increment(value - self._sent.get(key, 0.0))
+                    self._sent[key] = value
+            else:
+                self._series[key].set(value)
 
 
 class TritonPythonModel:
@@ -41,15 +95,31 @@ class TritonPythonModel:
             )
         runtime_config = RuntimeConfig.from_parameters(triton_parameters(config))
         device = make_device(args.get("model_instance_kind", "CPU"), int(args.get("model_instance_device_id", 0)))
-        engines = load_engines(self._manifest, version_dir, device)
-        self._runtime = Runtime(self._manifest, engines, runtime_config, device)
+        whole = runtime_config.batching == "triton"  # one stage runs at a time: it gets every core
+        threads = runtime_config.intra_op_thread_count or stage_threads(1 if whole else len(self._manifest.stages))
+        engines = load_engines(self._manifest, version_dir, device, threads, runtime_config.allow_spinning)
+        metrics = Metrics()
+        if whole:
+            self._whole, self._runtime = WholeBatch(self._manifest, engines, device, metrics), None
+        else:
+            self._whole, self._runtime = None, Runtime(self._manifest, engines, runtime_config, device, metrics=metrics)
+        gauges = self._runtime.gauges if self._runtime is not None else dict
+        labels = {"model": args["model_name"], "version": args["model_version"]}
+        self._exporter = MetricsExporter(metrics, gauges, labels)
+        self._exporter.start()
 
     def execute(self, requests: list) -> None:
-        self._runtime.submit([self._query(request) for request in requests])
+        queries = [self._query(request) for request in requests]
+        if self._whole is not None:
+            self._whole.run(queries)
+        else:
+            self._runtime.submit(queries)
         return None
 
     def finalize(self) -> None:
-        self._runtime.close()
+        if self._runtime is not None:
+            self._runtime.close()
+        self._exporter.stop()
 
     def _query(self, request) -> Query:
         inputs = {}

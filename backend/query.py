@@ -10,7 +10,7 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -102,6 +102,18 @@ def validate(manifest: Manifest, query: Query) -> str | None:
     if unknown:
         return f"requested outputs {unknown} do not exist; the model has {sorted(known)}"
     return None
+
+
+def refuse_invalid(manifest: Manifest, queries: Sequence[Query]) -> list[Query]:
+    """Answer every query that cannot run with the reason (a client error); return the others."""
+    good = []
+    for query in queries:
+        error = validate(manifest, query)
+        if error:
+            query.answer(failure=Failure(error, bad_input=True))
+        else:
+            good.append(query)
+    return good
 
 
 def shape_key(query: Query) -> tuple:

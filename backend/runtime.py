@@ -26,7 +26,8 @@ from .device import CpuDevice, Device
 from .engine import Engine
 from .executor import BatchQueue, StageExecutor, Trace
 from .manifest import Manifest
-from .query import Failure, Query, validate
+from .metrics import IN_FLIGHT, WAITING, Family, Metrics
+from .query import Failure, Query, refuse_invalid
 from .scheduler import Scheduler
 
 log = logging.getLogger(__name__)
@@ -63,6 +64,10 @@ class Entry:
                     self._changed.wait(left)
             return self._scheduler.admit(self._waiting)
 
+    def __len__(self) -> int:
+        with self._changed:
+            return len(self._waiting)
+
     def close(self) -> list[Query]:
         """Stop waiting for more; the queries still waiting are returned, not admitted."""
         with self._changed:
@@ -74,13 +79,14 @@ class Entry:
 
 class Runtime:
     def __init__(self, manifest: Manifest, engines: Sequence[Engine], config: RuntimeConfig | None = None,
-                 device: Device | None = None, trace: Trace | None = None):
+                 device: Device | None = None, trace: Trace | None = None, metrics: Metrics | None = None):
         config = config or RuntimeConfig()
         self.manifest = manifest
         self.device = device or CpuDevice()
         stages = len(manifest.stages)
         self.table = BatchTable(stages, manifest.max_batch_size)
-        self.scheduler = Scheduler(self.table, config.policy)
+        self.metrics = metrics or Metrics()
+        self.scheduler = Scheduler(self.table, config.policy, metrics=self.metrics)
         self.entry = Entry(self.scheduler, manifest.max_batch_size, config.batch_window_ms / 1000)
         self.boundaries = [Boundary(i, config.buffer_pairs, self.device.event) for i in range(stages - 1)]
         self.queues = [BatchQueue() for _ in range(stages - 1)]
@@ -102,14 +108,13 @@ class Runtime:
 
     def submit(self, queries: Sequence[Query]) -> None:
         """Validate and hand over; never waits for inference."""
-        good = []
-        for query in queries:
-            error = validate(self.manifest, query)
-            if error:
-                query.answer(failure=Failure(error, bad_input=True))
-            else:
-                good.append(query)
-        self.entry.put(good)
+        self.entry.put(refuse_invalid(self.manifest, queries))
+
+    def gauges(self) -> dict[Family, float]:
+        """Queries waiting at the entry, and every query handed over and not yet answered."""
+        waiting = len(self.entry)
+        running = len({id(m.query) for row in self.table.rows() for m in row.members if not m.query.answered})
+        return {WAITING: waiting, IN_FLIGHT: waiting + running}
 
     def close(self, timeout: float = 60) -> None:
         """Finish what was admitted, refuse what was still waiting, stop the executors."""

@@ -12,15 +12,18 @@ from collections import deque
 from collections.abc import Callable
 
 from .batch_table import BatchItem, BatchTable
+from .metrics import Metrics
 from .policy import Policy
 from .query import Query, take_batch
 
 
 class Scheduler:
-    def __init__(self, table: BatchTable, policy: Policy, clock: Callable[[], float] = time.monotonic):
+    def __init__(self, table: BatchTable, policy: Policy, clock: Callable[[], float] = time.monotonic,
+                 metrics: Metrics | None = None):
         self.table = table
         self.policy = policy
         self.clock = clock
+        self.metrics = metrics or Metrics()
 
     def admit(self, waiting: deque[Query]) -> BatchItem:
         """Take the oldest waiting query and those that stack with it: they join the latest
@@ -33,9 +36,15 @@ class Scheduler:
             if self.policy.stretch(candidate, joining, now):
                 for query in joining:
                     waiting.remove(query)
-                return self.table.stretch(candidate.id, joining)
+                return self._admitted("stretch", joining, now, self.table.stretch(candidate.id, joining))
         batch = take_batch(waiting, self.table.max_batch_size)
-        return self.table.new(batch, now, stretchable=self.policy.stretchable(batch, now))
+        item = self.table.new(batch, now, stretchable=self.policy.stretchable(batch, now))
+        return self._admitted("new", batch, now, item)
+
+    def _admitted(self, kind: str, queries: list[Query], now: float, item: BatchItem) -> BatchItem:
+        self.metrics.meta_operation(kind)
+        self.metrics.admitted(now - q.arrived for q in queries)
+        return item
 
     def schedule(self, stage: int, item: BatchItem, buffer: int | None) -> list[BatchItem]:
         """What ``stage`` pushes on after finishing ``item`` (its rows now in ``buffer``)."""
@@ -45,5 +54,7 @@ class Scheduler:
             if out[0].start == 0 and out[0].num == row.bs:
                 sizes = self.policy.split(row, stage, self.clock())
                 if sizes and len(sizes) > 1:
-                    return self.table.split(stage, out[0], sizes)
+                    parts = self.table.split(stage, out[0], sizes)
+                    self.metrics.meta_operation("split")
+                    return parts
         return out

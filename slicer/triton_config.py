@@ -3,6 +3,7 @@ kind, and policy defaults chosen from the slicer's profile."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -16,6 +17,15 @@ TRITON_DTYPES = {
 }
 
 
+# One line of config.pbtxt ``parameters`` as ``render`` writes it: (key, value).
+PARAMETER = re.compile(r'^parameters:\s*\{\s*key:\s*"([^"]+)"\s*value:\s*\{\s*string_value:\s*"([^"]*)"\s*\}\s*\}\s*$')
+
+
+def parameters_of(config_text: str) -> dict[str, str]:
+    """The backend's knobs in a config.pbtxt written with one parameter per line."""
+    return dict(m.groups() for line in config_text.splitlines() if (m := PARAMETER.match(line.strip())))
+
+
 def triton_dtype(dtype: str) -> str:
     name = np.dtype(dtype).name
     if name not in TRITON_DTYPES:
@@ -23,12 +33,12 @@ def triton_dtype(dtype: str) -> str:
     return TRITON_DTYPES[name]
 
 
-def _tensor(spec: TensorSpec) -> str:
+def _tensor(spec: TensorSpec, ragged: bool = False) -> str:
     head = f'  {{ name: "{spec.name}" data_type: {triton_dtype(spec.dtype)}'
     if not spec.dims:  # one value per row: Triton wants dims [1], reshaped away
         return head + " dims: [ 1 ] reshape: { shape: [ ] } }"
     dims = ", ".join(str(d) if isinstance(d, int) else "-1" for d in spec.dims)
-    return head + f" dims: [ {dims} ] }}"
+    return head + f" dims: [ {dims} ]" + (" allow_ragged_batch: true" if ragged else "") + " }"
 
 
 def _found(manifest: Manifest) -> str:
@@ -44,27 +54,34 @@ def _found(manifest: Manifest) -> str:
     )
 
 
-def render(name: str, manifest: Manifest, parameters: Mapping[str, str] | None = None) -> str:
+def render(name: str, manifest: Manifest, parameters: Mapping[str, str] | None = None,
+           queue_delay_us: int | None = None, ragged_axis: str | None = None, comment: str | None = None) -> str:
     """Triton sees one model with a batch axis on every tensor; the stages are ours to run.
 
     TensorRT stages run on a GPU instance, ONNX Runtime stages on a CPU one. ``parameters`` are
-    the backend's knobs (README, "Knobs").
+    the backend's knobs (README, "Knobs"). ``queue_delay_us`` sets the dynamic batcher's delay,
+    and inputs along ``ragged_axis`` may differ in length within a batch (``allow_ragged_batch``):
+    both for the single-exit baselines, which Triton batches itself. ``comment`` replaces the
+    note on what the slicer found.
     """
-    inputs = ",\n".join(_tensor(s) for s in manifest.inputs)
+    inputs = ",\n".join(_tensor(s, ragged_axis is not None and ragged_axis in s.dims) for s in manifest.inputs)
     outputs = ",\n".join(_tensor(s) for s in manifest.outputs)
     kind = "KIND_GPU" if any(s.engine == "tensorrt" for s in manifest.stages) else "KIND_CPU"
     knobs = "".join(f'parameters: {{ key: "{key}" value: {{ string_value: "{value}" }} }}\n'
                     for key, value in (parameters or {}).items())
+    batcher = f"dynamic_batching {{ max_queue_delay_microseconds: {queue_delay_us} }}" \
+        if queue_delay_us is not None else "dynamic_batching { }"
+    note = comment if comment is not None else (_found(manifest) if parameters else "")
     return (
         f'name: "{name}"\n'
         'backend: "dvabatch"\n'
         f"max_batch_size: {manifest.max_batch_size}\n"
         f"input [\n{inputs}\n]\n"
         f"output [\n{outputs}\n]\n"
-        "dynamic_batching { }\n"
-        "# One instance: it runs every stage of the pipeline, each batch on its own rows.\n"
+        f"{batcher}\n"
+        "# One instance: the backend runs every stage of the model itself.\n"
         f"instance_group [ {{ kind: {kind} count: 1 }} ]\n"
-        + (_found(manifest) + knobs if parameters else "")
+        + note + knobs
     )
 
 

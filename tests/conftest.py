@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -16,6 +15,7 @@ import tritonclient.grpc as grpcclient
 
 from slicer.slicing import SliceOptions, slice_model
 from tools import synthetic
+from tools.bench import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 E2E_STAGES = {"resnet_like": 3, "unet_like": 3, "bert_like": 4}
@@ -24,16 +24,16 @@ MAX_BATCH = 8
 FAST = SliceOptions(max_batch_size=MAX_BATCH, lengths=(8, 16), warmup=1, node_repeats=3, stage_repeats=5)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="session")
 def sources(tmp_path_factory) -> dict[str, Path]:
     folder = tmp_path_factory.mktemp("sources")
     return {name: synthetic.save(build(), folder / f"{name}.onnx") for name, build in synthetic.BUILDERS.items()}
+
+
+@pytest.fixture(scope="session")
+def tokenizer(tmp_path_factory) -> Path:
+    """A tokenizer.json whose ids fit bert_like's vocabulary."""
+    return synthetic.bert_like_tokenizer(tmp_path_factory.mktemp("tokenizer") / "tokenizer.json")
 
 
 @pytest.fixture(scope="session")
@@ -60,9 +60,11 @@ def processes_matching(text: str) -> list[str]:
 
 
 class RunningServer:
-    def __init__(self, process: subprocess.Popen, grpc_port: int):
+    def __init__(self, process: subprocess.Popen, grpc_port: int, http_port: int, metrics_port: int):
         self.process = process
         self.url = f"127.0.0.1:{grpc_port}"
+        self.http_url = f"127.0.0.1:{http_port}"
+        self.metrics_url = f"http://127.0.0.1:{metrics_port}/metrics"
         self.grpc_port = grpc_port
 
 
@@ -87,7 +89,7 @@ def server(repository) -> RunningServer:
                 pass
             assert time.monotonic() < deadline, "Triton was not ready in 180 s"
             time.sleep(0.25)
-    yield RunningServer(process, grpc_port)
+    yield RunningServer(process, grpc_port, http_port, metrics_port)
     process.send_signal(signal.SIGTERM)
     assert process.wait(60) == 0
     assert not processes_matching(f"--grpc-port={grpc_port}"), "tritonserver still running"

@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 
 import numpy as np
 
 from backend.config import RuntimeConfig
+from backend.device import make_device
 from backend.engine import load_engines
 from backend.manifest import LatencyTable, Manifest, StageSpec, TensorSpec
 from backend.query import Query
 from backend.runtime import Runtime
 
 BATCH_SIZES = [1, 2, 4, 8]
+# DVABATCH_TEST_DEVICE=GPU runs the timed schedules on CUDA streams and events (a GPU machine only).
+DEVICE = os.environ.get("DVABATCH_TEST_DEVICE", "CPU")
 
 
 def timed_manifest(tables: list[dict], dims: tuple = ("sequence",), max_batch_size: int = 8) -> Manifest:
@@ -38,7 +42,8 @@ class Clock:
         self.runs: list[tuple[int, int, int, int, float, float]] = []  # stage, batch, start, num, t0, t1
         self._done = threading.Condition()
         self._started, self.t0 = False, time.monotonic()
-        self.runtime = Runtime(manifest, load_engines(manifest, "."), config, trace=self._trace)
+        device = make_device(DEVICE)
+        self.runtime = Runtime(manifest, load_engines(manifest, ".", device), config, device, trace=self._trace)
 
     def _trace(self, stage, item, began, ended) -> None:
         self.runs.append((stage, item.batch_id, item.start, item.num, self.ms(began), self.ms(ended)))

@@ -44,13 +44,14 @@ EXAMPLES = (
 )
 
 
-def up_to_date(example: Example, model_dir: Path) -> bool:
+def up_to_date(source: Path, model_dir: Path) -> bool:
+    """Whether ``model_dir`` was sliced from ``source`` as it is now and has all its stage files."""
     version_dir = model_dir / VERSION
     try:
         manifest = Manifest.load(version_dir)
     except (FileNotFoundError, ValueError, KeyError):
         return False
-    return (example.source.is_file() and manifest.source_sha256 == sha256(example.source)
+    return (source.is_file() and manifest.source_sha256 == sha256(source)
             and all((version_dir / s.file).is_file() for s in manifest.stages))
 
 
@@ -60,7 +61,7 @@ def build(repository: Path = DEFAULT_REPOSITORY, force: bool = False) -> list[Pa
         model_dir = repository / example.name
         # Always regenerated (milliseconds, same bytes each time), so a changed builder is noticed.
         synthetic.save(synthetic.BUILDERS[example.builder](), example.source)
-        if force or not up_to_date(example, model_dir):
+        if force or not up_to_date(example.source, model_dir):
             result = slice_model(example.source, model_dir,
                                  SliceOptions(stages=example.stages, max_batch_size=example.max_batch_size))
             print(f"{example.name}: {example.stages} stages, balance {result.manifest.slicing.balance:.2f}, "

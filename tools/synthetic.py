@@ -156,3 +156,29 @@ def save(model: onnx.ModelProto, path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     onnx.save(model, str(path))
     return path
+
+
+def bert_like_tokenizer(path: Path, vocab: int = 100) -> Path:
+    """A word-level tokenizer.json for ``bert_like``: its ids fit the model's vocabulary (the most
+    common English words, the rest [UNK]) and it makes BERT's inputs, so real text drives the
+    small model with realistic lengths (``tools.load --dataset glue:RTE``)."""
+    from tokenizers import Tokenizer
+    from tokenizers.models import WordLevel
+    from tokenizers.normalizers import Lowercase
+    from tokenizers.pre_tokenizers import Whitespace
+    from tokenizers.processors import TemplateProcessing
+
+    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]"]
+    words = ("the of and to a in is that for it as was with be by on not he i this are or his from at which but have "
+             "an had they you were their one all we can her has there been if more when will would who so no she other "
+             "its may these about than into after first new two time only most also over years year people some state "
+             "world could them him made then said out any what well up many do did such where our war").split()
+    table = {token: i for i, token in enumerate([*specials, *words][:vocab])}
+    tokenizer = Tokenizer(WordLevel(table, unk_token="[UNK]"))
+    tokenizer.normalizer = Lowercase()
+    tokenizer.pre_tokenizer = Whitespace()
+    tokenizer.post_processor = TemplateProcessing(single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+                                                  special_tokens=[("[CLS]", 2), ("[SEP]", 3)])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tokenizer.save(str(path))
+    return path

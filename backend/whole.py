@@ -1,0 +1,79 @@
+"""Single-entry single-exit serving (``batching: triton``): what Triton's own batching does.
+
+Triton's dynamic batcher forms the batch; it runs through every stage in one go and every query
+is answered when the whole batch ends. The baselines ``<name>_zero`` and ``<name>_delay`` are
+served this way, with the same engines, validation and answering as the pipeline, so that a
+comparison measures the batching and nothing else.
+
+Requests whose inputs differ along a named axis arrive in one batch only when config.pbtxt
+allows ragged batches (``allow_ragged_batch``). They are then padded with zeros to the longest in
+the batch, and outputs along that axis are cut back to each query's own size: the paper's
+baseline for input diversity. Zero is the right pad for token ids and attention masks.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from .device import Device
+from .engine import Engine, run_stages
+from .manifest import Manifest, TensorSpec
+from .metrics import Metrics
+from .query import Failure, Query, refuse_invalid
+
+
+class WholeBatch:
+    """Runs each batch Triton hands over to completion and answers its queries."""
+
+    def __init__(self, manifest: Manifest, engines: Sequence[Engine], device: Device, metrics: Metrics):
+        self.manifest, self.engines, self.device, self.metrics = manifest, engines, device, metrics
+
+    def run(self, queries: Sequence[Query]) -> None:
+        good = refuse_invalid(self.manifest, queries)
+        if not good:
+            return
+        self.metrics.meta_operation("new")
+        self.metrics.admitted(time.monotonic() - q.arrived for q in good)
+        try:
+            self._run(good)
+        except Exception:  # noqa: BLE001 - rerun one by one: only a query that cannot run fails
+            for query in good:
+                try:
+                    self._run([query])
+                except Exception as exc:  # noqa: BLE001
+                    query.answer(failure=Failure(f"inference failed: {type(exc).__name__}: {exc}", bad_input=False))
+
+    def _run(self, queries: Sequence[Query]) -> None:
+        sizes = [_named_sizes(self.manifest.inputs, q.inputs) for q in queries]
+        longest = {name: max(s[name] for s in sizes) for name in sizes[0]}
+        feed = {spec.name: self.device.from_host(np.concatenate(
+                    [_pad(q.inputs[spec.name], spec, longest) for q in queries]))
+                for spec in self.manifest.inputs}
+        rows = sum(q.rows for q in queries)
+        outputs = run_stages(self.engines, self.manifest.stages, feed,
+                             ran=lambda stage, seconds: self.metrics.stage_ran(stage, rows, seconds))
+        host = {spec: self.device.to_host(outputs[spec.name]) for spec in self.manifest.outputs}
+        start = 0
+        for query, own in zip(queries, sizes):
+            query.answer({spec.name: _cut(array[start:start + query.rows], spec, own) for spec, array in host.items()})
+            start += query.rows
+
+
+def _named_sizes(specs: Sequence[TensorSpec], inputs: Mapping[str, np.ndarray]) -> dict[str, int]:
+    """The size of every named axis in one query's inputs (validation made them agree)."""
+    return {dim: inputs[spec.name].shape[axis] for spec in specs
+            for axis, dim in enumerate(spec.dims, start=1) if isinstance(dim, str)}
+
+
+def _pad(array: np.ndarray, spec: TensorSpec, longest: Mapping[str, int]) -> np.ndarray:
+    widths = [(0, 0)] + [(0, longest[dim] - size) if isinstance(dim, str) else (0, 0)
+                         for dim, size in zip(spec.dims, array.shape[1:])]
+    return np.pad(array, widths) if any(after for _, after in widths) else array
+
+
+def _cut(array: np.ndarray, spec: TensorSpec, own: Mapping[str, int]) -> np.ndarray:
+    index = (slice(None),) + tuple(slice(0, own[dim]) if dim in own else slice(None) for dim in spec.dims)
+    return array[index]

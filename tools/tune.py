@@ -1,0 +1,212 @@
+"""python -m tools.tune: choose the stage count by measuring (the paper tries 1 to 8 stages).
+
+    python -m tools.tune SRC.onnx --out model_repository/NAME [--stages 1-8] [--max-batch-size 8]
+        [--by peak | --by latency --rate R] [--dataset glue:RTE --tokenizer FILE | --input-data ...]
+        [--qos-ms 200] [--step-seconds 5] [--window 10] [--rounds 2] [--csv tune.csv]
+
+Slices the model into each stage count (the slicer's defaults otherwise, including its policy
+defaults), serves every slicing from one tritonserver, loads them with the same requests, and
+picks the best: the highest peak under the QoS with the stepping load (``--by peak``), or the
+lowest mean latency at ``--rate`` requests/s over ``--rounds`` interleaved windows (``--by
+latency``). The winner is written to ``--out`` (replacing an earlier slicing there); every try
+and the time tuning took are reported.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import math
+import re
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from backend.manifest import Manifest
+from slicer.errors import SliceError
+from slicer.slicing import VERSION, SliceOptions, slice_model
+from tools.bench import Bench, stepping_rates
+from tools.load.workload import WorkloadError, add_workload_arguments, from_arguments
+
+
+@dataclass
+class Try:
+    stages: int
+    model: str
+    slice_seconds: float
+    balance: float = math.nan
+    error: str = ""
+    peak: float = math.nan
+    mean_ms: list[float] | None = None
+    p99_ms: list[float] | None = None
+
+    @property
+    def mean(self) -> float:
+        return statistics.median(self.mean_ms) if self.mean_ms else math.nan
+
+
+def _counts(text: str) -> tuple[int, ...]:
+    counts: set[int] = set()
+    for part in text.split(","):
+        low, _, high = part.partition("-")
+        try:
+            counts.update(range(int(low), int(high or low) + 1))
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected counts such as 1-8 or 1,2,4, got {text!r}") from None
+    if not counts or min(counts) < 1:
+        raise argparse.ArgumentTypeError(f"stage counts must be at least 1, got {text!r}")
+    return tuple(sorted(counts))
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m tools.tune", description=__doc__.split("\n\n")[0])
+    p.add_argument("src", type=Path, help="the ONNX model to slice")
+    p.add_argument("--out", type=Path, required=True, help="model directory for the winner (its name is the model's)")
+    p.add_argument("--stages", type=_counts, default=tuple(range(1, 9)), help="stage counts to try (default 1-8)")
+    p.add_argument("--max-batch-size", type=int, default=8)
+    p.add_argument("--lengths", default="16,32,64", help="slicer --lengths for models with a length axis")
+    p.add_argument("--by", choices=("peak", "latency"), default="peak", help="what picks the winner (default peak)")
+    p.add_argument("--rate", type=float, help="--by latency: the load, in requests/s (Poisson)")
+    add_workload_arguments(p)
+    p.add_argument("--qos-ms", type=float, default=200, help="--by peak: latency target (default 200)")
+    p.add_argument("--percentile", type=int, default=99, help="--by peak: percentile held to the QoS (default 99)")
+    p.add_argument("--step-seconds", type=float, default=5, help="--by peak: seconds per step (default 5)")
+    p.add_argument("--steps", type=int, default=30, help="--by peak: steps of the stepping load (default 30)")
+    p.add_argument("--window", type=float, default=10, help="--by latency: seconds per window (default 10)")
+    p.add_argument("--rounds", type=int, default=2, help="--by latency: windows per stage count (default 2)")
+    p.add_argument("--warmup", type=float, default=2, help="unmeasured seconds before each measurement")
+    p.add_argument("--csv", type=Path, help="write every try here")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    console = Console(width=None if sys.stdout.isatty() else 150)
+    if args.by == "latency" and not args.rate:
+        console.print("[red]error:[/red] --by latency needs --rate")
+        return 2
+    try:
+        lengths = tuple(int(v) for v in args.lengths.split(","))
+    except ValueError:
+        console.print(f"[red]error:[/red] --lengths {args.lengths!r} is not a list of sizes")
+        return 2
+    began = time.monotonic()
+    name = args.out.name
+    with tempfile.TemporaryDirectory(prefix="dvabatch-tune-") as scratch:
+        repository = Path(scratch)
+        tries = slice_all(args, repository, name, lengths, console)
+        served = [t for t in tries if not t.error]
+        if not served:
+            console.print("[red]error:[/red] no stage count could be sliced")
+            return 2
+        with Bench(repository, log=repository / "tritonserver.log") as bench:
+            for t in served:
+                bench.load(t.model)
+            try:
+                requests = from_arguments(args, bench.interface(served[0].model))
+            except WorkloadError as exc:
+                console.print(f"[red]error:[/red] {exc}")
+                return 2
+            measure(bench, served, requests, args, console)
+        best = (max(served, key=lambda t: (t.peak, -t.stages)) if args.by == "peak"
+                else min(served, key=lambda t: (t.mean, t.stages)))
+        install(repository / best.model, args.out)
+    seconds = time.monotonic() - began
+    console.print(report(tries, best, args))
+    if args.csv:
+        write_csv(args.csv, tries, best)
+    console.print(f"{best.stages} stages won ({'peak' if args.by == 'peak' else 'mean latency'}); wrote {args.out}. "
+                  f"Tuning took {seconds / 60:.1f} min.")
+    return 0
+
+
+def slice_all(args: argparse.Namespace, repository: Path, name: str, lengths: tuple[int, ...],
+              console: Console) -> list[Try]:
+    tries = []
+    options = SliceOptions(max_batch_size=args.max_batch_size, lengths=lengths)
+    for count in args.stages:
+        model = f"{name}_{count}stages"
+        began = time.perf_counter()
+        try:
+            result = slice_model(args.src, repository / model, replace(options, stages=count))
+            t = Try(count, model, time.perf_counter() - began, result.manifest.slicing.balance)
+        except (SliceError, FileNotFoundError) as exc:
+            shutil.rmtree(repository / model, ignore_errors=True)
+            t = Try(count, model, time.perf_counter() - began, error=str(exc))
+        console.print(f"  {count} stages: " + (f"sliced in {t.slice_seconds:.0f} s, balance {t.balance:.2f}"
+                                               if not t.error else f"not sliced: {t.error}"), highlight=False)
+        tries.append(t)
+    return tries
+
+
+def measure(bench: Bench, tries: list[Try], requests: list, args: argparse.Namespace, console: Console) -> None:
+    max_bs = Manifest.load(Path(bench.server.model_repository) / tries[0].model / VERSION).max_batch_size
+    for t in tries:  # warm every slicing up
+        bench.capacity(t.model, requests, max_bs, args.warmup)
+    if args.by == "peak":
+        capacity = bench.capacity(tries[0].model, requests, 2 * max_bs, 2 * args.step_seconds)
+        rates = stepping_rates(capacity, args.steps)
+        for t in tries:
+            t.peak = bench.peak(t.model, requests, rates, args.step_seconds, args.qos_ms, args.percentile,
+                                seed=args.seed).peak
+            console.print(f"  {t.stages} stages: peak {t.peak:g} requests/s", highlight=False)
+        return
+    for round_ in range(args.rounds):
+        shift = round_ % len(tries)
+        for t in tries[shift:] + tries[:shift]:
+            s = bench.window(t.model, requests, args.rate, args.window, args.warmup, seed=args.seed + round_).summary
+            t.mean_ms = (t.mean_ms or []) + [s.mean_ms]
+            t.p99_ms = (t.p99_ms or []) + [s.percentiles_ms[99]]
+            console.print(f"  round {round_ + 1}, {t.stages} stages: mean {s.mean_ms:.1f} ms, "
+                          f"p99 {s.percentiles_ms[99]:.1f} ms", highlight=False)
+
+
+def install(model_dir: Path, out: Path) -> None:
+    """Copy the winning slicing to ``out`` under its name; an earlier model there is replaced
+    only if the slicer wrote it (it has a manifest)."""
+    if out.exists() and not (out / VERSION / "manifest.json").is_file():
+        raise SystemExit(f"{out} exists and is not a sliced model; not replacing it")
+    staged = out.with_name(f".{out.name}.tuning")
+    shutil.rmtree(staged, ignore_errors=True)
+    shutil.copytree(model_dir, staged)
+    config = staged / "config.pbtxt"
+    config.write_text(re.sub(r'^name:\s*".*"', f'name: "{out.name}"', config.read_text(), count=1, flags=re.M))
+    shutil.rmtree(out, ignore_errors=True)
+    staged.rename(out)
+
+
+def report(tries: list[Try], best: Try, args: argparse.Namespace) -> Table:
+    goal = f"peak under {args.qos_ms:g} ms" if args.by == "peak" else f"mean latency at {args.rate:g}/s"
+    table = Table(title=f"stage counts tried ({goal})")
+    for column in ("stages", "sliced in s", "balance", "peak/s" if args.by == "peak" else "mean ms (p99 ms)", ""):
+        table.add_column(column, justify="right")
+    for t in tries:
+        if t.error:
+            result = t.error
+        elif args.by == "peak":
+            result = f"{t.peak:g}"
+        else:
+            result = f"{t.mean:.1f} ({statistics.median(t.p99_ms):.1f})"
+        table.add_row(str(t.stages), f"{t.slice_seconds:.0f}", "-" if math.isnan(t.balance) else f"{t.balance:.2f}",
+                      result, "best" if t is best else "")
+    return table
+
+
+def write_csv(path: Path, tries: list[Try], best: Try) -> None:
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["stages", "slice_seconds", "balance", "peak_rps", "mean_ms", "p99_ms", "best", "error"])
+        for t in tries:
+            w.writerow([t.stages, f"{t.slice_seconds:.1f}", t.balance, t.peak, t.mean,
+                        statistics.median(t.p99_ms) if t.p99_ms else math.nan, t is best, t.error])
+
+
+if __name__ == "__main__":
+    sys.exit(main())
