@@ -157,3 +157,10 @@ def test_gpu_profile_groups_layers_evenly_and_models_are_declared():
     assert groups([3, 1, 1, 1], 2) == [(0, 1), (1, 4)]
     assert {m.name for m in MODELS} == {"minilm", "resnet50", "vgg16", "craft"}
     assert all(m.package.count("==") == 1 for m in MODELS)
+
+
+def test_compare_refuses_a_variant_the_backend_refuses(run, repository, sources, tmp_path):
+    done = run("tools.compare", str(repository / "resnet_like"), "--source", str(sources["resnet_like"]),
+               "--variant", "typo:policy=fixd", "--out", str(tmp_path / "out"))
+    assert done.returncode == 2
+    assert "DVABatch typo does not load" in done.stdout and "fixd" in done.stdout

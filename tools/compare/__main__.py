@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 
 from rich.console import Console
+from tritonclient.utils import InferenceServerException
 
 from backend.manifest import Manifest
 from slicer.errors import SliceError
@@ -95,12 +96,20 @@ def main(argv: list[str] | None = None) -> int:
     delays = sorted(int(d) for d in args.delays_us.split(",")) if args.delays_us else cfg.delay_candidates(whole)
     with tempfile.TemporaryDirectory(prefix="dvabatch-compare-") as scratch:
         repository = Path(scratch)
-        ours = cfg.ours(model_dir, repository, args.variant)
+        try:
+            ours = cfg.ours(model_dir, repository, args.variant)
+        except ValueError as exc:
+            console.print(f"[red]error:[/red] {exc}")
+            return 2
         console.print(f"baseline candidates: delays {', '.join(f'{d / 1000:g} ms' for d in delays)}, queries sent "
                       f"{', '.join(sendings)}" + (", threads spinning or not" if len(spinning) > 1 else ""))
         with Bench(repository, log=out / "tritonserver.log") as bench:
-            for config in ours:
-                bench.load(config.model)
+            try:
+                for config in ours:
+                    bench.load(config.model)
+            except InferenceServerException as exc:
+                console.print(f"[red]error:[/red] {config.label} does not load: {exc.message()}")
+                return 2
             try:
                 interface = bench.interface(ours[0].model)
                 requests = {False: from_arguments(args, interface)}
