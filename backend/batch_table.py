@@ -26,7 +26,7 @@ import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
-from .query import Query, shape_key
+from .query import BatchShape, Query
 
 
 @dataclass(frozen=True)
@@ -61,7 +61,7 @@ class BatchRow:
     stretchable: bool
     offset: int
     members: list[Member]
-    shape: tuple
+    shape: BatchShape
     held: dict[int, list[BatchItem]] = field(default_factory=dict)  # stage -> items waiting there
 
     def members_in(self, start: int, num: int) -> Iterator[tuple[Member, int, int, int]]:
@@ -85,29 +85,42 @@ class BatchTable:
         self._rows: dict[int, BatchRow] = {}
         self._ids = itertools.count()
         self._latest: int | None = None
-        self._lock = threading.RLock()
-        self._empty = threading.Condition(self._lock)
+        self.lock = threading.RLock()  # held across a decision and its meta operation, to make them atomic
+        self._empty = threading.Condition(self.lock)
 
     def __len__(self) -> int:
-        with self._lock:
+        with self.lock:
             return len(self._rows)
 
+    def __contains__(self, batch_id: int) -> bool:
+        with self.lock:
+            return batch_id in self._rows
+
+    def rows_in_flight(self) -> int:
+        with self.lock:
+            return sum(row.bs for row in self._rows.values())
+
     def rows(self) -> list[BatchRow]:
-        with self._lock:
+        with self.lock:
             return list(self._rows.values())
 
     def get(self, batch_id: int) -> BatchRow:
-        with self._lock:
+        with self.lock:
             return self._rows[batch_id]
 
     def wait_empty(self, timeout: float | None = None) -> bool:
-        with self._lock:
+        with self.lock:
             return self._empty.wait_for(lambda: not self._rows, timeout)
 
-    def new(self, queries: Sequence[Query], now: float, stretchable: bool = True) -> BatchItem:
-        with self._lock:
+    def new(self, queries: Sequence[Query], now: float, stretchable: bool = True,
+            shape: BatchShape | None = None) -> BatchItem:
+        """A batch of ``queries`` (of ``shape``: by default, their exact one)."""
+        with self.lock:
+            shape = shape or BatchShape.of(queries)
+            if not all(shape.admits(q) for q in queries):
+                raise ValueError(f"queries do not fit the batch shape {shape}")
             row = BatchRow(id=next(self._ids), bs=0, created=now, status=[0] * self.stages,
-                           stretchable=stretchable, offset=0, members=[], shape=shape_key(queries[0]))
+                           stretchable=stretchable, offset=0, members=[], shape=shape)
             self._append(row, queries)
             self._rows[row.id] = row
             self._latest = row.id
@@ -116,18 +129,18 @@ class BatchTable:
     def stretch_candidate(self, query: Query) -> BatchRow | None:
         """The batch ``query`` may join: the latest one, if it is still stretchable, has room for
         the query's rows, stacks with it and has not begun to leave the pipeline."""
-        with self._lock:
+        with self.lock:
             row = self._rows.get(self._latest) if self._latest is not None else None
             if (row is None or not row.stretchable or row.bs + query.rows > self.max_batch_size
-                    or row.shape != shape_key(query) or row.status[-1] > 0):
+                    or not row.shape.admits(query) or row.status[-1] > 0):
                 return None
             return row
 
     def stretch(self, batch_id: int, queries: Sequence[Query]) -> BatchItem:
-        with self._lock:
+        with self.lock:
             row = self._rows[batch_id]
             if (row is not self.stretch_candidate(queries[0])
-                    or any(shape_key(q) != row.shape for q in queries)):
+                    or not all(row.shape.admits(q) for q in queries)):
                 raise ValueError(f"batch {batch_id} cannot be stretched by these queries")
             start = row.bs
             self._append(row, queries)
@@ -138,7 +151,7 @@ class BatchTable:
         boundary; return what goes on: nothing while the batch waits for late rows, else one
         item with every row that reached this stage. At the last stage each item leaves at once,
         and a batch whose rows all left is removed."""
-        with self._lock:
+        with self.lock:
             row = self._rows[item.batch_id]
             row.status[stage] += item.num
             if stage == self.stages - 1:
@@ -157,19 +170,19 @@ class BatchTable:
 
     def holds_rows(self, stage: int) -> bool:
         """Whether some batch keeps rows after ``stage`` for its late ones (a legitimate output)."""
-        with self._lock:
+        with self.lock:
             return any(stage in row.held for row in self._rows.values())
 
     def kept_buffer(self, stage: int, batch_id: int) -> int | None:
         """The buffer after ``stage`` where the batch keeps rows waiting for its late ones."""
-        with self._lock:
+        with self.lock:
             row = self._rows.get(batch_id)
             waiting = row.held.get(stage) if row else None
             return waiting[0].buffer if waiting else None
 
     def split(self, stage: int, item: BatchItem, sizes: Sequence[int]) -> list[BatchItem]:
         """Divide the batch of ``item`` (which must cover all of it) into batches of ``sizes`` rows."""
-        with self._lock:
+        with self.lock:
             row = self._rows[item.batch_id]
             if item.start != 0 or item.num != row.bs or sum(sizes) != row.bs or min(sizes) < 1:
                 raise ValueError(f"cannot split batch {row.id} of {row.bs} rows into {list(sizes)}")

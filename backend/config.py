@@ -1,11 +1,12 @@
 """The backend's knobs, read from config.pbtxt ``parameters`` (all values are strings there).
 
     parameters: { key: "buffer_pairs"    value: { string_value: "2" } }    # >= 1; 1 = serial manner
-    parameters: { key: "batch_window_ms" value: { string_value: "0" } }    # >= 0; entry batch window
-    parameters: { key: "policy"          value: { string_value: "pass" } } # pass | fixed | random
-    parameters: { key: "policy.seed"     value: { string_value: "7" } }    # a setting of the policy
+    parameters: { key: "policy"          value: { string_value: "auto" } } # see POLICIES
+    parameters: { key: "policy.statistic" value: { string_value: "p99" } } # a setting of the policy
+    parameters: { key: "batch_window_ms" value: { string_value: "-1" } }   # -1: the policy's; >= 0: fixed
+    parameters: { key: "pad_value.input_ids" value: { string_value: "0" } }  # what pads an input (0)
     parameters: { key: "batching"        value: { string_value: "dvabatch" } }  # dvabatch | triton
-    parameters: { key: "intra_op_thread_count" value: { string_value: "0" } }   # 0: cores / stages
+    parameters: { key: "intra_op_thread_count" value: { string_value: "0" } }   # 0: every core
     parameters: { key: "allow_spinning"  value: { string_value: "false" } }     # ONNX Runtime threads
 
 ``batching: triton`` serves the model single-entry single-exit: Triton's dynamic batcher forms
@@ -18,46 +19,82 @@ parameter, so a typo never silently falls back to a default.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 
-from .policy import ConfigError, Policy, make_policy, parse_value
+from .diversity import PRESETS, DiversityPolicy
+from .manifest import Manifest
+from .policy import ConfigError, FixedPolicy, Policy, RandomPolicy, parse_value
 
 POLICY_PREFIX = "policy."
+PAD_PREFIX = "pad_value."
 BATCHING = ("dvabatch", "triton")
+POLICIES: dict[str, type[Policy]] = {"pass": Policy, "fixed": FixedPolicy, "random": RandomPolicy,
+                                     **{name: DiversityPolicy for name in PRESETS}}
 
 
 @dataclass(frozen=True)
 class RuntimeConfig:
     buffer_pairs: int = 2
-    batch_window_ms: float = 0.0
+    batch_window_ms: float = -1.0  # the entry's batch window; -1: the policy's (none but Policy I's)
     batching: str = "dvabatch"
-    intra_op_thread_count: int = 0  # ONNX Runtime threads per stage; 0: the cores shared among the stages
+    intra_op_thread_count: int = 0  # ONNX Runtime threads per stage; 0: every core (idle threads sleep)
     allow_spinning: bool = False  # let idle ONNX Runtime threads spin (may win for a lone model on idle cores)
+    pad_values: Mapping[str, float] = field(default_factory=dict)  # input -> what pads it (default 0)
     policy: Policy = field(default_factory=Policy)
 
     @classmethod
     def from_parameters(cls, parameters: Mapping[str, str]) -> RuntimeConfig:
-        known = {f.name: type(f.default) for f in fields(cls) if f.name != "policy"}
+        known = {f.name: type(f.default) for f in fields(cls) if f.name not in ("policy", "pad_values")}
         values: dict = {}
-        settings = {}
+        settings, pads = {}, {}
         for key, text in parameters.items():
             if key.startswith(POLICY_PREFIX):
                 settings[key[len(POLICY_PREFIX):]] = text
+            elif key.startswith(PAD_PREFIX):
+                pads[key[len(PAD_PREFIX):]] = parse_value(key, text, float)
             elif key in known:
                 values[key] = parse_value(key, text, known[key])
             elif key != "policy":
-                raise ConfigError(f"parameter '{key}' is unknown; known: {', '.join([*known, 'policy', 'policy.*'])}")
+                raise ConfigError(f"parameter '{key}' is unknown; known: "
+                                  f"{', '.join([*known, 'policy', 'policy.*', 'pad_value.*'])}")
         if values.get("buffer_pairs", 1) < 1:
             raise ConfigError(f"parameter 'buffer_pairs' must be at least 1, got {values['buffer_pairs']}")
-        if values.get("batch_window_ms", 0) < 0:
-            raise ConfigError(f"parameter 'batch_window_ms' must be >= 0, got {values['batch_window_ms']}")
+        if values.get("batch_window_ms", -1) < 0 and values.get("batch_window_ms", -1) != -1:
+            raise ConfigError(f"parameter 'batch_window_ms' must be >= 0, or -1 for the policy's window, "
+                              f"got {values['batch_window_ms']}")
         if values.get("intra_op_thread_count", 0) < 0:
             raise ConfigError("parameter 'intra_op_thread_count' must be >= 0 (0: cores / stages), "
                               f"got {values['intra_op_thread_count']}")
         if values.get("batching", BATCHING[0]) not in BATCHING:
             raise ConfigError(f"parameter 'batching' is {values['batching']!r}; known: {', '.join(BATCHING)}")
-        return cls(**values, policy=make_policy(parameters.get("policy", "pass"), settings))
+        return cls(**values, pad_values=pads, policy=make_policy(parameters.get("policy", "pass"), settings))
+
+    def bind(self, manifest: Manifest) -> None:
+        """Check the knobs against the model and let the policy read its tables."""
+        inputs = [spec.name for spec in manifest.inputs]
+        for name in self.pad_values:
+            if name not in inputs:
+                raise ConfigError(f"parameter '{PAD_PREFIX}{name}' names no input; the inputs are {', '.join(inputs)}")
+        self.policy.bind(manifest)
+
+
+def make_policy(name: str, settings: Mapping[str, str]) -> Policy:
+    """The policy called ``name`` with its settings parsed from strings; errors name the parameter."""
+    if name not in POLICIES:
+        raise ConfigError(f"parameter 'policy' is {name!r}; known policies: {', '.join(POLICIES)}")
+    cls = POLICIES[name]
+    fields_ = {f.name: f for f in dataclasses.fields(cls) if f.init} if dataclasses.is_dataclass(cls) else {}
+    values: dict = dict(PRESETS.get(name, {}))
+    for key, text in settings.items():
+        if key not in fields_:
+            raise ConfigError(f"parameter 'policy.{key}' is not a setting of policy {name!r}; "
+                              f"its settings: {', '.join(fields_) or 'none'}")
+        values[key] = parse_value(f"policy.{key}", text, type(fields_[key].default))
+    policy = cls(**values)
+    policy.name = name
+    return policy
 
 
 def triton_parameters(model_config: Mapping) -> dict[str, str]:

@@ -130,11 +130,11 @@ class StageExecutor(threading.Thread):
                 self.device.record(source.event, self.stream)
                 self.input.done_reading(source)
             keeps = target is not None and target.claims > 0  # written beside rows kept there
-            out = self.scheduler.schedule(self.spec.index, item, target.index if target else None)
+            reads, out = self.scheduler.schedule(self.spec.index, item, target.index if target else None)
             if target is not None:
                 self.device.record(target.event, self.stream)
-                # Every pushed part reads the buffer once; rows held for late ones count as one read.
-                self.output.written(target, max(len(out), 1) - keeps)
+                # Every part reads the buffer once (held ones later); rows kept for late ones count as one.
+                self.output.written(target, max(reads, 1) - keeps)
         ended = time.monotonic()
         self.scheduler.metrics.stage_ran(self.spec.index, item.num, ended - began)
         if self.trace:

@@ -92,6 +92,22 @@ class LatencyTable:
         """Mean milliseconds for ``batch`` rows padded to ``length`` along ``axis``."""
         return float(self.row(length)[_round_up(self.batch_sizes, batch, "batch size")])
 
+    def predict(self, batch: int, length: int | None = None, statistic: str = "mean") -> float:
+        """Milliseconds ``batch`` rows of ``length`` are expected to take: the table's entry
+        (rounded up) and, beyond its largest batch or length, proportionally more; ``p99`` falls
+        back to ``mean`` where the table has none. A table without ``axis`` ignores ``length``."""
+        scale = 1.0
+        if self.lengths is None:
+            length = None
+        else:
+            length = length or self.lengths[0]
+            if length > self.lengths[-1]:
+                scale, length = length / self.lengths[-1], self.lengths[-1]
+        if batch > self.batch_sizes[-1]:
+            scale, batch = scale * batch / self.batch_sizes[-1], self.batch_sizes[-1]
+        row = self.row(length, statistic if getattr(self, statistic) is not None else "mean")
+        return scale * float(row[_round_up(self.batch_sizes, batch, "batch size")])
+
 
 def _round_up(table: tuple[int, ...], value: int, what: str) -> int:
     for index, entry in enumerate(table):
@@ -182,11 +198,14 @@ class Manifest:
 
     @property
     def length_axis(self) -> str | None:
-        """The input axis whose padded length varies (input diversity): the slicer's, else the
-        axis of the stage latency tables (a hand-written or simulated model)."""
+        """The input axis whose padded length varies (input diversity): the slicer's, else (a
+        hand-written or simulated model) the axis of the stage latency tables or the first named
+        dim of the inputs."""
         if self.slicing is not None:
             return self.slicing.length_axis
-        return next((s.latency.axis for s in self.stages if s.latency is not None), None)
+        tabulated = next((s.latency.axis for s in self.stages if s.latency is not None and s.latency.axis), None)
+        named = (d for spec in self.inputs for d in spec.dims if isinstance(d, str))
+        return tabulated or next(named, None)
 
     @property
     def operator_diversity(self) -> bool:

@@ -95,12 +95,16 @@ class TritonPythonModel:
             )
         runtime_config = RuntimeConfig.from_parameters(triton_parameters(config))
         device = make_device(args.get("model_instance_kind", "CPU"), int(args.get("model_instance_device_id", 0)))
-        whole = runtime_config.batching == "triton"  # one stage runs at a time: it gets every core
-        threads = runtime_config.intra_op_thread_count or stage_threads(1 if whole else len(self._manifest.stages))
+        whole = runtime_config.batching == "triton"
+        # Every stage may use every core: a lone query's stage then runs on all of them, and stages
+        # running at the same time share them (idle ONNX Runtime threads sleep unless spinning).
+        threads = runtime_config.intra_op_thread_count or stage_threads(1)
         engines = load_engines(self._manifest, version_dir, device, threads, runtime_config.allow_spinning)
         metrics = Metrics()
         if whole:
-            self._whole, self._runtime = WholeBatch(self._manifest, engines, device, metrics), None
+            runtime_config.bind(self._manifest)
+            self._whole, self._runtime = WholeBatch(self._manifest, engines, device, metrics,
+                                                    runtime_config.pad_values), None
         else:
             self._whole, self._runtime = None, Runtime(self._manifest, engines, runtime_config, device, metrics=metrics)
         gauges = self._runtime.gauges if self._runtime is not None else dict

@@ -1,26 +1,26 @@
 """Scheduling policies: the user-defined conditions of the paper's Figure 12.
 
-The scheduler asks a policy two things. At the entry, when the first stage is ready for more
-queries: should they *stretch* the latest batch (the table offers it only when that is legal),
-and if they become a *new* batch instead, may it be stretched later (a batch the policy means to
-split must not be)? After a stage finishes a whole batch: should it be *split*, and into which
-sizes? Everything else (*pass on*) is the default.
+The scheduler asks a policy at the entry, when the first stage is ready for more queries: how
+long to wait for more (the batch window), should they *stretch* the latest batch (the table
+offers it only when that is legal), and if not, which *new* batches to form from them and may
+those be stretched later? After a stage finishes a whole batch: should it be *split*, into
+which sizes, and do the parts run one after another? Everything else (*pass on*) is the default.
 
-Policies here are the pass-through policy and fixed/random ones for tests; the diversity-aware
-policies read the stage latency tables through the same hooks. Settings come from config.pbtxt
-as ``policy.<setting>`` parameters and are typed by the policy's dataclass fields.
+Policies here are the pass-through policy and fixed/random ones for tests and for showing the
+meta operations; the paper's diversity-aware policies are in ``diversity.py``. Settings come
+from config.pbtxt as ``policy.<setting>`` parameters and are typed by the dataclass fields.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import random
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from .batch_table import BatchRow
-from .query import Query
+from .manifest import Manifest
+from .query import BatchShape, Query, take_batch
 
 
 class ConfigError(ValueError):
@@ -31,9 +31,26 @@ class Policy:
     """Pass-through: every admission is a new batch, nothing is stretched or split."""
 
     name = "pass"
+    split_serially = False  # split parts enter the next stage as soon as it is free
+    max_in_flight = 0  # rows admitted and not yet answered, at most (0: no limit but the batch size)
 
-    def stretch(self, candidate: BatchRow, queries: Sequence[Query], now: float) -> bool:
-        """Should ``queries`` join ``candidate`` (the latest batch, legal to stretch)?"""
+    def bind(self, manifest: Manifest) -> None:
+        """Read what the policy needs from the model (its latency tables); ConfigError if it cannot run."""
+
+    def window(self, busy: bool, arrivals_per_s: float) -> float:
+        """Seconds the entry may wait after the oldest query arrived, for more to batch with it."""
+        return 0.0
+
+    def form(self, waiting: Sequence[Query], room: int) -> list[tuple[list[Query], BatchShape]]:
+        """New batches from the waiting queries (oldest first), at most ``room`` rows in all, in the
+        order they enter: here the oldest with every later query of the same shape, as Triton's
+        dynamic batcher forms a batch."""
+        batch = take_batch(waiting, room)
+        return [(batch, BatchShape.of(batch))]
+
+    def stretch(self, candidate: BatchRow, queries: Sequence[Query], now: float, backlog: int = 0) -> bool:
+        """Should ``queries`` join ``candidate`` (the latest batch, legal to stretch)? ``backlog``:
+        batches ahead of it in the pipeline plus queries left waiting."""
         return False
 
     def stretchable(self, queries: Sequence[Query], now: float) -> bool:
@@ -56,7 +73,7 @@ class FixedPolicy(Policy):
     split_after: int = -1
     split_size: int = 1
 
-    def stretch(self, candidate: BatchRow, queries: Sequence[Query], now: float) -> bool:
+    def stretch(self, candidate: BatchRow, queries: Sequence[Query], now: float, backlog: int = 0) -> bool:
         return self.stretch_latest
 
     def stretchable(self, queries: Sequence[Query], now: float) -> bool:
@@ -88,7 +105,7 @@ class RandomPolicy(Policy):
                 raise ConfigError(f"parameter 'policy.{name}' must be between 0 and 1, got {getattr(self, name)}")
         self._rng = random.Random(self.seed)
 
-    def stretch(self, candidate: BatchRow, queries: Sequence[Query], now: float) -> bool:
+    def stretch(self, candidate: BatchRow, queries: Sequence[Query], now: float, backlog: int = 0) -> bool:
         with self._lock:
             return self._rng.random() < self.stretch_probability
 
@@ -102,24 +119,6 @@ class RandomPolicy(Policy):
                 return None
             cuts = sorted(self._rng.sample(range(1, batch.bs), self._rng.randint(1, batch.bs - 1)))
         return [b - a for a, b in zip([0, *cuts], [*cuts, batch.bs])]
-
-
-POLICIES: dict[str, type[Policy]] = {"pass": Policy, "fixed": FixedPolicy, "random": RandomPolicy}
-
-
-def make_policy(name: str, settings: Mapping[str, str]) -> Policy:
-    """The policy called ``name`` with its settings parsed from strings; errors name the parameter."""
-    if name not in POLICIES:
-        raise ConfigError(f"parameter 'policy' is {name!r}; known policies: {', '.join(POLICIES)}")
-    cls = POLICIES[name]
-    fields = {f.name: f for f in dataclasses.fields(cls) if f.init} if dataclasses.is_dataclass(cls) else {}
-    values = {}
-    for key, text in settings.items():
-        if key not in fields:
-            raise ConfigError(f"parameter 'policy.{key}' is not a setting of policy {name!r}; "
-                              f"its settings: {', '.join(fields) or 'none'}")
-        values[key] = parse_value(f"policy.{key}", text, type(fields[key].default))
-    return cls(**values)
 
 
 def parse_value(parameter: str, text: str, kind: type) -> bool | int | float | str:

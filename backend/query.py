@@ -9,13 +9,13 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from .manifest import Manifest
+from .manifest import Manifest, TensorSpec
+from .padding import named_sizes
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +44,9 @@ class Query:
     requested_outputs: tuple[str, ...] = ()  # empty: all outputs
     arrived: float = field(default_factory=time.monotonic)
     answered: bool = field(default=False, init=False)
+    # Set by validation: the size of each named axis, and the shapes with named axes left open.
+    sizes: dict[str, int] = field(default_factory=dict, init=False)
+    rigid: tuple | None = field(default=None, init=False)
 
     @property
     def rows(self) -> int:
@@ -105,15 +108,24 @@ def validate(manifest: Manifest, query: Query) -> str | None:
 
 
 def refuse_invalid(manifest: Manifest, queries: Sequence[Query]) -> list[Query]:
-    """Answer every query that cannot run with the reason (a client error); return the others."""
+    """Answer every query that cannot run with the reason (a client error); return the others,
+    with their named sizes and open shapes filled in."""
     good = []
     for query in queries:
         error = validate(manifest, query)
         if error:
             query.answer(failure=Failure(error, bad_input=True))
-        else:
-            good.append(query)
+            continue
+        query.sizes = named_sizes(manifest.inputs, query.inputs)
+        query.rigid = tuple(sorted((spec.name, _open_shape(spec, query.inputs[spec.name]))
+                                   for spec in manifest.inputs))
+        good.append(query)
     return good
+
+
+def _open_shape(spec: TensorSpec, array: np.ndarray) -> tuple:
+    """The shape without the batch axis, each named axis as its name (its size may vary)."""
+    return tuple(dim if isinstance(dim, str) else size for dim, size in zip(spec.dims, array.shape[1:]))
 
 
 def shape_key(query: Query) -> tuple:
@@ -121,14 +133,37 @@ def shape_key(query: Query) -> tuple:
     return tuple((name, array.shape[1:]) for name, array in sorted(query.inputs.items()))
 
 
-def take_batch(waiting: deque[Query], max_rows: int) -> list[Query]:
-    """Remove and return the oldest query with every later one that stacks with it, in order,
-    up to ``max_rows`` rows: what Triton's dynamic batcher with no delay would run next."""
-    first = waiting.popleft()
-    batch, rows, key = [first], first.rows, shape_key(first)
-    for query in list(waiting):
-        if rows + query.rows <= max_rows and shape_key(query) == key:
-            waiting.remove(query)
+@dataclass(frozen=True)
+class BatchShape:
+    """What the queries of one batch agree on. Exact (``pads`` false): every axis but the batch
+    axis, as Triton's batcher without ragged batching requires. Padded: the shapes with named
+    axes left open, and the batch's size on each named axis, which no query in it exceeds."""
+
+    key: tuple
+    sizes: tuple[tuple[str, int], ...] = ()
+    pads: bool = False
+
+    @classmethod
+    def of(cls, queries: Sequence[Query], pads: bool = False) -> BatchShape:
+        first = queries[0]
+        if not pads or first.rigid is None:
+            return cls(shape_key(first))
+        longest = {name: max(q.sizes[name] for q in queries) for name in first.sizes}
+        return cls(first.rigid, tuple(sorted(longest.items())), True)
+
+    def admits(self, query: Query) -> bool:
+        if not self.pads:
+            return shape_key(query) == self.key
+        return query.rigid == self.key and all(query.sizes[name] <= size for name, size in self.sizes)
+
+
+def take_batch(waiting: Sequence[Query], max_rows: int) -> list[Query]:
+    """The oldest query with every later one that stacks with it exactly, in order, up to
+    ``max_rows`` rows: what Triton's dynamic batcher with no delay would run next."""
+    first = waiting[0]
+    batch, rows, shape = [first], first.rows, BatchShape.of([first])
+    for query in list(waiting)[1:]:
+        if rows + query.rows <= max_rows and shape.admits(query):
             batch.append(query)
             rows += query.rows
     return batch

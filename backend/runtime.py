@@ -27,52 +27,86 @@ from .engine import Engine
 from .executor import BatchQueue, StageExecutor, Trace
 from .manifest import Manifest
 from .metrics import IN_FLIGHT, WAITING, Family, Metrics
-from .query import Failure, Query, refuse_invalid
+from .padding import cut, pad
+from .query import BatchShape, Failure, Query, refuse_invalid
 from .scheduler import Scheduler
 
 log = logging.getLogger(__name__)
 
 
 class Entry:
-    """Queries waiting for the first stage; the first stage's batch queue (paper: BatchQueue_1)."""
+    """Queries waiting for the first stage; the first stage's batch queue (paper: BatchQueue_1).
 
-    def __init__(self, scheduler: Scheduler, max_batch_size: int, window_s: float):
+    When stage 0 asks for work, the entry waits out the batch window if there is one (a fixed
+    ``window_s``, else the policy's, which knows whether the pipeline is busy and how fast queries
+    arrive) and the room the policy leaves for rows in flight, then lets the scheduler admit.
+    Batches the policy formed beyond the first enter on the next requests, without waiting."""
+
+    def __init__(self, scheduler: Scheduler, max_batch_size: int, window_s: float | None):
         self._scheduler = scheduler
         self._max = max_batch_size
         self._window = window_s
         self._waiting: deque[Query] = deque()
+        self._formed: deque[tuple[list[Query], BatchShape]] = deque()
+        self._arrivals: deque[float] = deque(maxlen=32)
         self._changed = threading.Condition()
         self._closed = False
 
     def put(self, queries: Sequence[Query]) -> None:
         with self._changed:
             self._waiting.extend(queries)
+            self._arrivals.extend(q.arrived for q in queries)
+            self._changed.notify_all()
+
+    def wake(self) -> None:
+        """Rows left the pipeline: there may be room for more."""
+        with self._changed:
             self._changed.notify_all()
 
     def get(self) -> BatchItem | None:
-        """The next item for stage 0 (admitting queries as new or stretch), or None once closed
-        and drained. With a batch window, waits until the oldest query has waited that long or
-        a full batch is there."""
+        """The next item for stage 0, or None once closed and drained."""
         with self._changed:
-            self._changed.wait_for(lambda: self._waiting or self._closed)
-            if not self._waiting:
-                return None
-            if self._window > 0:
-                deadline = self._waiting[0].arrived + self._window
-                while (not self._closed and sum(q.rows for q in self._waiting) < self._max
+            while True:
+                self._changed.wait_for(lambda: self._waiting or self._formed or self._closed)
+                if self._formed:
+                    return self._scheduler.new(*self._formed.popleft())
+                if not self._waiting:
+                    return None
+                room = self._room()
+                if room < self._waiting[0].rows:
+                    self._changed.wait()
+                    continue
+                window = self._window if self._window is not None else self._scheduler.policy.window(
+                    len(self._scheduler.table) > 0, self._arrival_rate())
+                deadline = self._waiting[0].arrived + window
+                while (not self._closed and sum(q.rows for q in self._waiting) < room
                        and (left := deadline - time.monotonic()) > 0):
                     self._changed.wait(left)
-            return self._scheduler.admit(self._waiting)
+                taken, item, formed = self._scheduler.admit(self._waiting, self._room())
+                gone = {id(q) for q in taken}
+                self._waiting = deque(q for q in self._waiting if id(q) not in gone)
+                self._formed.extend(formed)
+                return item
+
+    def _room(self) -> int:
+        limit = self._scheduler.policy.max_in_flight
+        return min(self._max, limit - self._scheduler.table.rows_in_flight()) if limit > 0 else self._max
+
+    def _arrival_rate(self) -> float:
+        """Queries per second over the latest arrivals (0 until there are two)."""
+        span = self._arrivals[-1] - self._arrivals[0] if len(self._arrivals) > 1 else 0.0
+        return (len(self._arrivals) - 1) / span if span > 0 else 0.0
 
     def __len__(self) -> int:
         with self._changed:
-            return len(self._waiting)
+            return len(self._waiting) + sum(len(queries) for queries, _ in self._formed)
 
     def close(self) -> list[Query]:
-        """Stop waiting for more; the queries still waiting are returned, not admitted."""
+        """Stop waiting for more; the queries not yet admitted are returned."""
         with self._changed:
             self._closed = True
-            left, self._waiting = list(self._waiting), deque()
+            left = [*self._waiting, *(q for queries, _ in self._formed for q in queries)]
+            self._waiting, self._formed = deque(), deque()
             self._changed.notify_all()
             return left
 
@@ -84,13 +118,18 @@ class Runtime:
         self.manifest = manifest
         self.device = device or CpuDevice()
         stages = len(manifest.stages)
+        config.bind(manifest)
+        self.pad_values = config.pad_values
         self.table = BatchTable(stages, manifest.max_batch_size)
         self.metrics = metrics or Metrics()
-        self.scheduler = Scheduler(self.table, config.policy, metrics=self.metrics)
-        self.entry = Entry(self.scheduler, manifest.max_batch_size, config.batch_window_ms / 1000)
-        self.boundaries = [Boundary(i, config.buffer_pairs, self.device.event) for i in range(stages - 1)]
         self.queues = [BatchQueue() for _ in range(stages - 1)]
-        self._outputs = [t.name for t in manifest.outputs]
+        self.scheduler = Scheduler(self.table, config.policy, metrics=self.metrics,
+                                   release=lambda stage, item: self.queues[stage - 1].put(item),
+                                   left=lambda: self.entry.wake())
+        window = config.batch_window_ms / 1000 if config.batch_window_ms >= 0 else None
+        self.entry = Entry(self.scheduler, manifest.max_batch_size, window)
+        self.boundaries = [Boundary(i, config.buffer_pairs, self.device.event) for i in range(stages - 1)]
+        self._outputs = {t.name: t for t in manifest.outputs}
         self._partial: dict[Query, dict[str, np.ndarray]] = {}
         self._filled: dict[Query, int] = {}
         self._lock = threading.Lock()
@@ -135,13 +174,17 @@ class Runtime:
     # What the executors need from around them (executor.Stage).
 
     def stage_inputs(self, row: BatchRow, item: BatchItem) -> dict[str, Any]:
+        """The item's rows of the model's inputs, padded to the batch's sizes where it pads."""
         chunks = list(row.members_in(item.start, item.num))
+        sizes = dict(row.shape.sizes)
         return {spec.name: self.device.from_host(np.concatenate(
-                    [m.query.inputs[spec.name][q:q + n] for m, q, _, n in chunks]))
+                    [pad(m.query.inputs[spec.name][q:q + n], spec, sizes, self.pad_values.get(spec.name, 0))
+                     for m, q, _, n in chunks]))
                 for spec in self.manifest.inputs}
 
     def leave(self, row: BatchRow, item: BatchItem, outputs: dict[str, Any]) -> None:
-        """Rows leaving the last stage: answer every query whose rows are now all out."""
+        """Rows leaving the last stage: answer every query whose rows are now all out, cut back
+        to its own sizes where the batch padded it."""
         host = {name: self.device.to_host(outputs[name]) for name in self._outputs}
         for member, query_row, batch_row, num in row.members_in(item.start, item.num):
             query = member.query
@@ -149,7 +192,7 @@ class Runtime:
             if query.answered:
                 continue
             if num == query.rows:
-                query.answer({name: array[rows] for name, array in host.items()})
+                query.answer(self._own(query, {name: array[rows] for name, array in host.items()}))
                 continue
             with self._lock:  # a query split across items: gather its rows
                 partial = self._partial.setdefault(
@@ -161,7 +204,12 @@ class Runtime:
                 if done:
                     del self._partial[query], self._filled[query]
             if done:
-                query.answer(partial)
+                query.answer(self._own(query, partial))
+
+    def _own(self, query: Query, outputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        if not query.sizes:
+            return outputs
+        return {name: cut(array, self._outputs[name], query.sizes) for name, array in outputs.items()}
 
     def fail_rows(self, row: BatchRow, start: int, num: int, error: Exception) -> None:
         for member, *_ in row.members_in(start, num):

@@ -1,60 +1,98 @@
 """DVAScheduler: applies the meta operations to the batch table as a policy decides (Figure 12).
 
-``admit`` runs when the first stage is ready for more queries (new or stretch); ``schedule``
-runs after every stage finishes an item (update the table, merge caught-up rows, maybe split,
-otherwise pass on). Pure logic: no Triton, no CUDA, no threads of its own.
+``admit`` runs when the first stage is ready for more queries (stretch, or new batches formed by
+the policy); ``schedule`` runs after every stage finishes an item (update the table, merge
+caught-up rows, maybe split, otherwise pass on). Split parts that must run in the serial manner
+are chained: each enters the next stage when the part before it has left the pipeline. Pure
+logic: no Triton, no CUDA, no threads of its own.
 """
 
 from __future__ import annotations
 
 import time
-from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from .batch_table import BatchItem, BatchTable
 from .metrics import Metrics
 from .policy import Policy
-from .query import Query, take_batch
+from .query import BatchShape, Query
+
+# Hands a held split part to the queue of a stage: (stage, item).
+Release = Callable[[int, BatchItem], None]
+Formed = list[tuple[list[Query], BatchShape]]
 
 
 class Scheduler:
     def __init__(self, table: BatchTable, policy: Policy, clock: Callable[[], float] = time.monotonic,
-                 metrics: Metrics | None = None):
+                 metrics: Metrics | None = None, release: Release | None = None,
+                 left: Callable[[], None] | None = None):
         self.table = table
         self.policy = policy
         self.clock = clock
         self.metrics = metrics or Metrics()
+        self.release = release  # hands a held split part to a stage's queue
+        self.left = left  # hears that a batch has left the pipeline
+        self._after: dict[int, tuple[int, BatchItem]] = {}  # batch id -> (stage, part entering when it leaves)
 
-    def admit(self, waiting: deque[Query]) -> BatchItem:
-        """Take the oldest waiting query and those that stack with it: they join the latest
-        batch (stretch, as many as it has room for) if the policy wants, else start a new batch
-        of up to ``max_batch_size`` rows."""
+    def admit(self, waiting: Sequence[Query], room: int) -> tuple[list[Query], BatchItem, Formed]:
+        """Admit waiting queries, at most ``room`` rows: they stretch the latest batch if it
+        admits them and the policy wants (atomically with the table, so the batch cannot leave
+        or split meanwhile), else the policy forms new batches from them, and the first enters
+        now. Returns the queries taken, the item for stage 0 and the batches formed to enter
+        next (the caller removes all taken queries from ``waiting``)."""
         now = self.clock()
-        candidate = self.table.stretch_candidate(waiting[0])
-        if candidate is not None:
-            joining = take_batch(deque(waiting), self.table.max_batch_size - candidate.bs)
-            if self.policy.stretch(candidate, joining, now):
-                for query in joining:
-                    waiting.remove(query)
-                return self._admitted("stretch", joining, now, self.table.stretch(candidate.id, joining))
-        batch = take_batch(waiting, self.table.max_batch_size)
-        item = self.table.new(batch, now, stretchable=self.policy.stretchable(batch, now))
-        return self._admitted("new", batch, now, item)
+        with self.table.lock:
+            candidate = self.table.stretch_candidate(waiting[0])
+            if candidate is not None:
+                joining, rows = [], 0
+                for query in waiting:
+                    if rows + query.rows <= min(room, self.table.max_batch_size - candidate.bs) \
+                            and candidate.shape.admits(query):
+                        joining.append(query)
+                        rows += query.rows
+                backlog = len(self.table) - 1 + len(waiting) - len(joining)
+                if joining and self.policy.stretch(candidate, joining, now, backlog):
+                    item = self.table.stretch(candidate.id, joining)
+                    self._admitted("stretch", joining, now)
+                    return joining, item, []
+        formed = self.policy.form(waiting, room)
+        (batch, shape), rest = formed[0], formed[1:]
+        item = self.new(batch, shape)
+        return [q for queries, _ in formed for q in queries], item, rest
 
-    def _admitted(self, kind: str, queries: list[Query], now: float, item: BatchItem) -> BatchItem:
-        self.metrics.meta_operation(kind)
-        self.metrics.admitted(now - q.arrived for q in queries)
+    def new(self, queries: list[Query], shape: BatchShape) -> BatchItem:
+        now = self.clock()
+        item = self.table.new(queries, now, stretchable=self.policy.stretchable(queries, now), shape=shape)
+        self._admitted("new", queries, now)
         return item
 
-    def schedule(self, stage: int, item: BatchItem, buffer: int | None) -> list[BatchItem]:
-        """What ``stage`` pushes on after finishing ``item`` (its rows now in ``buffer``)."""
-        out = self.table.complete(stage, item, buffer)
-        if len(out) == 1 and stage < self.table.stages - 1:
-            row = self.table.get(out[0].batch_id)
-            if out[0].start == 0 and out[0].num == row.bs:
+    def _admitted(self, kind: str, queries: list[Query], now: float) -> None:
+        self.metrics.meta_operation(kind)
+        self.metrics.admitted(now - q.arrived for q in queries)
+
+    def schedule(self, stage: int, item: BatchItem, buffer: int | None) -> tuple[int, list[BatchItem]]:
+        """After ``stage`` finished ``item`` (its rows now in ``buffer``): how many items will
+        read that buffer, and which to push to the next stage now."""
+        with self.table.lock:
+            out = self.table.complete(stage, item, buffer)
+            if stage == self.table.stages - 1:
+                if item.batch_id not in self.table:
+                    if item.batch_id in self._after:
+                        self.release(*self._after.pop(item.batch_id))
+                    if self.left is not None:
+                        self.left()
+                return len(out), out
+            if len(out) == 1 and out[0].start == 0 and out[0].num == self.table.get(out[0].batch_id).bs:
+                row = self.table.get(out[0].batch_id)
                 sizes = self.policy.split(row, stage, self.clock())
                 if sizes and len(sizes) > 1:
                     parts = self.table.split(stage, out[0], sizes)
                     self.metrics.meta_operation("split")
-                    return parts
-        return out
+                    if not self.policy.split_serially:
+                        return len(parts), parts
+                    for part, following in zip(parts, parts[1:]):
+                        self._after[part.batch_id] = (stage + 1, following)
+                    if row.id in self._after:  # the part this batch was: its successor now follows the last part
+                        self._after[parts[-1].batch_id] = self._after.pop(row.id)
+                    return len(parts), parts[:1]
+            return len(out), out

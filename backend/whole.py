@@ -6,9 +6,9 @@ served this way, with the same engines, validation and answering as the pipeline
 comparison measures the batching and nothing else.
 
 Requests whose inputs differ along a named axis arrive in one batch only when config.pbtxt
-allows ragged batches (``allow_ragged_batch``). They are then padded with zeros to the longest in
-the batch, and outputs along that axis are cut back to each query's own size: the paper's
-baseline for input diversity. Zero is the right pad for token ids and attention masks.
+allows ragged batches (``allow_ragged_batch``). They are then padded to the longest in the batch
+(``padding.py``), and outputs along that axis are cut back to each query's own size: the paper's
+baseline for input diversity.
 """
 
 from __future__ import annotations
@@ -20,16 +20,19 @@ import numpy as np
 
 from .device import Device
 from .engine import Engine, run_stages
-from .manifest import Manifest, TensorSpec
+from .manifest import Manifest
 from .metrics import Metrics
+from .padding import cut, pad
 from .query import Failure, Query, refuse_invalid
 
 
 class WholeBatch:
     """Runs each batch Triton hands over to completion and answers its queries."""
 
-    def __init__(self, manifest: Manifest, engines: Sequence[Engine], device: Device, metrics: Metrics):
+    def __init__(self, manifest: Manifest, engines: Sequence[Engine], device: Device, metrics: Metrics,
+                 pad_values: Mapping[str, float] | None = None):
         self.manifest, self.engines, self.device, self.metrics = manifest, engines, device, metrics
+        self.pad_values = pad_values or {}
 
     def run(self, queries: Sequence[Query]) -> None:
         good = refuse_invalid(self.manifest, queries)
@@ -47,10 +50,10 @@ class WholeBatch:
                     query.answer(failure=Failure(f"inference failed: {type(exc).__name__}: {exc}", bad_input=False))
 
     def _run(self, queries: Sequence[Query]) -> None:
-        sizes = [_named_sizes(self.manifest.inputs, q.inputs) for q in queries]
+        sizes = [q.sizes for q in queries]
         longest = {name: max(s[name] for s in sizes) for name in sizes[0]}
         feed = {spec.name: self.device.from_host(np.concatenate(
-                    [_pad(q.inputs[spec.name], spec, longest) for q in queries]))
+                    [pad(q.inputs[spec.name], spec, longest, self.pad_values.get(spec.name, 0)) for q in queries]))
                 for spec in self.manifest.inputs}
         rows = sum(q.rows for q in queries)
         outputs = run_stages(self.engines, self.manifest.stages, feed,
@@ -58,22 +61,5 @@ class WholeBatch:
         host = {spec: self.device.to_host(outputs[spec.name]) for spec in self.manifest.outputs}
         start = 0
         for query, own in zip(queries, sizes):
-            query.answer({spec.name: _cut(array[start:start + query.rows], spec, own) for spec, array in host.items()})
+            query.answer({spec.name: cut(array[start:start + query.rows], spec, own) for spec, array in host.items()})
             start += query.rows
-
-
-def _named_sizes(specs: Sequence[TensorSpec], inputs: Mapping[str, np.ndarray]) -> dict[str, int]:
-    """The size of every named axis in one query's inputs (validation made them agree)."""
-    return {dim: inputs[spec.name].shape[axis] for spec in specs
-            for axis, dim in enumerate(spec.dims, start=1) if isinstance(dim, str)}
-
-
-def _pad(array: np.ndarray, spec: TensorSpec, longest: Mapping[str, int]) -> np.ndarray:
-    widths = [(0, 0)] + [(0, longest[dim] - size) if isinstance(dim, str) else (0, 0)
-                         for dim, size in zip(spec.dims, array.shape[1:])]
-    return np.pad(array, widths) if any(after for _, after in widths) else array
-
-
-def _cut(array: np.ndarray, spec: TensorSpec, own: Mapping[str, int]) -> np.ndarray:
-    index = (slice(None),) + tuple(slice(0, own[dim]) if dim in own else slice(None) for dim in spec.dims)
-    return array[index]

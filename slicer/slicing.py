@@ -323,7 +323,7 @@ def slice_model(src: Path, out: Path, options: SliceOptions, progress: Progress 
             profile_seconds=round(seconds["node profile"] + seconds["stage latency tables"], 2),
         )
         manifest = replace(manifest, stages=tuple(specs), slicing=report)
-        policy = triton_config.policy_parameters(specs, report) if options.policy_defaults else {}
+        policy = triton_config.policy_parameters() if options.policy_defaults else {}
         manifest.save(scratch / VERSION)
         shutil.rmtree(out / VERSION, ignore_errors=True)
         (scratch / VERSION).rename(out / VERSION)

@@ -4,11 +4,11 @@ kind, and policy defaults chosen from the slicer's profile."""
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 
 import numpy as np
 
-from backend.manifest import Manifest, SlicingReport, StageSpec, TensorSpec
+from backend.manifest import Manifest, TensorSpec
 
 TRITON_DTYPES = {
     "bool": "TYPE_BOOL", "uint8": "TYPE_UINT8", "uint16": "TYPE_UINT16", "uint32": "TYPE_UINT32",
@@ -47,7 +47,7 @@ def _found(manifest: Manifest) -> str:
         return ""
     preferred = ", ".join(str(s.preferred_batch_size) for s in manifest.stages)
     return (
-        "# Policy defaults from the slicer's profile: load diversity (always)"
+        "# policy auto, from the slicer's profile: load diversity (always)"
         + (f", input diversity (axis '{report.length_axis}')" if report.length_axis else "")
         + (f", operator diversity (preferred batch size per stage: {preferred})" if manifest.operator_diversity else "")
         + ".\n"
@@ -85,35 +85,8 @@ def render(name: str, manifest: Manifest, parameters: Mapping[str, str] | None =
     )
 
 
-def policy_parameters(stages: Sequence[StageSpec], report: SlicingReport) -> dict[str, str]:
-    """config.pbtxt parameters for the diversities found, with the policies the backend has.
-
-    Operator diversity: the paper's Policy II test on the latency tables, decided offline: after
-    the first stage k where running the remaining stages as ``max/s`` batches of ``s`` rows takes
-    no longer than one batch of ``max`` rows, batches are split into parts of the smallest such
-    ``s``. Otherwise load diversity (always present): late queries stretch the latest batch (the
-    ``fixed`` policy does not stretch batches it will split). Input diversity: a batch window of
-    the first stage's time at the largest batch (the paper's Policy I window).
-    """
-    params = {"policy": "fixed"}
-    split = _split_default(stages, report.balance_length)
-    if split:
-        params.update({"policy.split_after": str(split[0]), "policy.split_size": str(split[1])})
-    else:
-        params["policy.stretch_latest"] = "true"
-    if report.length_axis is not None:
-        first = stages[0].latency.row(stages[0].latency.lengths[-1])
-        params["batch_window_ms"] = f"{first[-1]:.3f}"
-    return params
-
-
-def _split_default(stages: Sequence[StageSpec], length: int | None) -> tuple[int, int] | None:
-    sizes = stages[0].latency.batch_sizes
-    full = sizes[-1]
-    for k in range(len(stages) - 1):
-        def remain(batch: int) -> float:
-            return sum(s.latency.lookup(batch, length) for s in stages[k + 1:])
-        for size in sizes[:-1]:
-            if full % size == 0 and (full // size) * remain(size) <= remain(full):
-                return k, size
-    return None
+def policy_parameters() -> dict[str, str]:
+    """config.pbtxt parameters the slicer writes: ``policy: auto``, which takes the paper's
+    policies for the diversities the manifest records (``backend/diversity.py``) and decides
+    every meta operation from the stage latency tables at run time."""
+    return {"policy": "auto"}

@@ -126,3 +126,31 @@ def test_knobs_come_from_config_pbtxt(client, repository, sources):
         for out, expected in reference.run(feed).items():
             np.testing.assert_allclose(answer[out], expected, atol=1e-5)
     client.unload_model(name)
+
+
+@pytest.mark.parametrize("policy", ["input", "input+load", "operator+load", "auto"])
+def test_every_policy_answers_mixed_lengths_like_the_unsliced_model(client, repository, sources, policy):
+    """Unpadded requests of lengths 1-24 sent at once under each of the paper's policies: Policy I
+    pads queries of different lengths into shared batches (ids and mask padded with 0, so the
+    padding is masked out) and cuts the answers back; every answer equals the unsliced model run
+    on that request alone."""
+    name = f"bert_like_{policy.replace('+', '_')}"
+    shutil.copytree(repository / "bert_like", repository / name)
+    config = (repository / name / "config.pbtxt").read_text().replace('name: "bert_like"', f'name: "{name}"')
+    (repository / name / "config.pbtxt").write_text(config + f'parameters: {{ key: "policy" value: '
+                                                      f'{{ string_value: "{policy}" }} }}\n')
+    client.load_model(name)
+    manifest = Manifest.load(repository / name / VERSION)
+    rng = np.random.default_rng(3)
+    feeds = [sample_inputs(manifest.inputs, 1 + i % 3, {"sequence": int(rng.integers(1, 25))}, seed=i)
+             for i in range(40)]
+    for feed in feeds:  # unpadded queries, as a tokenizer gives them: every position is a token
+        feed["attention_mask"][:] = 1
+    with ThreadPoolExecutor(12) as pool:
+        answers = list(pool.map(lambda feed: infer(client, name, feed, []), feeds))
+    reference = OnnxRuntimeEngine(sources["bert_like"], [o.name for o in manifest.outputs])
+    for feed, answer in zip(feeds, answers):
+        for out, expected in reference.run(feed).items():
+            assert answer[out].shape == expected.shape
+            np.testing.assert_allclose(answer[out], expected, atol=1e-4, rtol=0)
+    client.unload_model(name)

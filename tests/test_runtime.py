@@ -72,7 +72,9 @@ def test_take_batch_stacks_matching_shapes_in_order_up_to_max_rows():
     waiting = deque(queries)
     taken = []
     while waiting:
-        taken.append([queries.index(q) for q in take_batch(waiting, max_rows=7)])
+        batch = take_batch(waiting, max_rows=7)
+        taken.append([queries.index(q) for q in batch])
+        waiting = deque(q for q in waiting if q not in batch)
     assert taken == [[0, 2, 4], [1, 5], [3]]
 
 

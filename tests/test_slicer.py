@@ -11,7 +11,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from backend.manifest import LatencyTable, Manifest, SlicingReport, StageSpec, TensorSpec
+from backend.manifest import Manifest, TensorSpec
 from slicer.__main__ import main as slicer_main
 from slicer.cuts import balanced_cuts
 from slicer.errors import SliceError
@@ -25,7 +25,6 @@ from slicer.targets import (
     profile_shapes,
     tensorrt_missing,
 )
-from slicer.triton_config import policy_parameters
 
 from .conftest import FAST, MAX_BATCH
 
@@ -237,7 +236,7 @@ def test_model_directory_layout_and_policy_defaults(sources, tmp_path):
     assert '{ name: "input_ids" data_type: TYPE_INT64 dims: [ -1 ] }' in config
     assert '{ name: "last_hidden_state" data_type: TYPE_FP32 dims: [ -1, 32 ] }' in config
     assert "input diversity (axis 'sequence')" in config
-    assert result.policy["policy"] == "fixed" and "batch_window_ms" in result.policy
+    assert result.policy == {"policy": "auto"}
     for key, value in result.policy.items():
         assert f'parameters: {{ key: "{key}" value: {{ string_value: "{value}" }} }}' in config
     manifest = Manifest.load(out / VERSION)
@@ -325,30 +324,6 @@ def test_refused_slice_leaves_existing_model_untouched(sources, tmp_path):
         sliced(sources["resnet_like"], out, 3, tolerance=-1.0)
     assert {p.name: p.read_bytes() for p in (out / VERSION).iterdir()} == before
     assert {p.name for p in out.iterdir()} == {"config.pbtxt", VERSION}  # no scratch folder left
-
-
-def test_policy_defaults_follow_the_tables():
-    """Policy II offline: split after the first stage whose followers run small batches for free."""
-    def stage(index, mean, lengths=None):
-        table = LatencyTable(batch_sizes=(1, 2, 4, 8), mean=mean, axis="sequence" if lengths else None,
-                             lengths=lengths)
-        x = TensorSpec("x", "float32", ("sequence",))
-        return StageSpec(index, "", "timed", (x,), (x,), latency=table)
-
-    def report(axis=None, length=None):
-        return SlicingReport(target="onnxruntime", optimization="extended", balance_batch_size=8,
-                             balance_length=length, balance=1.0, length_axis=axis,
-                             profile_seconds=0.0)
-
-    batched = (1.0, 1.1, 1.3, 2.0)  # large batches are cheap per query
-    linear = (1.0, 2.0, 4.0, 8.0)  # no gain from batching: parts of one row cost nothing extra
-    assert policy_parameters([stage(0, batched), stage(1, batched)], report()) == {
-        "policy": "fixed", "policy.stretch_latest": "true"}
-    assert policy_parameters([stage(0, batched), stage(1, batched), stage(2, linear)], report()) == {
-        "policy": "fixed", "policy.split_after": "1", "policy.split_size": "1"}
-    with_length = [stage(0, ((0.5, 0.6, 0.7, 0.9), batched), lengths=(8, 16)),
-                   stage(1, (batched, batched), lengths=(8, 16))]
-    assert policy_parameters(with_length, report("sequence", 16))["batch_window_ms"] == "2.000"
 
 
 def test_an_input_read_only_by_a_late_stage_is_carried(tmp_path):

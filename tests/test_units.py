@@ -114,7 +114,9 @@ def test_executor_states_serial_manner():
 @pytest.mark.parametrize("parameters, message", [
     ({"buffer_pairs": "0"}, "'buffer_pairs' must be at least 1"),
     ({"buffer_pairs": "two"}, "'buffer_pairs' must be an int"),
-    ({"batch_window_ms": "-1"}, "'batch_window_ms' must be >= 0"),
+    ({"batch_window_ms": "-2"}, "'batch_window_ms' must be >= 0, or -1"),
+    ({"pad_value.ids": "x"}, "'pad_value.ids' must be a float"),
+    ({"policy": "auto", "policy.statistic": "p50"}, "'policy.statistic' is 'p50'"),
     ({"policy": "fastest"}, "'policy' is 'fastest'"),
     ({"policy": "fixed", "policy.split_after": "x"}, "'policy.split_after' must be an int"),
     ({"policy": "random", "policy.speed": "1"}, "'policy.speed' is not a setting"),

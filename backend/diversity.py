@@ -1,0 +1,193 @@
+"""The paper's diversity-aware policies (section 7.2), deciding from the stage latency tables.
+
+- **Policy I, input diversity.** The queries admitted together are clustered by length: sorted
+  by their size on the length axis and cut into the groups whose predicted latency, summed over
+  the queries, is lowest when the groups run one after another through the pipeline, shortest
+  first. Each group is padded only to its own longest query and enters as its own batch. The
+  entry's window is the first stage's time at the largest batch, waited only when waiting can
+  pay (the pipeline is busy and another query is expected within it): a lone query never waits.
+  Rows in flight stay within the maximum batch size (``max_in_flight``).
+- **Policy II, operator diversity.** When a stage finishes a whole batch of ``bs`` rows, it is
+  split in halves if the remaining stages take at least as long for it as for the halves one
+  after the other (``T_remain(bs) >= T_remain(bs/2) * 2``), and the rule is applied again to each
+  half. The parts run in the serial manner: one enters the next stage when the one before it has
+  left the pipeline (the hardware is already busy with one).
+- **Policy III, load diversity.** New queries stretch the latest batch while it has been running
+  less than ``t_comp_wait_ms`` and the merged batch fits. With ``t_comp_wait_ms`` -1 the limit
+  comes from the tables: stretch while merging saves at least as much work in the remaining
+  stages as the early queries lose waiting for the late ones to catch up, and only when others
+  are queued to gain from that work (a lone batch is never slowed down for nothing).
+
+``policy: input``, ``operator``, ``load``, ``input+load`` and ``operator+load`` choose them as the
+paper combines them; ``auto`` (what the slicer writes) takes Policy I where the model has a
+length axis, Policy II where its stages prefer different batch sizes, and Policy III always.
+Every decision is a prediction from the tables, so where they say splitting, stretching or
+waiting cannot pay, none happens and the model batches as Triton's batcher would.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from .batch_table import BatchRow
+from .manifest import LatencyTable, Manifest
+from .policy import ConfigError, Policy
+from .query import BatchShape, Query
+
+PRESETS: dict[str, dict[str, bool]] = {
+    "auto": {"input": True, "operator": True, "load": True, "auto": True},
+    "input": {"input": True},
+    "operator": {"operator": True},
+    "load": {"load": True},
+    "input+load": {"input": True, "load": True},
+    "operator+load": {"operator": True, "load": True},
+}
+
+
+@dataclass
+class DiversityPolicy(Policy):
+    name = "auto"
+    input: bool = False
+    operator: bool = False
+    load: bool = False
+    auto: bool = False  # keep only the policies for the diversities the manifest records
+    window_ms: float = -1.0  # Policy I's window; -1: the first stage's time at the largest batch
+    t_comp_wait_ms: float = -1.0  # Policy III; -1: no limit but the prediction's
+    max_in_flight: int = -1  # rows admitted and not yet answered; -1: max batch size with Policy I; 0: no limit
+    statistic: str = "mean"  # mean | p99: which column of the tables predictions read
+    _tables: list[LatencyTable] = field(init=False, repr=False, default_factory=list)
+    _axis: str | None = field(init=False, repr=False, default=None)
+    _max: int = field(init=False, repr=False, default=0)
+
+    @property
+    def split_serially(self) -> bool:
+        return True
+
+    def __post_init__(self):
+        if self.statistic not in ("mean", "p99"):
+            raise ConfigError(f"parameter 'policy.statistic' is {self.statistic!r}; known: mean, p99")
+
+    def bind(self, manifest: Manifest) -> None:
+        missing = [s.index for s in manifest.stages if s.latency is None]
+        if missing:
+            raise ConfigError(f"policy {self.name!r} predicts from the stage latency tables, and stage "
+                              f"{missing[0]} has none: slice the model with profiling, or use policy 'pass'")
+        self._tables = [s.latency for s in manifest.stages]
+        self._axis, self._max = manifest.length_axis, manifest.max_batch_size
+        if self.auto:
+            self.input = self._axis is not None
+            self.operator = manifest.operator_diversity
+        elif self.input and self._axis is None:
+            raise ConfigError("Policy I (policy 'input') needs inputs with a named length axis; this model has none")
+        if self.max_in_flight < 0:
+            self.max_in_flight = self._max if self.input else 0
+
+    # Predictions, in seconds.
+
+    def _time(self, stage: int, rows: int, length: int | None) -> float:
+        return self._tables[stage].predict(rows, length, self.statistic) / 1000
+
+    def _times(self, rows: int, length: int | None) -> list[float]:
+        return [self._time(s, rows, length) for s in range(len(self._tables))]
+
+    def _length(self, shape: BatchShape | None, queries: Sequence[Query] = ()) -> int | None:
+        if self._axis is None:
+            return None
+        if shape is not None and shape.pads:
+            return dict(shape.sizes).get(self._axis)
+        return max((q.sizes.get(self._axis, 0) for q in queries), default=0) or None
+
+    # Policy I.
+
+    def window(self, busy: bool, arrivals_per_s: float) -> float:
+        if not self.input:
+            return 0.0
+        longest = self._tables[0].lengths[-1] if self._tables[0].lengths else None
+        window = self.window_ms / 1000 if self.window_ms >= 0 else self._time(0, self._max, longest)
+        return window if busy and arrivals_per_s * window >= 1 else 0.0
+
+    def form(self, waiting: Sequence[Query], room: int) -> list[tuple[list[Query], BatchShape]]:
+        if not self.input or waiting[0].rigid is None:
+            return super().form(waiting, room)
+        first, taken, rows = waiting[0], [], 0
+        for query in waiting:  # oldest first, as many rows as there is room for
+            if query.rigid == first.rigid and rows + query.rows <= room:
+                taken.append(query)
+                rows += query.rows
+        taken.sort(key=lambda q: q.sizes[self._axis])
+        groups = self._cluster(taken)
+        return [(group, BatchShape.of(group, pads=True)) for group in groups]
+
+    def _cluster(self, queries: list[Query]) -> list[list[Query]]:
+        """Contiguous groups of ``queries`` (sorted by length) with the lowest summed predicted
+        latency, run shortest first. Queries of one tabulated length always share a group (the
+        tables cannot tell them apart); a dynamic programme over those blocks keeps, for each
+        prefix, the best grouping and when it frees each stage."""
+        table = self._tables[0]
+        bucket = (lambda q: next((n for n in table.lengths if n >= q.sizes[self._axis]), q.sizes[self._axis])) \
+            if table.lengths else (lambda q: 0)
+        blocks: list[list[Query]] = []
+        for query in queries:
+            if blocks and bucket(blocks[-1][-1]) == bucket(query):
+                blocks[-1].append(query)
+            else:
+                blocks.append([query])
+        stages = len(self._tables)
+        best: list[tuple[float, list[float], list[int]]] = [(0.0, [0.0] * stages, [])]  # cost, stage free at, cuts
+        for end in range(1, len(blocks) + 1):
+            options = []
+            for start in range(end):
+                cost, free, cuts = best[start]
+                group = [q for block in blocks[start:end] for q in block]
+                rows = sum(q.rows for q in group)
+                done, finished = 0.0, []
+                for stage, took in enumerate(self._times(rows, self._length(None, group))):
+                    done = max(done, free[stage]) + took
+                    finished.append(done)
+                options.append((cost + rows * done, finished, [*cuts, start]))
+            best.append(min(options, key=lambda option: option[0]))
+        cuts = [*best[-1][2], len(blocks)]
+        return [[q for block in blocks[a:b] for q in block] for a, b in zip(cuts, cuts[1:])]
+
+    # Policy III.
+
+    def stretchable(self, queries: Sequence[Query], now: float) -> bool:
+        return self.load
+
+    def stretch(self, candidate: BatchRow, queries: Sequence[Query], now: float, backlog: int = 0) -> bool:
+        """Stretch while the batch has run less than ``t_comp_wait_ms``, others are queued
+        (``backlog``: batches ahead of it or queries still waiting, who gain from the work saved),
+        and merging saves at least as much work in the remaining stages as the early rows lose
+        waiting for the late ones to catch up (so where batching does not pay, as on a CPU whose
+        time grows with the rows, it never stretches)."""
+        elapsed = now - candidate.created
+        if not self.load or backlog == 0 or (self.t_comp_wait_ms >= 0 and elapsed >= self.t_comp_wait_ms / 1000):
+            return False
+        bs, late = candidate.bs, sum(q.rows for q in queries)
+        length = self._length(candidate.shape, queries)
+        early, alone, merged = self._times(bs, length), self._times(late, length), self._times(bs + late, length)
+        at = next((s for s, done in enumerate(candidate.status) if done < bs), len(early) - 1)
+        finished_at = candidate.created + sum(early[:at + 1])  # when the batch would leave stage ``at`` alone
+        delay = max(0.0, now + sum(alone[:at + 1]) - finished_at) + sum(merged[at + 1:]) - sum(early[at + 1:])
+        saved = sum(early[at + 1:]) + sum(alone[at + 1:]) - sum(merged[at + 1:])
+        return saved > 0 and saved >= delay
+
+    # Policy II.
+
+    def split(self, batch: BatchRow, stage: int, now: float) -> Sequence[int] | None:
+        if not self.operator or stage >= len(self._tables) - 1:
+            return None
+        length = self._length(batch.shape)
+
+        def remain(rows: int) -> float:
+            return sum(self._time(s, rows, length) for s in range(stage + 1, len(self._tables)))
+
+        def halves(rows: int) -> list[int]:
+            big, small = rows - rows // 2, rows // 2
+            if rows < 2 or remain(rows) < remain(big) + remain(small):
+                return [rows]
+            return [*halves(big), *halves(small)]
+
+        sizes = halves(batch.bs)
+        return sizes if len(sizes) > 1 else None

@@ -1,0 +1,130 @@
+"""The paper's policies (I, II, III, auto) deciding from the latency tables, with timed stages:
+which meta operation happens, with which sizes, and when each query leaves, computed by hand."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from backend.config import RuntimeConfig, make_policy
+from backend.policy import ConfigError
+
+from .test_schedule import T, assert_times, check_rows
+from .timed import BATCH_SIZES, Clock, flat, timed_manifest
+
+PER_ROW = {"batch_sizes": BATCH_SIZES, "mean": [T / 4 * b for b in BATCH_SIZES]}  # time grows with the rows
+
+
+def policy(name: str, **settings) -> RuntimeConfig:
+    return RuntimeConfig(policy=make_policy(name, {k: str(v) for k, v in settings.items()}))
+
+
+def split_runs(clock: Clock, stage: int) -> list[int]:
+    return [num for s, _, _, num, _, _ in sorted(clock.runs, key=lambda r: r[4]) if s == stage]
+
+
+def test_policy2_splits_in_halves_and_runs_the_parts_serially():
+    """Figure 3, Case II: A takes T for up to 4 rows, B, C and D T/4 per row. After A,
+    T_remain(4) = 3T >= 2 x T_remain(2), and again for 2: four parts of 1 that run one after
+    another whatever the buffer pairs: they leave at 1.75T, 2.5T, 3.25T, 4T (mean 2.875T)."""
+    clock = Clock(timed_manifest([flat(T), PER_ROW, PER_ROW, PER_ROW]), policy("operator"))
+    clock.submit(*[clock.query(k) for k in range(4)])
+    got = clock.wait(4)
+    assert_times(got, {0: 1.75 * T, 1: 2.5 * T, 2: 3.25 * T, 3: 4 * T}, steps=13)
+    assert split_runs(clock, 0) == [4] and split_runs(clock, 1) == [1, 1, 1, 1]
+    assert clock.runtime.metrics.snapshot()[("dvabatch_meta_operations_total", (("kind", "split"),))] == 1
+    check_rows(clock)
+
+
+def test_policy2_keeps_a_batch_whole_where_the_tables_say_batching_pays():
+    """B, C and D take T at any batch size: splitting would only repeat them. One batch, 4T."""
+    clock = Clock(timed_manifest([flat(T)] * 4), policy("operator"))
+    clock.submit(*[clock.query(k) for k in range(4)])
+    assert_times(clock.wait(4), {k: 4 * T for k in range(4)}, steps=4)
+    assert split_runs(clock, 3) == [4]
+
+
+def stretch_case(tables: list[dict], backlog: bool) -> Clock:
+    """Query 0 at 0; at 1.2T (batch 0 in stage 1) query 1 of the same shape, and with ``backlog``
+    query 2 of another shape, which cannot join and waits."""
+    clock = Clock(timed_manifest(tables), policy("load"))
+    clock.submit(clock.query(0))
+    time.sleep(T / 1000 * 1.2)
+    clock.submit(clock.query(1), *([clock.query(2, length=16)] if backlog else []))
+    return clock
+
+
+def test_policy3_never_slows_a_lone_batch_down():
+    """Nothing else queued: query 1 follows batch 0 as a new batch (leaves 5.2T), and query 0
+    leaves at 4T instead of waiting for it to catch up."""
+    clock = stretch_case([flat(T)] * 4, backlog=False)
+    assert_times(clock.wait(2), {0: 4 * T, 1: 5.2 * T}, steps=5)
+    assert {r[1] for r in clock.runs if r[0] == 0} == {0, 1}
+
+
+def test_policy3_stretches_when_others_wait_and_merging_saves_work():
+    """Stages cost T at any size: merging saves 2T in stages 2-3, the early query loses 1.2T.
+    With query 2 waiting, query 1 stretches batch 0: both leave at 5.2T; query 2 enters stage 0
+    after the late row (2.2T) and follows one stage behind, leaving at 6.2T."""
+    clock = stretch_case([flat(T)] * 4, backlog=True)
+    assert_times(clock.wait(3), {0: 5.2 * T, 1: 5.2 * T, 2: 6.2 * T}, steps=6)
+    assert [(r[2], r[3]) for r in clock.runs if r[0] == 3 and r[1] == 0] == [(0, 2)]
+    check_rows(clock)
+
+
+def test_policy3_does_not_stretch_where_time_grows_with_the_rows():
+    """A CPU-like table (T/4 per row): merging saves nothing, so no stretch even with a backlog."""
+    clock = stretch_case([PER_ROW] * 4, backlog=True)
+    clock.wait(3)
+    assert {r[1] for r in clock.runs if r[0] == 0} == {0, 1, 2}
+
+
+PER_LENGTH = {"batch_sizes": BATCH_SIZES, "axis": "sequence", "lengths": [8, 16],
+              "mean": [[T / 2] * len(BATCH_SIZES), [T] * len(BATCH_SIZES)]}
+
+
+def test_policy1_clusters_by_length_and_pads_within_a_cluster():
+    """Figure 3, Case I with lengths 5, 6, 8 and 16 (stages T/2 up to 8 tokens, T up to 16):
+    padded into one batch all leave at 4T. Policy I puts 5, 6 and 8 in one batch padded to 8
+    (2T) and 16 in its own, entering after it; every query gets its own rows back, cut to its
+    own length."""
+    clock = Clock(timed_manifest([PER_LENGTH] * 4), policy("input"))
+    clock.submit(*[clock.query(k, length=n) for k, n in enumerate([5, 6, 8, 16])])
+    got = clock.wait(4)
+    assert_times(got, {0: 2 * T, 1: 2 * T, 2: 2 * T, 3: 4.5 * T}, steps=5)
+    assert split_runs(clock, 0) == [3, 1]
+    assert [clock.answers[k][1]["x"].shape for k in range(4)] == [(1, 5), (1, 6), (1, 8), (1, 16)]
+    check_rows(clock)
+
+
+def test_policy1_lone_query_never_waits_for_the_window():
+    clock = Clock(timed_manifest([PER_LENGTH] * 2), policy("input", window_ms=5 * T))
+    clock.submit(clock.query(0, length=16))
+    assert_times(clock.wait(1), {0: 2 * T}, steps=2)
+
+
+def test_policy1_keeps_rows_in_flight_within_the_max_batch_size():
+    """Ten one-row queries with room for 8 in flight: 8 enter, the last two when those leave."""
+    clock = Clock(timed_manifest([flat(T)] * 2), policy("input"))
+    clock.submit(*[clock.query(k) for k in range(10)])
+    got = clock.wait(10)
+    assert_times(got, {**{k: 2 * T for k in range(8)}, 8: 4 * T, 9: 4 * T}, steps=4)
+
+
+def test_auto_takes_the_policies_of_the_recorded_diversities():
+    per_length = timed_manifest([PER_LENGTH] * 2)
+    auto = make_policy("auto", {})
+    auto.bind(per_length)
+    assert (auto.input, auto.operator, auto.load) == (True, False, True)
+    fixed_shape = timed_manifest([flat(T)] * 2, dims=(4,))
+    auto = make_policy("auto", {})
+    auto.bind(fixed_shape)
+    assert (auto.input, auto.operator, auto.load, auto.max_in_flight) == (False, False, True, 0)
+    with pytest.raises(ConfigError, match="needs inputs with a named length axis"):
+        make_policy("input", {}).bind(fixed_shape)
+    untimed = timed_manifest([flat(T)])
+    untimed = type(untimed)(**{**untimed.__dict__, "stages": tuple(
+        type(s)(**{**s.__dict__, "latency": None}) for s in untimed.stages)})
+    with pytest.raises(ConfigError, match="stage 0 has none"):
+        make_policy("auto", {}).bind(untimed)
