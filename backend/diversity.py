@@ -5,8 +5,11 @@
   the queries, is lowest when the groups run one after another through the pipeline, shortest
   first. Each group is padded only to its own longest query and enters as its own batch. The
   entry's window is the first stage's time at the largest batch, waited only when waiting can
-  pay (the pipeline is busy and another query is expected within it): a lone query never waits.
-  Rows in flight stay within the maximum batch size (``max_in_flight``).
+  pay (the pipeline is busy, queries arrive faster than half of what it serves unbatched, and
+  another is expected within the window): a lone query never waits. Rows in flight are bounded
+  by ``max_in_flight``: by default a full batch per stage (the paper bounds them by one full
+  batch, which on a pipeline of full batches leaves all but one stage idle; set it to the
+  maximum batch size for the paper's rule).
 - **Policy II, operator diversity.** When a stage finishes a whole batch of ``bs`` rows, it is
   split in halves if the remaining stages take at least as long for it as for the halves one
   after the other (``T_remain(bs) >= T_remain(bs/2) * 2``), and the rule is applied again to each
@@ -17,6 +20,11 @@
   comes from the tables: stretch while merging saves at least as much work in the remaining
   stages as the early queries lose waiting for the late ones to catch up, and only when others
   are queued to gain from that work (a lone batch is never slowed down for nothing).
+- **Deadlines (beyond the paper).** A query's deadline is its request's timeout (Triton's, set by
+  the client) or ``deadline_ms`` after it arrived. Stretching never makes an early or a late
+  query miss a deadline a new batch would meet; clustering avoids groupings that miss one. The
+  halving rule of Policy II never finishes a part later than the whole batch would, by the
+  tables, so splitting needs no check.
 
 ``policy: input``, ``operator``, ``load``, ``input+load`` and ``operator+load`` choose them as the
 paper combines them; ``auto`` (what the slicer writes) takes Policy I where the model has a
@@ -35,6 +43,7 @@ from .manifest import LatencyTable, Manifest
 from .policy import ConfigError, Policy
 from .query import BatchShape, Query
 
+MISSED = 3600.0  # seconds a missed deadline costs a query when clusters are compared
 PRESETS: dict[str, dict[str, bool]] = {
     "auto": {"input": True, "operator": True, "load": True, "auto": True},
     "input": {"input": True},
@@ -54,8 +63,9 @@ class DiversityPolicy(Policy):
     auto: bool = False  # keep only the policies for the diversities the manifest records
     window_ms: float = -1.0  # Policy I's window; -1: the first stage's time at the largest batch
     t_comp_wait_ms: float = -1.0  # Policy III; -1: no limit but the prediction's
-    max_in_flight: int = -1  # rows admitted and not yet answered; -1: max batch size with Policy I; 0: no limit
+    max_in_flight: int = -1  # rows admitted and not yet answered; -1: a full batch per stage with Policy I; 0: none
     statistic: str = "mean"  # mean | p99: which column of the tables predictions read
+    deadline_ms: float = 0.0  # a query's deadline after it arrived when its request sets no timeout; 0: none
     _tables: list[LatencyTable] = field(init=False, repr=False, default_factory=list)
     _axis: str | None = field(init=False, repr=False, default=None)
     _max: int = field(init=False, repr=False, default=0)
@@ -81,7 +91,7 @@ class DiversityPolicy(Policy):
         elif self.input and self._axis is None:
             raise ConfigError("Policy I (policy 'input') needs inputs with a named length axis; this model has none")
         if self.max_in_flight < 0:
-            self.max_in_flight = self._max if self.input else 0
+            self.max_in_flight = self._max * len(self._tables) if self.input else 0
 
     # Predictions, in seconds.
 
@@ -100,30 +110,35 @@ class DiversityPolicy(Policy):
 
     # Policy I.
 
-    def window(self, busy: bool, arrivals_per_s: float) -> float:
+    def window(self, oldest: Query, busy: bool, arrivals_per_s: float) -> float:
+        """The first stage's time at the largest batch, at the oldest query's length; waited only
+        while the pipeline is busy and queries arrive faster than half of what it serves
+        unbatched (beyond that, batching is what keeps up), so a lone query never waits."""
         if not self.input:
             return 0.0
-        longest = self._tables[0].lengths[-1] if self._tables[0].lengths else None
-        window = self.window_ms / 1000 if self.window_ms >= 0 else self._time(0, self._max, longest)
-        return window if busy and arrivals_per_s * window >= 1 else 0.0
+        length = self._length(None, [oldest])
+        window = self.window_ms / 1000 if self.window_ms >= 0 else self._time(0, self._max, length)
+        unbatched = arrivals_per_s * max(self._times(1, length))
+        return window if busy and unbatched >= 0.5 and arrivals_per_s * window >= 1 else 0.0
 
-    def form(self, waiting: Sequence[Query], room: int) -> list[tuple[list[Query], BatchShape]]:
+    def form(self, waiting: Sequence[Query], room: int, now: float) -> list[tuple[list[Query], BatchShape]]:
         if not self.input or waiting[0].rigid is None:
-            return super().form(waiting, room)
+            return super().form(waiting, room, now)
         first, taken, rows = waiting[0], [], 0
         for query in waiting:  # oldest first, as many rows as there is room for
             if query.rigid == first.rigid and rows + query.rows <= room:
                 taken.append(query)
                 rows += query.rows
         taken.sort(key=lambda q: q.sizes[self._axis])
-        groups = self._cluster(taken)
+        groups = self._cluster(taken, now)
         return [(group, BatchShape.of(group, pads=True)) for group in groups]
 
-    def _cluster(self, queries: list[Query]) -> list[list[Query]]:
+    def _cluster(self, queries: list[Query], now: float) -> list[list[Query]]:
         """Contiguous groups of ``queries`` (sorted by length) with the lowest summed predicted
-        latency, run shortest first. Queries of one tabulated length always share a group (the
-        tables cannot tell them apart); a dynamic programme over those blocks keeps, for each
-        prefix, the best grouping and when it frees each stage."""
+        latency, run shortest first; a group that would miss a deadline costs as if it took an
+        hour per query. Queries of one tabulated length always share a group (the tables cannot
+        tell them apart); a dynamic programme over those blocks keeps, for each prefix, the best
+        grouping and when it frees each stage."""
         table = self._tables[0]
         bucket = (lambda q: next((n for n in table.lengths if n >= q.sizes[self._axis]), q.sizes[self._axis])) \
             if table.lengths else (lambda q: 0)
@@ -145,7 +160,8 @@ class DiversityPolicy(Policy):
                 for stage, took in enumerate(self._times(rows, self._length(None, group))):
                     done = max(done, free[stage]) + took
                     finished.append(done)
-                options.append((cost + rows * done, finished, [*cuts, start]))
+                late = now + done > min(self._deadline(q) for q in group)
+                options.append((cost + rows * (done + MISSED * late), finished, [*cuts, start]))
             best.append(min(options, key=lambda option: option[0]))
         cuts = [*best[-1][2], len(blocks)]
         return [[q for block in blocks[a:b] for q in block] for a, b in zip(cuts, cuts[1:])]
@@ -160,7 +176,8 @@ class DiversityPolicy(Policy):
         (``backlog``: batches ahead of it or queries still waiting, who gain from the work saved),
         and merging saves at least as much work in the remaining stages as the early rows lose
         waiting for the late ones to catch up (so where batching does not pay, as on a CPU whose
-        time grows with the rows, it never stretches)."""
+        time grows with the rows, it never stretches); and never when it would make an early or
+        a late query miss a deadline that a new batch would meet."""
         elapsed = now - candidate.created
         if not self.load or backlog == 0 or (self.t_comp_wait_ms >= 0 and elapsed >= self.t_comp_wait_ms / 1000):
             return False
@@ -168,10 +185,29 @@ class DiversityPolicy(Policy):
         length = self._length(candidate.shape, queries)
         early, alone, merged = self._times(bs, length), self._times(late, length), self._times(bs + late, length)
         at = next((s for s, done in enumerate(candidate.status) if done < bs), len(early) - 1)
-        finished_at = candidate.created + sum(early[:at + 1])  # when the batch would leave stage ``at`` alone
-        delay = max(0.0, now + sum(alone[:at + 1]) - finished_at) + sum(merged[at + 1:]) - sum(early[at + 1:])
+        finish = [candidate.created + sum(early[:s + 1]) for s in range(len(early))]  # the batch on its own
+        # Stretched: the late rows catch up to stage ``at``, then all run the remaining stages merged.
+        end = max(now + sum(alone[:at + 1]), finish[at]) + sum(merged[at + 1:])
+        # New: the late rows follow the batch through every stage.
+        following = now
+        for stage, took in enumerate(alone):
+            following = max(following, finish[stage]) + took
         saved = sum(early[at + 1:]) + sum(alone[at + 1:]) - sum(merged[at + 1:])
-        return saved > 0 and saved >= delay
+        if saved <= 0 or saved < end - finish[-1]:
+            return False
+        early_queries = [m.query for m in candidate.members]
+        return not (self._misses(early_queries, end, finish[-1]) or self._misses(queries, end, following))
+
+    # Deadlines.
+
+    def _deadline(self, query: Query) -> float:
+        if query.deadline is not None:
+            return query.deadline
+        return query.arrived + self.deadline_ms / 1000 if self.deadline_ms > 0 else float("inf")
+
+    def _misses(self, queries: Sequence[Query], end: float, otherwise: float) -> bool:
+        """Whether a query answered at ``end`` misses a deadline it meets when answered at ``otherwise``."""
+        return any(otherwise <= self._deadline(q) < end for q in queries)
 
     # Policy II.
 

@@ -31,10 +31,11 @@ class Engine(Protocol):
     def run(self, inputs: Mapping[str, Any]) -> Tensors: ...
 
 
-def stage_threads(stage_count: int) -> int:
-    """CPU threads for each stage's session: the stages run at the same time, so they share the
-    cores instead of each spreading over all of them."""
-    return max(1, len(os.sched_getaffinity(0)) // max(stage_count, 1))
+def cpu_cores() -> int:
+    """CPU threads for each stage's session: every core this process may use. A lone batch's
+    stage then runs on all of them, and stages running at the same time share them (idle threads
+    sleep, see ``ort_options``)."""
+    return len(os.sched_getaffinity(0))
 
 
 def ort_options(threads: int | None = None, spinning: bool = False):
@@ -156,9 +157,8 @@ class TensorRTEngine:
 
 def load_engines(manifest: Manifest, version_dir: Path, device: Device | None = None, threads: int = 0,
                  spinning: bool = False) -> list[Engine]:
-    """Every stage's engine, as the backend serves them (``threads`` 0: the cores shared among the
-    stages, which run at the same time)."""
-    threads = threads or stage_threads(len(manifest.stages))
+    """Every stage's engine, as the backend serves them (``threads`` 0: every core)."""
+    threads = threads or cpu_cores()
     return [load_engine(stage, version_dir, device, threads, spinning) for stage in manifest.stages]
 
 

@@ -12,6 +12,7 @@ import json
 import logging
 import sys
 import threading
+import time
 from pathlib import Path
 
 import triton_python_backend_utils as pb_utils
@@ -27,7 +28,7 @@ if not __package__:
 
 from .config import RuntimeConfig, triton_parameters  # noqa: E402
 from .device import make_device  # noqa: E402
-from .engine import load_engines, stage_threads  # noqa: E402
+from .engine import cpu_cores, load_engines  # noqa: E402
 from .manifest import Manifest  # noqa: E402
 from .metrics import FAMILIES, Metrics  # noqa: E402
 from .query import Query  # noqa: E402
@@ -48,14 +49,14 @@ class MetricsExporter(threading.Thread):
         self._families: dict = {}
         self._series: dict = {}
         self._sent: dict = {}
-        self._stop = threading.Event()
+        self._stopping = threading.Event()
 
     def run(self) -> None:
-        while not self._stop.wait(METRICS_INTERVAL_S):
+        while not self._stopping.wait(METRICS_INTERVAL_S):
             self.flush()
 
     def stop(self) -> None:
-        self._stop.set()
+        self._stopping.set()
         self.join()
         self.flush()
 
@@ -96,9 +97,7 @@ class TritonPythonModel:
         runtime_config = RuntimeConfig.from_parameters(triton_parameters(config))
         device = make_device(args.get("model_instance_kind", "CPU"), int(args.get("model_instance_device_id", 0)))
         whole = runtime_config.batching == "triton"
-        # Every stage may use every core: a lone query's stage then runs on all of them, and stages
-        # running at the same time share them (idle ONNX Runtime threads sleep unless spinning).
-        threads = runtime_config.intra_op_thread_count or stage_threads(1)
+        threads = runtime_config.intra_op_thread_count or cpu_cores()
         engines = load_engines(self._manifest, version_dir, device, threads, runtime_config.allow_spinning)
         metrics = Metrics()
         if whole:
@@ -142,4 +141,7 @@ class TritonPythonModel:
                 response = pb_utils.InferenceResponse([pb_utils.Tensor(n, a) for n, a in outputs.items()])
             sender.send(response, flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
 
-        return Query(inputs=inputs, respond=respond, requested_outputs=tuple(request.requested_output_names()))
+        arrived = time.monotonic()
+        timeout_us = request.timeout()  # Triton's per-request timeout; 0: none
+        return Query(inputs=inputs, respond=respond, requested_outputs=tuple(request.requested_output_names()),
+                     arrived=arrived, deadline=arrived + timeout_us / 1e6 if timeout_us else None)

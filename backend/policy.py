@@ -37,11 +37,11 @@ class Policy:
     def bind(self, manifest: Manifest) -> None:
         """Read what the policy needs from the model (its latency tables); ConfigError if it cannot run."""
 
-    def window(self, busy: bool, arrivals_per_s: float) -> float:
-        """Seconds the entry may wait after the oldest query arrived, for more to batch with it."""
+    def window(self, oldest: Query, busy: bool, arrivals_per_s: float) -> float:
+        """Seconds the entry may wait after ``oldest`` arrived, for more to batch with it."""
         return 0.0
 
-    def form(self, waiting: Sequence[Query], room: int) -> list[tuple[list[Query], BatchShape]]:
+    def form(self, waiting: Sequence[Query], room: int, now: float) -> list[tuple[list[Query], BatchShape]]:
         """New batches from the waiting queries (oldest first), at most ``room`` rows in all, in the
         order they enter: here the oldest with every later query of the same shape, as Triton's
         dynamic batcher forms a batch."""

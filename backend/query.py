@@ -43,6 +43,7 @@ class Query:
     respond: Responder
     requested_outputs: tuple[str, ...] = ()  # empty: all outputs
     arrived: float = field(default_factory=time.monotonic)
+    deadline: float | None = None  # time.monotonic() by which the client wants its answer (its timeout)
     answered: bool = field(default=False, init=False)
     # Set by validation: the size of each named axis, and the shapes with named axes left open.
     sizes: dict[str, int] = field(default_factory=dict, init=False)

@@ -11,6 +11,7 @@ exit), wherever split or stretch moved them.
 from __future__ import annotations
 
 import logging
+import queue
 import threading
 import time
 from collections import deque
@@ -77,7 +78,7 @@ class Entry:
                     self._changed.wait()
                     continue
                 window = self._window if self._window is not None else self._scheduler.policy.window(
-                    len(self._scheduler.table) > 0, self._arrival_rate())
+                    self._waiting[0], len(self._scheduler.table) > 0, self._arrival_rate())
                 deadline = self._waiting[0].arrived + window
                 while (not self._closed and sum(q.rows for q in self._waiting) < room
                        and (left := deadline - time.monotonic()) > 0):
@@ -111,6 +112,29 @@ class Entry:
             return left
 
 
+class Exit(threading.Thread):
+    """Answers queries off the last stage's thread: sending a response through Triton costs far
+    more than a cheap stage computes (about 1 ms of wall time per query), and the last stage must
+    not wait for it before running its next batch. Answers are copies, never views of buffers a
+    later batch may overwrite."""
+
+    def __init__(self):
+        super().__init__(name="dvabatch-exit", daemon=True)
+        self._answers: queue.SimpleQueue[tuple[Query, dict[str, np.ndarray]] | None] = queue.SimpleQueue()
+
+    def answer(self, query: Query, outputs: dict[str, np.ndarray]) -> None:
+        self._answers.put((query, {name: np.array(array) for name, array in outputs.items()}))
+
+    def run(self) -> None:
+        while (item := self._answers.get()) is not None:
+            query, outputs = item
+            query.answer(outputs)
+
+    def close(self, timeout: float) -> None:
+        self._answers.put(None)
+        self.join(timeout)
+
+
 class Runtime:
     def __init__(self, manifest: Manifest, engines: Sequence[Engine], config: RuntimeConfig | None = None,
                  device: Device | None = None, trace: Trace | None = None, metrics: Metrics | None = None):
@@ -133,6 +157,8 @@ class Runtime:
         self._partial: dict[Query, dict[str, np.ndarray]] = {}
         self._filled: dict[Query, int] = {}
         self._lock = threading.Lock()
+        self.exit = Exit()
+        self.exit.start()
         self.executors = [
             StageExecutor(spec, engine, self.device, self.scheduler,
                           inbox=self.entry if i == 0 else self.queues[i - 1],
@@ -164,12 +190,13 @@ class Runtime:
             log.error("unloading with %d batches still running", len(self.table))
             for row in self.table.rows():
                 self.fail_rows(row, 0, row.bs, RuntimeError("the model is unloading"))
-        for queue in self.queues:
-            queue.put(None)
+        for batch_queue in self.batch_queues:
+            batch_queue.put(None)
         for boundary in self.boundaries:
             boundary.close()
         for executor in self.executors[1:]:
             executor.join(timeout)
+        self.exit.close(timeout)
 
     # What the executors need from around them (executor.Stage).
 
@@ -192,7 +219,7 @@ class Runtime:
             if query.answered:
                 continue
             if num == query.rows:
-                query.answer(self._own(query, {name: array[rows] for name, array in host.items()}))
+                self.exit.answer(query, self._own(query, {name: array[rows] for name, array in host.items()}))
                 continue
             with self._lock:  # a query split across items: gather its rows
                 partial = self._partial.setdefault(
@@ -204,7 +231,7 @@ class Runtime:
                 if done:
                     del self._partial[query], self._filled[query]
             if done:
-                query.answer(self._own(query, partial))
+                self.exit.answer(query, self._own(query, partial))
 
     def _own(self, query: Query, outputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         if not query.sizes:

@@ -55,7 +55,7 @@ class Scheduler:
                     item = self.table.stretch(candidate.id, joining)
                     self._admitted("stretch", joining, now)
                     return joining, item, []
-        formed = self.policy.form(waiting, room)
+        formed = self.policy.form(waiting, room, now)
         (batch, shape), rest = formed[0], formed[1:]
         item = self.new(batch, shape)
         return [q for queries, _ in formed for q in queries], item, rest
@@ -72,27 +72,38 @@ class Scheduler:
 
     def schedule(self, stage: int, item: BatchItem, buffer: int | None) -> tuple[int, list[BatchItem]]:
         """After ``stage`` finished ``item`` (its rows now in ``buffer``): how many items will
-        read that buffer, and which to push to the next stage now."""
+        read that buffer, and which to push to the next stage now. Whoever hears of a batch
+        leaving is told after the table's lock is released (the entry takes that lock under its
+        own)."""
+        gone, following = False, None
         with self.table.lock:
             out = self.table.complete(stage, item, buffer)
             if stage == self.table.stages - 1:
-                if item.batch_id not in self.table:
-                    if item.batch_id in self._after:
-                        self.release(*self._after.pop(item.batch_id))
-                    if self.left is not None:
-                        self.left()
-                return len(out), out
-            if len(out) == 1 and out[0].start == 0 and out[0].num == self.table.get(out[0].batch_id).bs:
-                row = self.table.get(out[0].batch_id)
-                sizes = self.policy.split(row, stage, self.clock())
-                if sizes and len(sizes) > 1:
-                    parts = self.table.split(stage, out[0], sizes)
-                    self.metrics.meta_operation("split")
-                    if not self.policy.split_serially:
-                        return len(parts), parts
-                    for part, following in zip(parts, parts[1:]):
-                        self._after[part.batch_id] = (stage + 1, following)
-                    if row.id in self._after:  # the part this batch was: its successor now follows the last part
-                        self._after[parts[-1].batch_id] = self._after.pop(row.id)
-                    return len(parts), parts[:1]
+                gone = item.batch_id not in self.table
+                following = self._after.pop(item.batch_id, None) if gone else None
+                reads = len(out)
+            else:
+                reads, out = self._maybe_split(stage, out)
+        if following is not None:
+            self.release(*following)
+        if gone and self.left is not None:
+            self.left()
+        return reads, out
+
+    def _maybe_split(self, stage: int, out: list[BatchItem]) -> tuple[int, list[BatchItem]]:
+        """Split a whole batch if the policy says so; serial parts are chained (table lock held)."""
+        if len(out) != 1 or out[0].start != 0 or out[0].num != self.table.get(out[0].batch_id).bs:
             return len(out), out
+        row = self.table.get(out[0].batch_id)
+        sizes = self.policy.split(row, stage, self.clock())
+        if not sizes or len(sizes) < 2:
+            return len(out), out
+        parts = self.table.split(stage, out[0], sizes)
+        self.metrics.meta_operation("split")
+        if not self.policy.split_serially:
+            return len(parts), parts
+        for part, following in zip(parts, parts[1:]):
+            self._after[part.batch_id] = (stage + 1, following)
+        if row.id in self._after:  # the part this batch was: its successor now follows the last part
+            self._after[parts[-1].batch_id] = self._after.pop(row.id)
+        return len(parts), parts[:1]

@@ -11,11 +11,11 @@ The steps, in order (each can refuse with a ``SliceError`` before anything is wr
 5. **build** one file per stage for the target's engine and **verify** the chained stages
    against the unsliced source at several batch sizes and lengths;
 6. **measure** each stage as a whole (mean and p99 per batch size and length) into the latency
-   tables the policies read, and pick policy defaults from what was found.
+   tables the policies read (config.pbtxt gets ``policy: auto``, which acts on them).
 
 Layout written::
 
-    DIR/config.pbtxt            backend: "dvabatch", the source model's interface, policy defaults
+    DIR/config.pbtxt            backend: "dvabatch", the source model's interface, policy: auto
     DIR/1/manifest.json         stages, tensors, latency tables, the source file and its sha256
     DIR/1/stage_<i>.onnx|.plan  one engine file per stage
 """
@@ -34,7 +34,7 @@ import numpy as np
 import onnx
 
 from backend.device import CpuDevice, Device
-from backend.engine import OnnxRuntimeEngine, load_engines, run_stages, stage_threads
+from backend.engine import OnnxRuntimeEngine, cpu_cores, load_engines, run_stages
 from backend.manifest import Manifest, SlicingReport, StageSpec, TensorSpec
 from slicer import triton_config
 from slicer.cuts import CutPlan, balanced_cuts
@@ -212,7 +212,7 @@ def _plan(src: Path, optimized: Path, target: Target, axis: str | None, lengths:
     max_bs = options.max_batch_size
     node_profile = profile(target, optimized, [n.name for n in analysis.nodes], analysis.inputs,
                            batch_sizes_up_to(max_bs), lengths, axis, options.dim_sizes, options.warmup,
-                           options.node_repeats, stage_threads(options.stages or 1), progress)
+                           options.node_repeats, cpu_cores(), progress)
     costs = node_profile.at(options.balance_batch_size or max_bs, lengths[-1])
     legal = analysis.legal_cuts()
     row_bytes = analysis.row_bytes(sizes_at(options.dim_sizes, axis, lengths[-1]))

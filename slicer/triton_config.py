@@ -1,5 +1,5 @@
 """config.pbtxt for a sliced model served by the `dvabatch` backend: its interface, its instance
-kind, and policy defaults chosen from the slicer's profile."""
+kind, and ``policy: auto`` with a comment naming the diversities the profile found."""
 
 from __future__ import annotations
 

@@ -128,7 +128,7 @@ def test_knobs_come_from_config_pbtxt(client, repository, sources):
     client.unload_model(name)
 
 
-@pytest.mark.parametrize("policy", ["input", "input+load", "operator+load", "auto"])
+@pytest.mark.parametrize("policy", ["input", "operator", "load", "input+load", "operator+load", "auto"])
 def test_every_policy_answers_mixed_lengths_like_the_unsliced_model(client, repository, sources, policy):
     """Unpadded requests of lengths 1-24 sent at once under each of the paper's policies: Policy I
     pads queries of different lengths into shared batches (ids and mask padded with 0, so the

@@ -104,9 +104,10 @@ def test_policy1_lone_query_never_waits_for_the_window():
     assert_times(clock.wait(1), {0: 2 * T}, steps=2)
 
 
-def test_policy1_keeps_rows_in_flight_within_the_max_batch_size():
-    """Ten one-row queries with room for 8 in flight: 8 enter, the last two when those leave."""
-    clock = Clock(timed_manifest([flat(T)] * 2), policy("input"))
+def test_policy1_keeps_rows_in_flight_within_the_bound():
+    """Ten one-row queries with room for 8 in flight (the paper's bound, the maximum batch
+    size): 8 enter, the last two when those leave."""
+    clock = Clock(timed_manifest([flat(T)] * 2), policy("input", max_in_flight=8))
     clock.submit(*[clock.query(k) for k in range(10)])
     got = clock.wait(10)
     assert_times(got, {**{k: 2 * T for k in range(8)}, 8: 4 * T, 9: 4 * T}, steps=4)
@@ -116,7 +117,7 @@ def test_auto_takes_the_policies_of_the_recorded_diversities():
     per_length = timed_manifest([PER_LENGTH] * 2)
     auto = make_policy("auto", {})
     auto.bind(per_length)
-    assert (auto.input, auto.operator, auto.load) == (True, False, True)
+    assert (auto.input, auto.operator, auto.load, auto.max_in_flight) == (True, False, True, 16)
     fixed_shape = timed_manifest([flat(T)] * 2, dims=(4,))
     auto = make_policy("auto", {})
     auto.bind(fixed_shape)
@@ -128,3 +129,51 @@ def test_auto_takes_the_policies_of_the_recorded_diversities():
         type(s)(**{**s.__dict__, "latency": None}) for s in untimed.stages)})
     with pytest.raises(ConfigError, match="stage 0 has none"):
         make_policy("auto", {}).bind(untimed)
+
+
+def test_deadlines_stop_a_stretch_that_would_make_the_early_query_late():
+    """The backlog case of Policy III, but query 0 must be answered within 4.5T: stretching
+    would answer it at 5.2T, a new batch lets it leave at 4T, so query 1 enters on its own."""
+    clock = Clock(timed_manifest([flat(T)] * 4), policy("load"))
+    clock.submit(clock.query(0, deadline_ms=4.5 * T))
+    time.sleep(T / 1000 * 1.2)
+    clock.submit(clock.query(1), clock.query(2, length=16))
+    got = clock.wait(3)
+    assert_times(got, {0: 4 * T, 1: 5.2 * T}, steps=5)
+    assert {r[1] for r in clock.runs if r[0] == 0} == {0, 1, 2}
+
+
+def test_deadlines_keep_a_long_query_with_the_short_ones():
+    """Case I again, but the long query must be answered within 4.2T: after the short batch it
+    would leave at 4.5T, so all four run as one batch padded to 16 and leave at 4T."""
+    clock = Clock(timed_manifest([PER_LENGTH] * 4), policy("input"))
+    clock.submit(*[clock.query(k, length=n) for k, n in enumerate([5, 6, 8])],
+                 clock.query(3, length=16, deadline_ms=4.2 * T))
+    assert_times(clock.wait(4), {k: 4 * T for k in range(4)}, steps=4)
+    assert split_runs(clock, 0) == [4]
+    check_rows(clock)
+
+
+@pytest.mark.parametrize("name", ["input+load", "operator+load"])
+def test_many_queries_from_many_threads_all_answered_with_their_own_rows(name):
+    """A stress of admission against batches leaving (the entry's lock and the table's are taken
+    in one order only): 1,200 queries of mixed lengths from four threads, every one answered."""
+    import threading
+
+    fast = {"batch_sizes": BATCH_SIZES, "axis": "sequence", "lengths": [8, 16],
+            "mean": [[0.2, 0.25, 0.3, 0.4], [0.3, 0.4, 0.5, 0.8]]}
+    clock = Clock(timed_manifest([fast] * 3), policy(name))
+
+    def client(offset: int) -> None:
+        for k in range(offset, 1200, 4):
+            clock.submit(clock.query(k, length=1 + k % 16))
+            if k % 16 == 0:
+                time.sleep(0.001)
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    clock.wait(1200)
+    check_rows(clock)

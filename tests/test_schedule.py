@@ -31,7 +31,7 @@ def check_rows(clock: Clock) -> None:
     """A timed model passes rows through: every query must get back exactly its own rows."""
     for key, (_, outputs, failure) in clock.answers.items():
         assert failure is None
-        expected = np.arange(outputs["x"].size, dtype=np.float32).reshape(outputs["x"].shape) + 1000 * key
+        expected = (np.arange(outputs["x"].size).reshape(outputs["x"].shape) + 1000 * key).astype(np.float32)
         np.testing.assert_array_equal(outputs["x"], expected)
 
 

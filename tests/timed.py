@@ -51,15 +51,17 @@ class Clock:
     def ms(self, t: float) -> float:
         return (t - self.t0) * 1000
 
-    def query(self, key: int, length: int = 8, rows: int = 1) -> Query:
-        """Query ``key``: ``rows`` rows of ``length`` values that only it has."""
+    def query(self, key: int, length: int = 8, rows: int = 1, deadline_ms: float | None = None) -> Query:
+        """Query ``key``: ``rows`` rows of ``length`` values that only it has, wanting its answer
+        within ``deadline_ms`` of now."""
         def respond(outputs, failure):
             with self._done:
                 assert key not in self.answers, f"query {key} answered twice"
                 self.answers[key] = (self.ms(time.monotonic()), outputs, failure)
                 self._done.notify_all()
-        value = np.arange(rows * length, dtype=np.float32).reshape(rows, length) + 1000 * key
-        return Query({"x": value}, respond)
+        value = (np.arange(rows * length).reshape(rows, length) + 1000 * key).astype(np.float32)
+        deadline = time.monotonic() + deadline_ms / 1000 if deadline_ms is not None else None
+        return Query({"x": value}, respond, deadline=deadline)
 
     def submit(self, *queries: Query) -> None:
         """Hand queries over; the clock starts at the first submission."""
