@@ -190,7 +190,7 @@ class Runtime:
             log.error("unloading with %d batches still running", len(self.table))
             for row in self.table.rows():
                 self.fail_rows(row, 0, row.bs, RuntimeError("the model is unloading"))
-        for batch_queue in self.batch_queues:
+        for batch_queue in self.queues:
             batch_queue.put(None)
         for boundary in self.boundaries:
             boundary.close()
