@@ -10,7 +10,7 @@ or a JSON profile with the tables of another machine, for example a GPU::
      "stages": [{"latency": {"batch_sizes": [1, 2, 4, 8], "axis": "sequence", "lengths": [16, 128],
                              "mean": [[...], [...]]}}, ...],
      "whole": {"latency": {...}},             # optional: the unsliced model's own table
-     "parameters": {"policy": "pass"}}        # optional: config.pbtxt parameters
+     "parameters": {"policy": "pass"}}        # optional: config.pbtxt parameters (default: policy auto)
 
 It writes ``REPOSITORY/NAME``: the same interface and stages, each stage ``"engine": "timed"``
 (it computes nothing, passes the inputs through and takes its table's time), served by the real
@@ -99,7 +99,8 @@ def from_profile(path: Path) -> tuple[str, Manifest, LatencyTable | None, dict[s
             from None
     digest = hashlib.sha256(path.read_bytes()).hexdigest()
     manifest = Manifest(path.name, digest, max_bs, inputs, inputs, timed(inputs, tables))
-    return name, manifest, whole, {k: str(v) for k, v in data.get("parameters", {}).items()}
+    parameters = {**triton_config.policy_parameters(), **data.get("parameters", {})}
+    return name, manifest, whole, {k: str(v) for k, v in parameters.items()}
 
 
 def main(argv: list[str] | None = None) -> int:
