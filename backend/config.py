@@ -61,11 +61,11 @@ class RuntimeConfig:
                                   f"{', '.join([*known, 'policy', 'policy.*', 'pad_value.*'])}")
         if values.get("buffer_pairs", 1) < 1:
             raise ConfigError(f"parameter 'buffer_pairs' must be at least 1, got {values['buffer_pairs']}")
-        if values.get("batch_window_ms", -1) < 0 and values.get("batch_window_ms", -1) != -1:
+        if values.get("batch_window_ms", -1) != -1 and values["batch_window_ms"] < 0:
             raise ConfigError(f"parameter 'batch_window_ms' must be >= 0, or -1 for the policy's window, "
                               f"got {values['batch_window_ms']}")
         if values.get("intra_op_thread_count", 0) < 0:
-            raise ConfigError("parameter 'intra_op_thread_count' must be >= 0 (0: cores / stages), "
+            raise ConfigError("parameter 'intra_op_thread_count' must be >= 0 (0: every core), "
                               f"got {values['intra_op_thread_count']}")
         if values.get("batching", BATCHING[0]) not in BATCHING:
             raise ConfigError(f"parameter 'batching' is {values['batching']!r}; known: {', '.join(BATCHING)}")

@@ -70,9 +70,7 @@ class DiversityPolicy(Policy):
     _axis: str | None = field(init=False, repr=False, default=None)
     _max: int = field(init=False, repr=False, default=0)
 
-    @property
-    def split_serially(self) -> bool:
-        return True
+    split_serially = True
 
     def __post_init__(self):
         if self.statistic not in ("mean", "p99"):

@@ -90,8 +90,10 @@ class Entry:
                 return item
 
     def _room(self) -> int:
-        limit = self._scheduler.policy.max_in_flight
-        return min(self._max, limit - self._scheduler.table.rows_in_flight()) if limit > 0 else self._max
+        """Rows the policy lets in now; a full batch when nothing is in flight, so that a query
+        larger than the bound still runs."""
+        limit, in_flight = self._scheduler.policy.max_in_flight, self._scheduler.table.rows_in_flight()
+        return min(self._max, limit - in_flight) if limit > 0 and in_flight else self._max
 
     def _arrival_rate(self) -> float:
         """Queries per second over the latest arrivals (0 until there are two)."""

@@ -44,10 +44,9 @@ class Scheduler:
         with self.table.lock:
             candidate = self.table.stretch_candidate(waiting[0])
             if candidate is not None:
-                joining, rows = [], 0
+                joining, rows, fits = [], 0, min(room, self.table.max_batch_size - candidate.bs)
                 for query in waiting:
-                    if rows + query.rows <= min(room, self.table.max_batch_size - candidate.bs) \
-                            and candidate.shape.admits(query):
+                    if rows + query.rows <= fits and candidate.shape.admits(query):
                         joining.append(query)
                         rows += query.rows
                 backlog = len(self.table) - 1 + len(waiting) - len(joining)

@@ -177,3 +177,10 @@ def test_many_queries_from_many_threads_all_answered_with_their_own_rows(name):
         thread.join()
     clock.wait(1200)
     check_rows(clock)
+
+
+def test_a_query_larger_than_the_in_flight_bound_still_runs():
+    clock = Clock(timed_manifest([flat(T)] * 2), policy("input", max_in_flight=2))
+    clock.submit(clock.query(0, rows=4))
+    assert_times(clock.wait(1), {0: 2 * T}, steps=2)
+    check_rows(clock)
