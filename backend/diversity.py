@@ -30,12 +30,14 @@
 paper combines them; ``auto`` (what the slicer writes) takes Policy I where the model has a
 length axis, Policy II where its stages prefer different batch sizes, and Policy III always.
 Every decision is a prediction from the tables, so where they say splitting, stretching or
-waiting cannot pay, none happens and the model batches as Triton's batcher would.
+waiting cannot pay, none happens and the model batches as Triton's batcher would. ``auto`` goes
+one step further on stages that share the CPU's cores and never split: one executor runs them
+back to back (``fuses``), so the pipeline's handoffs cost nothing where they cannot buy overlap.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from .batch_table import BatchRow
@@ -43,6 +45,7 @@ from .manifest import LatencyTable, Manifest
 from .policy import ConfigError, Policy
 from .query import BatchShape, Query
 
+PIPELINE_GAIN = 0.05  # how much sooner a split must answer, in sum, for ``auto`` to keep a CPU pipeline
 MISSED = 3600.0  # seconds a missed deadline costs a query when clusters are compared
 PRESETS: dict[str, dict[str, bool]] = {
     "auto": {"input": True, "operator": True, "load": True, "auto": True},
@@ -214,14 +217,44 @@ class DiversityPolicy(Policy):
             return None
         length = self._length(batch.shape)
 
-        def remain(rows: int) -> float:
-            return sum(self._time(s, rows, length) for s in range(stage + 1, len(self._tables)))
-
-        def halves(rows: int) -> list[int]:
-            big, small = rows - rows // 2, rows // 2
-            if rows < 2 or remain(rows) < remain(big) + remain(small):
-                return [rows]
-            return [*halves(big), *halves(small)]
-
-        sizes = halves(batch.bs)
+        sizes = _halves(batch.bs, lambda rows: sum(self._time(s, rows, length)
+                                                   for s in range(stage + 1, len(self._tables))))
         return sizes if len(sizes) > 1 else None
+
+    # The pipeline itself.
+
+    def fuses(self, manifest: Manifest) -> bool:
+        """``auto`` runs the stages back to back where the pipeline cannot pay: every engine
+        computes on the CPU's cores (ONNX Runtime stages each use all of them, so stages running
+        at once only take turns, which the tables cannot show), and nowhere in the tables does
+        splitting a batch after a stage (Policy II) answer its rows sooner, in sum, than both
+        the whole batch and the two halves formed at the entry, by ``PIPELINE_GAIN``. Where every
+        stage's time grows alike with the rows, forming smaller batches to begin with is as good
+        as splitting later; only operator diversity needs a split in the middle."""
+        if not self.auto or len(manifest.stages) < 2 or any(s.engine != "onnxruntime" or s.latency is None
+                                                             for s in manifest.stages):
+            return False
+        tables = [s.latency for s in manifest.stages]
+        for length in tables[0].lengths or (None,):
+            def took(stages: Sequence[LatencyTable], rows: int) -> float:
+                return sum(t.predict(rows, length, self.statistic) for t in stages)
+
+            for bs in (b for b in tables[0].batch_sizes if b > 1):
+                big, small = bs - bs // 2, bs // 2
+                whole = bs * took(tables, bs)
+                at_entry = big * took(tables, big) + small * (took(tables, big) + took(tables, small))
+                for stage in range(1, len(tables)):
+                    early, late = took(tables[:stage], bs), tables[stage:]
+                    split = big * (early + took(late, big)) + small * (early + took(late, big) + took(late, small))
+                    if split < (1 - PIPELINE_GAIN) * min(whole, at_entry):
+                        return False
+        return True
+
+
+def _halves(rows: int, remain: Callable[[int], float]) -> list[int]:
+    """Policy II's rule: halve while the remaining stages take at least as long for the rows as
+    for the halves one after the other, and again for each half."""
+    big, small = rows - rows // 2, rows // 2
+    if rows < 2 or remain(rows) < remain(big) + remain(small):
+        return [rows]
+    return [*_halves(big, remain), *_halves(small, remain)]

@@ -53,13 +53,16 @@ def ort_options(threads: int | None = None, spinning: bool = False):
 
 
 class OnnxRuntimeEngine:
-    """A stage as an ONNX Runtime session on the CPU (``threads``: see ``ort_options``)."""
+    """A stage (a file, or a serialised model) as an ONNX Runtime session on the CPU (``threads``:
+    see ``ort_options``)."""
 
-    def __init__(self, path: Path, output_names: list[str], threads: int | None = None, spinning: bool = False):
+    def __init__(self, model: Path | bytes, output_names: list[str], threads: int | None = None,
+                 spinning: bool = False):
         import onnxruntime as ort
 
         options = ort_options(threads, spinning)
-        self._session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        model = model if isinstance(model, bytes) else str(model)
+        self._session = ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
         self._outputs = output_names
 
     def run(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -156,10 +159,49 @@ class TensorRTEngine:
 
 
 def load_engines(manifest: Manifest, version_dir: Path, device: Device | None = None, threads: int = 0,
-                 spinning: bool = False) -> list[Engine]:
-    """Every stage's engine, as the backend serves them (``threads`` 0: every core)."""
+                 spinning: bool = False, fused: bool = False) -> list[Engine]:
+    """Every stage's engine, as the backend serves them (``threads`` 0: every core); with
+    ``fused``, the one engine of ``manifest.fused()``: ONNX Runtime stages merged back into one
+    session (one run instead of one per stage, and the optimiser sees across the cuts)."""
     threads = threads or cpu_cores()
-    return [load_engine(stage, version_dir, device, threads, spinning) for stage in manifest.stages]
+    if not fused:
+        return [load_engine(stage, version_dir, device, threads, spinning) for stage in manifest.stages]
+    if any(stage.engine != "onnxruntime" for stage in manifest.stages):
+        raise ValueError("only onnxruntime stages run fused")
+    for stage in manifest.stages:
+        if not (Path(version_dir) / stage.file).is_file():
+            raise FileNotFoundError(f"stage {stage.index}: {Path(version_dir) / stage.file} is missing; re-run the slicer")
+    merged = merge_stages([Path(version_dir) / stage.file for stage in manifest.stages],
+                          [t.name for t in manifest.inputs], [t.name for t in manifest.outputs])
+    return [OnnxRuntimeEngine(merged, [t.name for t in manifest.outputs], threads, spinning)]
+
+
+def merge_stages(files: Sequence[Path], inputs: Sequence[str], outputs: Sequence[str]) -> bytes:
+    """The stage graphs joined back into one model. Stages meet at tensor names and carried
+    tensors keep theirs, so the union of the nodes is the sliced graph; constants the slicer
+    cloned into several stages are kept once."""
+    import onnx
+    from onnx import helper
+
+    models = [onnx.load(str(path)) for path in files]
+    nodes, produced, initializers, opsets = [], set(), {}, {}
+    for model in models:
+        for node in model.graph.node:
+            if node.output and all(name in produced for name in node.output):
+                continue
+            nodes.append(node)
+            produced.update(node.output)
+        for tensor in model.graph.initializer:
+            initializers.setdefault(tensor.name, tensor)
+        for opset in model.opset_import:
+            opsets[opset.domain] = max(opsets.get(opset.domain, 0), opset.version)
+    declared_in = {info.name: info for model in models for info in model.graph.input}
+    declared_out = {info.name: info for model in models for info in model.graph.output}
+    graph = helper.make_graph(nodes, "fused", [declared_in[name] for name in inputs],
+                              [declared_out[name] for name in outputs], list(initializers.values()))
+    merged = helper.make_model(graph, opset_imports=[helper.make_opsetid(d, v) for d, v in opsets.items()],
+                               ir_version=max(model.ir_version for model in models))
+    return merged.SerializeToString()
 
 
 def load_engine(stage: StageSpec, version_dir: Path, device: Device | None = None,

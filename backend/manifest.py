@@ -12,6 +12,7 @@ example ``"sequence"`` for both ``input_ids`` and ``attention_mask``).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -107,6 +108,22 @@ class LatencyTable:
             scale, batch = scale * batch / self.batch_sizes[-1], self.batch_sizes[-1]
         row = self.row(length, statistic if getattr(self, statistic) is not None else "mean")
         return scale * float(row[_round_up(self.batch_sizes, batch, "batch size")])
+
+    @classmethod
+    def total(cls, tables: list[LatencyTable]) -> LatencyTable:
+        """The stages one after another: on the first table's batch sizes and lengths, each entry
+        the sum of every table's prediction there (``p99`` only where every table has one)."""
+        first = tables[0]
+        lengths = first.lengths or (None,)
+
+        def summed(statistic: str) -> tuple | None:
+            if any(getattr(t, statistic) is None for t in tables):
+                return None
+            rows = tuple(tuple(round(sum(t.predict(b, n, statistic) for t in tables), 4) for b in first.batch_sizes)
+                         for n in lengths)
+            return rows if first.lengths else rows[0]
+
+        return cls(first.batch_sizes, summed("mean"), summed("p99"), first.axis, first.lengths)
 
 
 def _round_up(table: tuple[int, ...], value: int, what: str) -> int:
@@ -211,6 +228,15 @@ class Manifest:
     def operator_diversity(self) -> bool:
         """The stages prefer different batch sizes."""
         return len({s.preferred_batch_size for s in self.stages if s.preferred_batch_size}) > 1
+
+    def fused(self) -> Manifest:
+        """The model as one stage running every stage in turn (its latency the tables summed):
+        what the runtime serves when the pipeline cannot pay (``Policy.fuses``)."""
+        tables = [s.latency for s in self.stages]
+        stage = StageSpec(index=0, file="", engine=self.stages[0].engine, inputs=self.inputs, outputs=self.outputs,
+                          nodes=sum(s.nodes for s in self.stages),
+                          latency=LatencyTable.total(tables) if all(tables) else None)
+        return dataclasses.replace(self, stages=(stage,))
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2) + "\n"

@@ -98,7 +98,12 @@ class TritonPythonModel:
         device = make_device(args.get("model_instance_kind", "CPU"), int(args.get("model_instance_device_id", 0)))
         whole = runtime_config.batching == "triton"
         threads = runtime_config.intra_op_thread_count or cpu_cores()
-        engines = load_engines(self._manifest, version_dir, device, threads, runtime_config.allow_spinning)
+        fused = not whole and runtime_config.policy.fuses(self._manifest)
+        if fused:
+            log.info("%s: policy %s runs the %d stages back to back in one executor (the pipeline cannot pay on "
+                     "this model; see backend/diversity.py)", args["model_name"], runtime_config.policy.name,
+                     len(self._manifest.stages))
+        engines = load_engines(self._manifest, version_dir, device, threads, runtime_config.allow_spinning, fused)
         metrics = Metrics()
         if whole:
             runtime_config.bind(self._manifest)

@@ -61,6 +61,11 @@ class Policy:
         """Sizes to split ``batch`` into after ``stage`` finished all of it, or None to pass it on."""
         return None
 
+    def fuses(self, manifest: Manifest) -> bool:
+        """Should one executor run every stage in turn (the model as a single stage), because
+        the pipeline cannot pay on this model? Asked before ``bind``."""
+        return False
+
 
 @dataclass
 class FixedPolicy(Policy):

@@ -141,6 +141,12 @@ class Runtime:
     def __init__(self, manifest: Manifest, engines: Sequence[Engine], config: RuntimeConfig | None = None,
                  device: Device | None = None, trace: Trace | None = None, metrics: Metrics | None = None):
         config = config or RuntimeConfig()
+        self.fused = config.policy.fuses(manifest)
+        if self.fused:
+            if len(engines) != 1:
+                raise ValueError(f"policy {config.policy.name!r} runs this model's stages fused: load its one "
+                                 "engine with load_engines(..., fused=True)")
+            manifest = manifest.fused()
         self.manifest = manifest
         self.device = device or CpuDevice()
         stages = len(manifest.stages)

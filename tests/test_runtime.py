@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections import deque
 
 import numpy as np
 import pytest
 
-from backend.config import RuntimeConfig
+from backend.config import RuntimeConfig, make_policy
 from backend.engine import OnnxRuntimeEngine, load_engines
-from backend.manifest import Manifest
+from backend.manifest import LatencyTable, Manifest
 from backend.policy import FixedPolicy, RandomPolicy
 from backend.query import Failure, Query, take_batch, validate
 from backend.runtime import Runtime
@@ -232,3 +233,41 @@ def test_split_parts_leave_one_by_one(repository, sources):
     assert answered[0][0] == 0 and answered[0][1] < len(runs)
     assert sorted(i for i, _ in answered) == [0, 1, 2]
     assert_like_reference(inbox, feeds, OnnxRuntimeEngine(sources["resnet_like"], [o.name for o in manifest.outputs]))
+
+
+def with_tables(manifest: Manifest, tables: list[dict]) -> Manifest:
+    """``manifest`` with its stage latency tables replaced (same batch sizes)."""
+    stages = tuple(dataclasses.replace(s, latency=LatencyTable.from_json(t)) for s, t in zip(manifest.stages, tables))
+    return dataclasses.replace(manifest, stages=stages)
+
+
+def test_auto_runs_cpu_stages_back_to_back_where_the_pipeline_cannot_pay(repository, sources):
+    """ONNX Runtime stages whose time grows with the rows: ``auto`` runs them in one executor
+    (a split would save nothing, and stages on shared cores only take turns); answers for mixed
+    lengths still equal the unsliced model. With a first stage that batching pays for and later
+    ones that it does not (operator diversity: splitting saves), the pipeline stays."""
+    version_dir = repository / "bert_like" / VERSION
+    source = Manifest.load(version_dir)
+    sizes = source.stages[0].latency.batch_sizes
+    per_row = {"batch_sizes": list(sizes), "mean": [1.0 * b for b in sizes]}
+    fixed = {"batch_sizes": list(sizes), "mean": [1.0] * len(sizes)}
+    manifest = with_tables(source, [per_row] * len(source.stages))
+    config = lambda: RuntimeConfig(policy=make_policy("auto", {}))  # noqa: E731
+    assert not make_policy("auto", {}).fuses(with_tables(source, [fixed] + [per_row] * (len(source.stages) - 1)))
+    assert not make_policy("input+load", {}).fuses(manifest)  # the paper's policies, asked by name: a pipeline
+    with pytest.raises(ValueError, match="fused=True"):
+        Runtime(manifest, load_engines(manifest, version_dir), config())
+    runtime = Runtime(manifest, load_engines(manifest, version_dir, fused=True), config())
+    assert runtime.fused and len(runtime.executors) == 1
+    assert runtime.manifest.stages[0].latency.mean == tuple(len(source.stages) * b for b in sizes)
+    inbox = Inbox()
+    feeds = [sample_inputs(manifest.inputs, 1 + i % 2, {"sequence": 3 + i}, seed=i) for i in range(10)]
+    for feed in feeds:  # Policy I pads each cluster to its longest: the padding is masked out
+        feed["attention_mask"][:] = 1
+    runtime.submit([inbox.query(i, f) for i, f in enumerate(feeds)])
+    inbox.wait(len(feeds))
+    runtime.close()
+    assert all(len(answers) == 1 for answers in inbox.answers.values())
+    assert_like_reference(inbox, feeds, OnnxRuntimeEngine(sources["bert_like"], [o.name for o in manifest.outputs]))
+    assert {labels for (family, labels) in runtime.metrics.snapshot() if family == "dvabatch_stage_busy_us_total"} \
+        == {(("stage", "0"),)}
