@@ -108,6 +108,19 @@ class BatchTable:
         with self.lock:
             return self._rows[batch_id]
 
+    def find(self, batch_id: int) -> BatchRow | None:
+        with self.lock:
+            return self._rows.get(batch_id)
+
+    def discard(self, batch_id: int) -> BatchRow | None:
+        """Take a failed batch out of the table (its rows will never leave); the row, or None if
+        it was already gone."""
+        with self.lock:
+            row = self._rows.get(batch_id)
+            if row is not None:
+                self._remove(row)
+            return row
+
     def wait_empty(self, timeout: float | None = None) -> bool:
         with self.lock:
             return self._empty.wait_for(lambda: not self._rows, timeout)

@@ -121,6 +121,26 @@ class Boundary:
             buffer.claims -= 1
             buffer.state = BufferState.INVALID
 
+    def drop(self, index: int) -> None:
+        """Rows queued in buffer ``index`` will never be read (their batch failed): one claim
+        fewer; a buffer nobody needs any more is available at once (the consumer never read it,
+        so no release of its is due)."""
+        with self._changed:
+            buffer = self.buffers[index]
+            self._expect(buffer, BufferState.INVALID)
+            buffer.claims = max(buffer.claims - 1, 0)
+            if buffer.claims == 0:
+                buffer.state = BufferState.AVAILABLE
+            self._changed.notify_all()
+
+    def abandon(self, buffer: Buffer) -> None:
+        """The producer will not finish writing ``buffer``: back to what it was (rows kept there
+        for late ones stay kept)."""
+        with self._changed:
+            self._expect(buffer, BufferState.INWRITING)
+            buffer.state = BufferState.INVALID if buffer.claims > 0 else BufferState.AVAILABLE
+            self._changed.notify_all()
+
     def release(self) -> None:
         """The consumer re-entered active: buffers whose rows nobody needs become available."""
         with self._changed:

@@ -5,6 +5,7 @@
     parameters: { key: "policy.statistic" value: { string_value: "p99" } } # a setting of the policy
     parameters: { key: "batch_window_ms" value: { string_value: "-1" } }   # -1: the policy's; >= 0: fixed
     parameters: { key: "pad_value.input_ids" value: { string_value: "0" } }  # what pads an input (0)
+    parameters: { key: "max_size.sequence" value: { string_value: "512" } }  # longest named axis served
     parameters: { key: "batching"        value: { string_value: "dvabatch" } }  # dvabatch | triton
     parameters: { key: "intra_op_thread_count" value: { string_value: "0" } }   # 0: every core
     parameters: { key: "allow_spinning"  value: { string_value: "false" } }     # ONNX Runtime threads
@@ -29,9 +30,38 @@ from .policy import ConfigError, FixedPolicy, Policy, RandomPolicy, parse_value
 
 POLICY_PREFIX = "policy."
 PAD_PREFIX = "pad_value."
+SIZE_PREFIX = "max_size."
 BATCHING = ("dvabatch", "triton")
 POLICIES: dict[str, type[Policy]] = {"pass": Policy, "fixed": FixedPolicy, "random": RandomPolicy,
                                      **{name: DiversityPolicy for name in PRESETS}}
+
+
+@dataclass(frozen=True)
+class QueuePolicy:
+    """config.pbtxt's ``dynamic_batching { default_queue_policy { ... } }``. Triton applies it in
+    its own queue, which our ``execute`` empties at once, so the entry applies it instead: a full
+    queue refuses (UNAVAILABLE), a query still waiting when its timeout expires is refused
+    (timeout action REJECT) or kept (DELAY)."""
+
+    max_queue_size: int = 0
+    default_timeout_us: int = 0
+    allow_timeout_override: bool = False
+    reject: bool = True
+
+    @classmethod
+    def from_model_config(cls, model_config: Mapping) -> QueuePolicy:
+        policy = model_config.get("dynamic_batching", {}).get("default_queue_policy", {})
+        return cls(max_queue_size=int(policy.get("max_queue_size", 0)),
+                   default_timeout_us=int(policy.get("default_timeout_microseconds", 0)),
+                   allow_timeout_override=bool(policy.get("allow_timeout_override", False)),
+                   reject=policy.get("timeout_action", "REJECT") != "DELAY")
+
+    def timeout_us(self, requested_us: int) -> int:
+        """A request's timeout: its own where the policy allows that (or sets none), else the
+        policy's default; 0: none."""
+        if requested_us and (self.allow_timeout_override or not self.default_timeout_us):
+            return requested_us
+        return self.default_timeout_us
 
 
 @dataclass(frozen=True)
@@ -42,23 +72,30 @@ class RuntimeConfig:
     intra_op_thread_count: int = 0  # ONNX Runtime threads per stage; 0: every core (idle threads sleep)
     allow_spinning: bool = False  # let idle ONNX Runtime threads spin (may win for a lone model on idle cores)
     pad_values: Mapping[str, float] = field(default_factory=dict)  # input -> what pads it (default 0)
+    max_sizes: Mapping[str, int] = field(default_factory=dict)  # named axis -> largest size served (0: any)
+    queue: QueuePolicy = field(default_factory=lambda: QueuePolicy())  # from dynamic_batching, not parameters
     policy: Policy = field(default_factory=Policy)
 
     @classmethod
     def from_parameters(cls, parameters: Mapping[str, str]) -> RuntimeConfig:
-        known = {f.name: type(f.default) for f in fields(cls) if f.name not in ("policy", "pad_values")}
+        special = ("policy", "pad_values", "max_sizes", "queue")
+        known = {f.name: type(f.default) for f in fields(cls) if f.name not in special}
         values: dict = {}
-        settings, pads = {}, {}
+        settings, pads, sizes = {}, {}, {}
         for key, text in parameters.items():
             if key.startswith(POLICY_PREFIX):
                 settings[key[len(POLICY_PREFIX):]] = text
             elif key.startswith(PAD_PREFIX):
                 pads[key[len(PAD_PREFIX):]] = parse_value(key, text, float)
+            elif key.startswith(SIZE_PREFIX):
+                sizes[key[len(SIZE_PREFIX):]] = parse_value(key, text, int)
+                if sizes[key[len(SIZE_PREFIX):]] < 0:
+                    raise ConfigError(f"parameter '{key}' must be >= 0 (0: any size), got {text!r}")
             elif key in known:
                 values[key] = parse_value(key, text, known[key])
             elif key != "policy":
                 raise ConfigError(f"parameter '{key}' is unknown; known: "
-                                  f"{', '.join([*known, 'policy', 'policy.*', 'pad_value.*'])}")
+                                  f"{', '.join([*known, 'policy', 'policy.*', 'pad_value.*', 'max_size.*'])}")
         if values.get("buffer_pairs", 1) < 1:
             raise ConfigError(f"parameter 'buffer_pairs' must be at least 1, got {values['buffer_pairs']}")
         if values.get("batch_window_ms", -1) != -1 and values["batch_window_ms"] < 0:
@@ -69,7 +106,8 @@ class RuntimeConfig:
                               f"got {values['intra_op_thread_count']}")
         if values.get("batching", BATCHING[0]) not in BATCHING:
             raise ConfigError(f"parameter 'batching' is {values['batching']!r}; known: {', '.join(BATCHING)}")
-        return cls(**values, pad_values=pads, policy=make_policy(parameters.get("policy", "pass"), settings))
+        policy = make_policy(parameters.get("policy", "pass"), settings)
+        return cls(**values, pad_values=pads, max_sizes=sizes, policy=policy)
 
     def bind(self, manifest: Manifest) -> None:
         """Check the knobs against the model and let the policy read its tables."""
@@ -77,7 +115,16 @@ class RuntimeConfig:
         for name in self.pad_values:
             if name not in inputs:
                 raise ConfigError(f"parameter '{PAD_PREFIX}{name}' names no input; the inputs are {', '.join(inputs)}")
+        axes = sorted({d for spec in manifest.inputs for d in spec.dims if isinstance(d, str)})
+        for axis in self.max_sizes:
+            if axis not in axes:
+                raise ConfigError(f"parameter '{SIZE_PREFIX}{axis}' names no axis; the named axes are "
+                                  f"{', '.join(axes) or 'none'}")
         self.policy.bind(manifest)
+
+    def size_limits(self, manifest: Manifest) -> dict[str, int]:
+        """The largest size served on each named axis: the model's profiled one unless set here."""
+        return {**manifest.size_limits, **self.max_sizes}
 
 
 def make_policy(name: str, settings: Mapping[str, str]) -> Policy:
@@ -100,3 +147,4 @@ def make_policy(name: str, settings: Mapping[str, str]) -> Policy:
 def triton_parameters(model_config: Mapping) -> dict[str, str]:
     """config.pbtxt ``parameters`` as Triton hands them to a Python backend (JSON), as strings."""
     return {key: value["string_value"] for key, value in model_config.get("parameters", {}).items()}
+

@@ -168,10 +168,11 @@ def load_engines(manifest: Manifest, version_dir: Path, device: Device | None = 
         return [load_engine(stage, version_dir, device, threads, spinning) for stage in manifest.stages]
     if any(stage.engine != "onnxruntime" for stage in manifest.stages):
         raise ValueError("only onnxruntime stages run fused")
-    for stage in manifest.stages:
-        if not (Path(version_dir) / stage.file).is_file():
-            raise FileNotFoundError(f"stage {stage.index}: {Path(version_dir) / stage.file} is missing; re-run the slicer")
-    merged = merge_stages([Path(version_dir) / stage.file for stage in manifest.stages],
+    files = [Path(version_dir) / stage.file for stage in manifest.stages]
+    for stage, path in zip(manifest.stages, files):
+        if not path.is_file():
+            raise FileNotFoundError(f"stage {stage.index}: {path} is missing; re-run the slicer")
+    merged = merge_stages(files,
                           [t.name for t in manifest.inputs], [t.name for t in manifest.outputs])
     return [OnnxRuntimeEngine(merged, [t.name for t in manifest.outputs], threads, spinning)]
 

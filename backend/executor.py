@@ -19,11 +19,12 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Protocol
 
 from .batch_table import BatchItem, BatchRow
-from .buffers import Boundary, Buffer
+from .buffers import Boundary, Buffer, BufferState
 from .device import Device
 from .engine import Engine
 from .manifest import StageSpec
@@ -67,9 +68,19 @@ class Stage(Protocol):
     def stage_inputs(self, row: BatchRow, item: BatchItem) -> dict[str, Any]: ...  # stage 0's rows from queries
     def leave(self, row: BatchRow, item: BatchItem, outputs: dict[str, Any]) -> None: ...  # last stage
     def fail_rows(self, row: BatchRow, start: int, num: int, error: Exception) -> None: ...
+    def boundary(self, stage: int) -> Boundary: ...  # the buffers after ``stage``
 
 
 Trace = Callable[[int, BatchItem, float, float], None]
+
+
+@dataclass
+class Work:
+    """An item in an executor's hands, with the buffers it holds (what a failure must return)."""
+
+    item: BatchItem
+    source: Buffer | None = None
+    target: Buffer | None = None
 
 
 class StageExecutor(threading.Thread):
@@ -90,15 +101,41 @@ class StageExecutor(threading.Thread):
 
     def run(self) -> None:
         while self._become_active():
-            item = self.inbox.get()
+            try:
+                item = self.inbox.get()
+            except Exception:  # noqa: BLE001 - the entry's queries stay waiting; try again
+                log.exception("stage %d could not take its next item", self.spec.index)
+                time.sleep(0.01)
+                continue
             if item is None:
                 return
+            work = Work(item)
             try:
-                self._process(item)
-            except Exception:  # noqa: BLE001 - a bug must cost the item, not the server
+                self._process(work)
+            except Exception as exc:  # noqa: BLE001 - a fault must cost its batch, never the thread
                 log.exception("stage %d failed on %s", self.spec.index, item)
-                row = self.scheduler.table.get(item.batch_id)
-                self.runtime.fail_rows(row, item.start, item.num, RuntimeError("internal error in the runtime"))
+                self._recover(work, exc)
+
+    def _recover(self, work: Work, error: Exception) -> None:
+        """After a fault outside the engine (the runtime's, a policy's, the device's): the buffers
+        the item held go back, and its whole batch leaves the table with every query in it
+        answered, so nothing waits for rows that will never come."""
+        try:
+            if work.source is not None and work.source.state is BufferState.INREADING:
+                self.input.done_reading(work.source)
+            elif work.source is None and self.input is not None and work.item.buffer is not None:
+                self.input.drop(work.item.buffer)
+            if work.target is not None and work.target.state is BufferState.INWRITING:
+                self.output.abandon(work.target)
+            row = self.scheduler.discard(work.item.batch_id)
+            if row is not None:
+                for stage, held in row.held.items():
+                    for item in held:
+                        self.runtime.boundary(stage).drop(item.buffer)
+                self.runtime.fail_rows(row, 0, row.bs, RuntimeError(f"internal error in stage {self.spec.index}: "
+                                                                    f"{type(error).__name__}: {error}"))
+        except Exception:  # noqa: BLE001 - keep the thread; what could not be returned is logged
+            log.exception("stage %d could not recover from the failure on %s", self.spec.index, work.item)
 
     def _become_active(self) -> bool:
         """ACTIVE once a legitimate output buffer exists (INACTIVE until then); then release the
@@ -113,12 +150,16 @@ class StageExecutor(threading.Thread):
             self.input.release()
         return True
 
-    def _process(self, item: BatchItem) -> None:
+    def _process(self, work: Work) -> None:
         self._set(ExecutorState.CHECKING)
-        table = self.scheduler.table
-        row = table.get(item.batch_id)
-        source = self.input.start_reading(item.buffer) if self.input is not None else None
-        target = self._claim_output(table.kept_buffer(self.spec.index, item.batch_id))
+        item, table = work.item, self.scheduler.table
+        row = table.find(item.batch_id)
+        if row is None:  # its batch failed meanwhile: its rows will never be read
+            if self.input is not None and item.buffer is not None:
+                self.input.drop(item.buffer)
+            return
+        source = work.source = self.input.start_reading(item.buffer) if self.input is not None else None
+        target = work.target = self._claim_output(table.kept_buffer(self.spec.index, item.batch_id))
         self._set(ExecutorState.WORKING)
         began = time.monotonic()
         with self.device.running_on(self.stream):
@@ -176,17 +217,20 @@ class StageExecutor(threading.Thread):
         else:
             inputs = {name: tensor[first:first + num] for name, tensor in source.tensors.items()}
         computed = self.engine.run({t.name: inputs[t.name] for t in self.spec.inputs})
+        for name, value in computed.items():
+            if len(value) != num:
+                raise RuntimeError(f"stage {self.spec.index} computed {len(value)} rows of '{name}' for {num} rows")
         outputs = {**{name: inputs[name] for name in self.spec.carry}, **computed}
         if target is None:
             self.runtime.leave(row, BatchItem(row.id, start, num), outputs)
             return
         capacity = self.scheduler.table.max_batch_size
         for name, value in outputs.items():
-            if target.claims > 0:  # late rows go beside the rows the batch keeps here
-                kept = target.tensors.get(name)
-                if kept is None or tuple(kept.shape[1:]) != tuple(value.shape[1:]):
-                    raise RuntimeError(f"late rows of '{name}' have shape {list(value.shape[1:])} per row, "
-                                       f"the batch they join has {list(kept.shape[1:]) if kept is not None else None}")
+            kept = target.tensors.get(name) if target.claims > 0 else None  # late rows go beside kept ones
+            if (kept is not None and tuple(kept.shape[1:]) != tuple(value.shape[1:])
+                    and not row.answered(0, start)):  # (rows that all failed kept nothing to match)
+                raise RuntimeError(f"late rows of '{name}' have shape {list(value.shape[1:])} per row, "
+                                   f"the batch they join has {list(kept.shape[1:])}")
             self.device.rows(target.tensors, name, value, capacity)[first:first + num] = value
 
     def _set(self, state: ExecutorState) -> None:

@@ -225,6 +225,14 @@ class Manifest:
         return tabulated or next(named, None)
 
     @property
+    def size_limits(self) -> dict[str, int]:
+        """The largest size of each named axis the model was profiled (and verified) for: the
+        longest length of the first stage's latency table. Longer inputs may run far slower
+        than predicted, or exhaust memory; config.pbtxt may raise the limit."""
+        table = self.stages[0].latency if self.stages else None
+        return {table.axis: table.lengths[-1]} if table is not None and table.axis else {}
+
+    @property
     def operator_diversity(self) -> bool:
         """The stages prefer different batch sizes."""
         return len({s.preferred_batch_size for s in self.stages if s.preferred_batch_size}) > 1

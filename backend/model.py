@@ -7,6 +7,7 @@ With ``batching: triton`` (the baselines) ``execute`` runs its batch to completi
 runtime's counters reach Triton's metrics endpoint through the custom metrics API.
 """
 
+import dataclasses
 import importlib
 import json
 import logging
@@ -26,7 +27,7 @@ if not __package__:
     importlib.import_module(_HERE.name)
     __package__ = _HERE.name
 
-from .config import RuntimeConfig, triton_parameters  # noqa: E402
+from .config import QueuePolicy, RuntimeConfig, triton_parameters  # noqa: E402
 from .device import make_device  # noqa: E402
 from .engine import cpu_cores, load_engines  # noqa: E402
 from .manifest import Manifest  # noqa: E402
@@ -94,7 +95,9 @@ class TritonPythonModel:
                 f"max_batch_size {config['max_batch_size']} in config.pbtxt exceeds the "
                 f"{self._manifest.max_batch_size} the model was sliced for"
             )
-        runtime_config = RuntimeConfig.from_parameters(triton_parameters(config))
+        self._queue = QueuePolicy.from_model_config(config)
+        runtime_config = dataclasses.replace(RuntimeConfig.from_parameters(triton_parameters(config)),
+                                             queue=self._queue)
         device = make_device(args.get("model_instance_kind", "CPU"), int(args.get("model_instance_device_id", 0)))
         whole = runtime_config.batching == "triton"
         threads = runtime_config.intra_op_thread_count or cpu_cores()
@@ -107,8 +110,8 @@ class TritonPythonModel:
         metrics = Metrics()
         if whole:
             runtime_config.bind(self._manifest)
-            self._whole, self._runtime = WholeBatch(self._manifest, engines, device, metrics,
-                                                    runtime_config.pad_values), None
+            self._whole, self._runtime = WholeBatch(self._manifest, engines, device, metrics, runtime_config.pad_values,
+                                                    runtime_config.size_limits(self._manifest)), None
         else:
             self._whole, self._runtime = None, Runtime(self._manifest, engines, runtime_config, device, metrics=metrics)
         gauges = self._runtime.gauges if self._runtime is not None else dict
@@ -140,13 +143,14 @@ class TritonPythonModel:
 
         def respond(outputs, failure):
             if failure is not None:
-                code = pb_utils.TritonError.INVALID_ARG if failure.bad_input else pb_utils.TritonError.INTERNAL
+                code = getattr(pb_utils.TritonError, failure.code.name, pb_utils.TritonError.INTERNAL)
                 response = pb_utils.InferenceResponse(error=pb_utils.TritonError(failure.message, code))
             else:
                 response = pb_utils.InferenceResponse([pb_utils.Tensor(n, a) for n, a in outputs.items()])
             sender.send(response, flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
 
         arrived = time.monotonic()
-        timeout_us = request.timeout()  # Triton's per-request timeout; 0: none
+        timeout_us = self._queue.timeout_us(request.timeout())  # 0: none
         return Query(inputs=inputs, respond=respond, requested_outputs=tuple(request.requested_output_names()),
-                     arrived=arrived, deadline=arrived + timeout_us / 1e6 if timeout_us else None)
+                     arrived=arrived, deadline=arrived + timeout_us / 1e6 if timeout_us else None,
+                     cancelled=request.is_cancelled)

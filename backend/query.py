@@ -9,8 +9,9 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from enum import Enum
 
 import numpy as np
 
@@ -23,12 +24,25 @@ Tensors = dict[str, np.ndarray]
 _ANSWERING = threading.Lock()
 
 
+class Code(Enum):
+    """What kind of failure, as Triton's error codes say it to the client."""
+
+    INVALID_ARG = "invalid_arg"  # the query's own input cannot run
+    INTERNAL = "internal"  # running it failed
+    UNAVAILABLE = "unavailable"  # not now: the queue is full, its timeout expired, the model is unloading
+    CANCELLED = "cancelled"  # the client gave up on it
+
+
 @dataclass(frozen=True)
 class Failure:
-    """Why a query got no outputs: its own bad input, or an error while running it."""
+    """Why a query got no outputs."""
 
     message: str
-    bad_input: bool
+    code: Code = Code.INTERNAL
+
+    @property
+    def bad_input(self) -> bool:
+        return self.code is Code.INVALID_ARG
 
 
 # Called exactly once per query: with its outputs, or with a Failure.
@@ -44,6 +58,7 @@ class Query:
     requested_outputs: tuple[str, ...] = ()  # empty: all outputs
     arrived: float = field(default_factory=time.monotonic)
     deadline: float | None = None  # time.monotonic() by which the client wants its answer (its timeout)
+    cancelled: Callable[[], bool] = lambda: False  # whether the client has given up on it
     answered: bool = field(default=False, init=False)
     # Set by validation: the size of each named axis, and the shapes with named axes left open.
     sizes: dict[str, int] = field(default_factory=dict, init=False)
@@ -69,9 +84,12 @@ class Query:
             log.exception("could not send a response")
 
 
-def validate(manifest: Manifest, query: Query) -> str | None:
-    """Why ``query`` cannot run, or None. Names the tensor and what was expected."""
+def validate(manifest: Manifest, query: Query, limits: Mapping[str, int] | None = None) -> str | None:
+    """Why ``query`` cannot run, or None. Names the tensor and what was expected. ``limits``: the
+    largest size of each named axis (by default what the model was profiled for; see
+    ``Manifest.size_limits``)."""
     specs = manifest.inputs
+    limits = manifest.size_limits if limits is None else limits
     named: dict[str, tuple[int, str]] = {}
     rows: int | None = None
     for spec in specs:
@@ -89,6 +107,11 @@ def validate(manifest: Manifest, query: Query) -> str | None:
         elif array.shape[0] != rows:
             return f"input '{spec.name}' has {array.shape[0]} rows, other inputs have {rows}"
         for axis, (size, dim) in enumerate(zip(array.shape[1:], spec.dims), start=1):
+            if size == 0:
+                return f"input '{spec.name}' is empty on axis {axis} ({dim}), shape {list(array.shape)}"
+            if isinstance(dim, str) and limits.get(dim, 0) and size > limits[dim]:
+                return (f"input '{spec.name}' has {dim}={size}, more than the {limits[dim]} this model serves "
+                        f"(parameter 'max_size.{dim}' in config.pbtxt raises it)")
             if isinstance(dim, int) and dim >= 0 and size != dim:
                 return (f"input '{spec.name}' has size {size} on axis {axis}, expected {dim} "
                         f"(shape {list(array.shape)})")
@@ -108,14 +131,15 @@ def validate(manifest: Manifest, query: Query) -> str | None:
     return None
 
 
-def refuse_invalid(manifest: Manifest, queries: Sequence[Query]) -> list[Query]:
+def refuse_invalid(manifest: Manifest, queries: Sequence[Query], limits: Mapping[str, int] | None = None
+                   ) -> list[Query]:
     """Answer every query that cannot run with the reason (a client error); return the others,
     with their named sizes and open shapes filled in."""
     good = []
     for query in queries:
-        error = validate(manifest, query)
+        error = validate(manifest, query, limits)
         if error:
-            query.answer(failure=Failure(error, bad_input=True))
+            query.answer(failure=Failure(error, Code.INVALID_ARG))
             continue
         query.sizes = named_sizes(manifest.inputs, query.inputs)
         query.rigid = tuple(sorted((spec.name, _open_shape(spec, query.inputs[spec.name]))

@@ -22,14 +22,14 @@ import numpy as np
 
 from .batch_table import BatchItem, BatchRow, BatchTable
 from .buffers import Boundary
-from .config import RuntimeConfig
+from .config import QueuePolicy, RuntimeConfig
 from .device import CpuDevice, Device
 from .engine import Engine
 from .executor import BatchQueue, StageExecutor, Trace
 from .manifest import Manifest
 from .metrics import IN_FLIGHT, WAITING, Family, Metrics
 from .padding import cut, pad
-from .query import BatchShape, Failure, Query, refuse_invalid
+from .query import BatchShape, Code, Failure, Query, refuse_invalid
 from .scheduler import Scheduler
 
 log = logging.getLogger(__name__)
@@ -43,10 +43,12 @@ class Entry:
     arrive) and the room the policy leaves for rows in flight, then lets the scheduler admit.
     Batches the policy formed beyond the first enter on the next requests, without waiting."""
 
-    def __init__(self, scheduler: Scheduler, max_batch_size: int, window_s: float | None):
+    def __init__(self, scheduler: Scheduler, max_batch_size: int, window_s: float | None,
+                 queue: QueuePolicy | None = None):
         self._scheduler = scheduler
         self._max = max_batch_size
         self._window = window_s
+        self._queue = queue or QueuePolicy()
         self._waiting: deque[Query] = deque()
         self._formed: deque[tuple[list[Query], BatchShape]] = deque()
         self._arrivals: deque[float] = deque(maxlen=32)
@@ -54,10 +56,30 @@ class Entry:
         self._closed = False
 
     def put(self, queries: Sequence[Query]) -> None:
+        """Queue the queries; those beyond ``max_queue`` are refused at once, as Triton's queue
+        policy refuses them."""
         with self._changed:
-            self._waiting.extend(queries)
-            self._arrivals.extend(q.arrived for q in queries)
+            limit = self._queue.max_queue_size
+            room = limit - len(self._waiting) if limit > 0 else len(queries)
+            accepted, refused = queries[:max(room, 0)], queries[max(room, 0):]
+            self._waiting.extend(accepted)
+            self._arrivals.extend(q.arrived for q in accepted)
             self._changed.notify_all()
+        for query in refused:
+            query.answer(failure=Failure(f"Exceeds maximum queue size ({limit} queries waiting)", Code.UNAVAILABLE))
+
+    def _drop_gone(self) -> None:
+        """Answer and forget the waiting queries whose client cancelled them or whose timeout
+        expired before they were admitted (with Triton's REJECT timeout action)."""
+        now, reject = time.monotonic(), self._queue.reject
+        gone = [(q, Failure("the request was cancelled", Code.CANCELLED)) if q.cancelled()
+                else (q, Failure("Request timeout expired", Code.UNAVAILABLE))
+                for q in self._waiting if q.cancelled() or (reject and q.deadline is not None and q.deadline <= now)]
+        if gone:
+            ids = {id(q) for q, _ in gone}
+            self._waiting = deque(q for q in self._waiting if id(q) not in ids)
+            for query, failure in gone:
+                query.answer(failure=failure)
 
     def wake(self) -> None:
         """Rows left the pipeline: there may be room for more."""
@@ -77,17 +99,27 @@ class Entry:
                 if room < self._waiting[0].rows:
                     self._changed.wait()
                     continue
-                window = self._window if self._window is not None else self._scheduler.policy.window(
-                    self._waiting[0], len(self._scheduler.table) > 0, self._arrival_rate())
+                window = self._window if self._window is not None else self._policy_window()
                 deadline = self._waiting[0].arrived + window
                 while (not self._closed and sum(q.rows for q in self._waiting) < room
                        and (left := deadline - time.monotonic()) > 0):
                     self._changed.wait(left)
+                self._drop_gone()
+                if not self._waiting:
+                    continue
                 taken, item, formed = self._scheduler.admit(self._waiting, self._room())
                 gone = {id(q) for q in taken}
                 self._waiting = deque(q for q in self._waiting if id(q) not in gone)
                 self._formed.extend(formed)
                 return item
+
+    def _policy_window(self) -> float:
+        try:
+            return self._scheduler.policy.window(self._waiting[0], len(self._scheduler.table) > 0,
+                                                 self._arrival_rate())
+        except Exception:  # noqa: BLE001 - a policy's bug must not stop admission: no window then
+            log.exception("policy %r failed to give a batch window", self._scheduler.policy.name)
+            return 0.0
 
     def _room(self) -> int:
         """Rows the policy lets in now; a full batch when nothing is in flight, so that a query
@@ -152,6 +184,7 @@ class Runtime:
         stages = len(manifest.stages)
         config.bind(manifest)
         self.pad_values = config.pad_values
+        self.size_limits = config.size_limits(manifest)
         self.table = BatchTable(stages, manifest.max_batch_size)
         self.metrics = metrics or Metrics()
         self.queues = [BatchQueue() for _ in range(stages - 1)]
@@ -159,7 +192,7 @@ class Runtime:
                                    release=lambda stage, item: self.queues[stage - 1].put(item),
                                    left=lambda: self.entry.wake())
         window = config.batch_window_ms / 1000 if config.batch_window_ms >= 0 else None
-        self.entry = Entry(self.scheduler, manifest.max_batch_size, window)
+        self.entry = Entry(self.scheduler, manifest.max_batch_size, window, config.queue)
         self.boundaries = [Boundary(i, config.buffer_pairs, self.device.event) for i in range(stages - 1)]
         self._outputs = {t.name: t for t in manifest.outputs}
         self._partial: dict[Query, dict[str, np.ndarray]] = {}
@@ -181,7 +214,7 @@ class Runtime:
 
     def submit(self, queries: Sequence[Query]) -> None:
         """Validate and hand over; never waits for inference."""
-        self.entry.put(refuse_invalid(self.manifest, queries))
+        self.entry.put(refuse_invalid(self.manifest, queries, self.size_limits))
 
     def gauges(self) -> dict[Family, float]:
         """Queries waiting at the entry, and every query handed over and not yet answered."""
@@ -192,7 +225,7 @@ class Runtime:
     def close(self, timeout: float = 60) -> None:
         """Finish what was admitted, refuse what was still waiting, stop the executors."""
         for query in self.entry.close():
-            query.answer(failure=Failure("the model is unloading", bad_input=False))
+            query.answer(failure=Failure("the model is unloading", Code.UNAVAILABLE))
         self.executors[0].join(timeout)
         if not self.table.wait_empty(timeout):
             log.error("unloading with %d batches still running", len(self.table))
@@ -246,9 +279,12 @@ class Runtime:
             return outputs
         return {name: cut(array, self._outputs[name], query.sizes) for name, array in outputs.items()}
 
+    def boundary(self, stage: int) -> Boundary:
+        return self.boundaries[stage]
+
     def fail_rows(self, row: BatchRow, start: int, num: int, error: Exception) -> None:
         for member, *_ in row.members_in(start, num):
             with self._lock:
                 self._partial.pop(member.query, None)
                 self._filled.pop(member.query, None)
-            member.query.answer(failure=Failure(f"inference failed: {type(error).__name__}: {error}", bad_input=False))
+            member.query.answer(failure=Failure(f"inference failed: {type(error).__name__}: {error}"))

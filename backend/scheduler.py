@@ -9,13 +9,16 @@ logic: no Triton, no CUDA, no threads of its own.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Sequence
 
-from .batch_table import BatchItem, BatchTable
+from .batch_table import BatchItem, BatchRow, BatchTable
 from .metrics import Metrics
 from .policy import Policy
-from .query import BatchShape, Query
+from .query import BatchShape, Query, take_batch
+
+log = logging.getLogger(__name__)
 
 # Hands a held split part to the queue of a stage: (stage, item).
 Release = Callable[[int, BatchItem], None]
@@ -40,6 +43,17 @@ class Scheduler:
         or split meanwhile), else the policy forms new batches from them, and the first enters
         now. Returns the queries taken, the item for stage 0 and the batches formed to enter
         next (the caller removes all taken queries from ``waiting``)."""
+        try:
+            return self._admit(waiting, room)
+        except Exception:  # noqa: BLE001 - a policy's bug must not stop admission: batch as Triton would
+            log.exception("policy %r failed at admission; admitting a plain new batch", self.policy.name)
+            batch = take_batch(waiting, room)
+            now = self.clock()
+            item = self.table.new(batch, now, stretchable=False)
+            self._admitted("new", batch, now)
+            return batch, item, []
+
+    def _admit(self, waiting: Sequence[Query], room: int) -> tuple[list[Query], BatchItem, Formed]:
         now = self.clock()
         with self.table.lock:
             candidate = self.table.stretch_candidate(waiting[0])
@@ -61,7 +75,12 @@ class Scheduler:
 
     def new(self, queries: list[Query], shape: BatchShape) -> BatchItem:
         now = self.clock()
-        item = self.table.new(queries, now, stretchable=self.policy.stretchable(queries, now), shape=shape)
+        try:
+            stretchable = self.policy.stretchable(queries, now)
+        except Exception:  # noqa: BLE001 - a policy's bug costs the batch its stretching, nothing more
+            log.exception("policy %r failed to say whether a batch may be stretched", self.policy.name)
+            stretchable = False
+        item = self.table.new(queries, now, stretchable=stretchable, shape=shape)
         self._admitted("new", queries, now)
         return item
 
@@ -89,15 +108,32 @@ class Scheduler:
             self.left()
         return reads, out
 
+    def discard(self, batch_id: int) -> BatchRow | None:
+        """Take a failed batch out of the table; a split part chained after it enters now, and
+        the entry hears that rows left. The row, or None if it was gone already."""
+        with self.table.lock:
+            row = self.table.discard(batch_id)
+            following = self._after.pop(batch_id, None)
+        if following is not None:
+            self.release(*following)
+        if row is not None and self.left is not None:
+            self.left()
+        return row
+
     def _maybe_split(self, stage: int, out: list[BatchItem]) -> tuple[int, list[BatchItem]]:
         """Split a whole batch if the policy says so; serial parts are chained (table lock held)."""
         if len(out) != 1 or out[0].start != 0 or out[0].num != self.table.get(out[0].batch_id).bs:
             return len(out), out
         row = self.table.get(out[0].batch_id)
-        sizes = self.policy.split(row, stage, self.clock())
-        if not sizes or len(sizes) < 2:
+        try:
+            sizes = self.policy.split(row, stage, self.clock())
+            parts = self.table.split(stage, out[0], sizes) if sizes and len(sizes) > 1 else None
+        except Exception:  # noqa: BLE001 - a policy's bug costs the split, not the batch
+            log.exception("policy %r failed to split batch %d after stage %d; passing it on whole",
+                          self.policy.name, row.id, stage)
+            parts = None
+        if parts is None:
             return len(out), out
-        parts = self.table.split(stage, out[0], sizes)
         self.metrics.meta_operation("split")
         if not self.policy.split_serially:
             return len(parts), parts

@@ -30,12 +30,13 @@ class WholeBatch:
     """Runs each batch Triton hands over to completion and answers its queries."""
 
     def __init__(self, manifest: Manifest, engines: Sequence[Engine], device: Device, metrics: Metrics,
-                 pad_values: Mapping[str, float] | None = None):
+                 pad_values: Mapping[str, float] | None = None, size_limits: Mapping[str, int] | None = None):
         self.manifest, self.engines, self.device, self.metrics = manifest, engines, device, metrics
         self.pad_values = pad_values or {}
+        self.size_limits = size_limits
 
     def run(self, queries: Sequence[Query]) -> None:
-        good = refuse_invalid(self.manifest, queries)
+        good = refuse_invalid(self.manifest, queries, self.size_limits)
         if not good:
             return
         self.metrics.meta_operation("new")
@@ -47,7 +48,7 @@ class WholeBatch:
                 try:
                     self._run([query])
                 except Exception as exc:  # noqa: BLE001
-                    query.answer(failure=Failure(f"inference failed: {type(exc).__name__}: {exc}", bad_input=False))
+                    query.answer(failure=Failure(f"inference failed: {type(exc).__name__}: {exc}"))
 
     def _run(self, queries: Sequence[Query]) -> None:
         sizes = [q.sizes for q in queries]

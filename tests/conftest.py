@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parent.parent
 E2E_STAGES = {"resnet_like": 3, "unet_like": 3, "bert_like": 4}
 MAX_BATCH = 8
 # Short profiles: the tests check what the slicer does with its numbers, not the numbers' precision.
-FAST = SliceOptions(max_batch_size=MAX_BATCH, lengths=(8, 16), warmup=1, node_repeats=3, stage_repeats=5)
+FAST = SliceOptions(max_batch_size=MAX_BATCH, lengths=(8, 64), warmup=1, node_repeats=3, stage_repeats=5)
 
 
 @pytest.fixture(scope="session")
@@ -69,14 +69,16 @@ class RunningServer:
 
 
 @pytest.fixture(scope="session")
-def server(repository) -> RunningServer:
-    """`python -m tools.serve` as a user runs it; stopped with SIGTERM at the end of the session."""
+def server(repository, tmp_path_factory) -> RunningServer:
+    """`python -m tools.serve` as a user runs it (its output in ``server.log`` of a temporary
+    folder); stopped with SIGTERM at the end of the session."""
     grpc_port, http_port, metrics_port = free_port(), free_port(), free_port()
+    log = open(tmp_path_factory.mktemp("server") / "server.log", "wb")  # noqa: SIM115 - closed at the end
     process = subprocess.Popen(
         [sys.executable, "-m", "tools.serve", "--model-repository", str(repository),
          "--grpc-port", str(grpc_port), "--http-port", str(http_port), "--metrics-port", str(metrics_port),
          "--", "--model-control-mode=explicit", "--load-model=*"],  # tests load more models later
-        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
     )
     deadline = time.monotonic() + 180
     with grpcclient.InferenceServerClient(f"127.0.0.1:{grpc_port}") as client:
@@ -92,5 +94,6 @@ def server(repository) -> RunningServer:
     yield RunningServer(process, grpc_port, http_port, metrics_port)
     process.send_signal(signal.SIGTERM)
     assert process.wait(60) == 0
+    log.close()
     assert not processes_matching(f"--grpc-port={grpc_port}"), "tritonserver still running"
     assert not processes_matching(f"dvabatch_{process.pid}_"), "a Python backend stub still running"

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
+import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -15,6 +19,7 @@ from backend.manifest import Manifest
 from slicer.sample import sample_inputs
 from slicer.slicing import VERSION
 from tools.client import infer
+from tools.serve import stubs_of
 
 from .conftest import E2E_STAGES, MAX_BATCH
 
@@ -69,6 +74,8 @@ def test_bad_requests_get_clear_errors_and_others_succeed(client, repository):
         "shape": ("resnet_like", {"image": np.ones((1, 3, 31, 32), np.float32)}),
         "sequence": ("bert_like", {**good_text, "attention_mask": good_text["attention_mask"][:, :4]}),
         "vocabulary": ("bert_like", {**good_text, "input_ids": good_text["input_ids"] + 5000}),
+        "empty": ("bert_like", sample_inputs(bert.inputs, 1, {"sequence": 0})),
+        "too long": ("bert_like", sample_inputs(bert.inputs, 1, {"sequence": 100_000})),
     }
     calls = [("good", "resnet_like", good_image), ("good", "bert_like", good_text)] * 3
     calls += [(kind, model, feed) for kind, (model, feed) in bad.items()]
@@ -91,6 +98,10 @@ def test_bad_requests_get_clear_errors_and_others_succeed(client, repository):
     assert "unexpected shape for input 'image'" in errors["shape"].message()
     assert "input 'attention_mask' has sequence=4 but input 'input_ids' has sequence=6" in errors["sequence"].message()
     assert errors["sequence"].status() == "StatusCode.INVALID_ARGUMENT"
+    assert "input 'input_ids' is empty on axis 1 (sequence)" in errors["empty"].message()
+    assert "input 'input_ids' has sequence=100000, more than the 64 this model serves" in errors["too long"].message()
+    assert "max_size.sequence" in errors["too long"].message()
+    assert {errors[k].status() for k in ("empty", "too long")} == {"StatusCode.INVALID_ARGUMENT"}
     assert "inference failed" in errors["vocabulary"].message()
     assert errors["vocabulary"].status() == "StatusCode.INTERNAL"
     # The server keeps serving.
@@ -153,4 +164,34 @@ def test_every_policy_answers_mixed_lengths_like_the_unsliced_model(client, repo
         for out, expected in reference.run(feed).items():
             assert answer[out].shape == expected.shape
             np.testing.assert_allclose(answer[out], expected, atol=1e-4, rtol=0)
+    client.unload_model(name)
+
+
+def test_a_model_whose_stub_was_killed_comes_back(client, repository, server):
+    """kill -9 on a model's backend stub: tools.serve notices, loads the model again, and it
+    answers right within seconds; the other models never stop."""
+    name = "resnet_like_killed"
+    shutil.copytree(repository / "resnet_like", repository / name)
+    config = (repository / name / "config.pbtxt").read_text().replace('name: "resnet_like"', f'name: "{name}"')
+    (repository / name / "config.pbtxt").write_text(config)
+    client.load_model(name)
+    feed = {"image": np.ones((1, 3, 32, 32), np.float32)}
+    expected = infer(client, name, feed)["logits"]
+    triton = next(int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit() and (p / "stat").exists()
+                  and (p / "stat").read_text().rsplit(")", 1)[1].split()[1] == str(server.process.pid)
+                  and b"tritonserver" in (p / "cmdline").read_bytes())
+    stub = next(pid for pid, model in stubs_of(triton).items() if model == name)
+    os.kill(stub, signal.SIGKILL)
+    deadline, answered = time.monotonic() + 60, None
+    while time.monotonic() < deadline:
+        try:
+            answered = infer(client, name, feed)["logits"]
+            if stub not in stubs_of(triton):
+                break
+        except InferenceServerException:
+            pass  # dead, or being loaded again: an error, never a hang
+        time.sleep(0.5)
+    assert answered is not None and stub not in stubs_of(triton), "the model did not come back"
+    np.testing.assert_allclose(answered, expected, atol=1e-6)
+    assert infer(client, "resnet_like", feed)["logits"].shape == (1, 10)
     client.unload_model(name)

@@ -48,3 +48,25 @@ def test_serves_from_an_existing_triton_home(tmp_path, repository):
         assert process.wait(60) == 0
     time.sleep(0.1)
     assert not processes_matching(f"--grpc-port={grpc_port}")
+
+
+def test_a_killed_serve_leaves_no_tritonserver_behind(tmp_path):
+    """SIGKILL gives tools.serve no chance to stop Triton: the kernel stops it for us, and the
+    ports are free again."""
+    grpc_port = free_port()
+    (tmp_path / "empty").mkdir()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "tools.serve", "--model-repository", str(tmp_path / "empty"),
+         "--grpc-port", str(grpc_port), "--http-port", str(free_port()), "--metrics-port", str(free_port())],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    for line in process.stdout:
+        if "Triton is ready" in line:
+            break
+    assert processes_matching(f"--grpc-port={grpc_port}")
+    process.kill()
+    process.wait(10)
+    deadline = time.monotonic() + 30
+    while processes_matching(f"--grpc-port={grpc_port}") and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not processes_matching(f"--grpc-port={grpc_port}")

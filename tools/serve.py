@@ -8,6 +8,10 @@ the Python backend (from the ``nvidia-pytriton`` wheel, with the stub built for 
 interpreter, or from ``--triton-home``) and ``dvabatch/`` linked to this repository's
 ``backend/``. The stub embeds the first ``python3`` on PATH, so putting this interpreter's bin
 folder first makes the project's virtualenv (onnxruntime, numpy...) visible to the backend.
+
+Unless told otherwise, every model of the repository is loaded at start under explicit model
+control, so that a model whose backend stub died can be loaded again (``StubWatch``). If this
+process dies, even by SIGKILL, the kernel stops tritonserver too.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -78,6 +83,77 @@ def assemble_backends(install: TritonInstall, folder: Path) -> Path:
     return backends
 
 
+def _stop_with_parent() -> None:
+    """In the child before exec: the kernel sends it SIGTERM when we die, even by SIGKILL, so a
+    killed ``tools.serve`` never leaves a tritonserver holding the ports (Linux only)."""
+    import ctypes
+
+    pr_set_pdeathsig = 1
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
+    except (OSError, AttributeError):  # not Linux: stop() still stops it on any ordinary exit
+        pass
+
+
+def stubs_of(server_pid: int) -> dict[int, str]:
+    """The Python backend stubs of a tritonserver: pid -> the model it serves (from the stub's
+    command line, whose first argument is ``<repository>/<model>/<version>/model.py``)."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            args = (entry / "cmdline").read_bytes().split(b"\0")
+        except (OSError, IndexError, ValueError):
+            continue
+        if ppid == server_pid and len(args) > 1 and args[0].endswith(b"triton_python_backend_stub"):
+            found[int(entry.name)] = Path(args[1].decode()).parent.parent.name
+    return found
+
+
+class StubWatch(threading.Thread):
+    """Brings a model back when its Python backend stub dies (``kill -9``, the OOM killer).
+
+    Triton 24.10 keeps calling such a model ready, answers each new request with "Stub process
+    ... is not healthy" and never answers the requests that were in flight (their response
+    senders died with the stub); loading it again is a no-op while it is loaded. Every
+    ``interval_s`` the watch lists the server's stubs: a model left with none while Triton still
+    says it is ready is unloaded and loaded again through the repository API (explicit model
+    control), which starts a fresh stub. A model reloaded on purpose starts its new stub before
+    the old one goes, so it is left alone."""
+
+    def __init__(self, server_pid: int, url: str, interval_s: float = 1.0):
+        super().__init__(name="dvabatch-stub-watch", daemon=True)
+        self.server_pid, self.url, self.interval_s = server_pid, url, interval_s
+        self.restarted: list[str] = []
+        self._stopping = threading.Event()
+
+    def run(self) -> None:
+        import tritonclient.grpc as grpcclient
+
+        known = stubs_of(self.server_pid)
+        with grpcclient.InferenceServerClient(self.url) as client:
+            while not self._stopping.wait(self.interval_s):
+                live = stubs_of(self.server_pid)
+                for model in sorted(set(known.values()) - set(live.values())):
+                    try:
+                        if client.is_model_ready(model):
+                            print(f"dvabatch: the backend stub of model '{model}' died; loading it again",
+                                  file=sys.stderr, flush=True)
+                            client.unload_model(model)
+                            client.load_model(model)
+                            self.restarted.append(model)
+                    except Exception as exc:  # noqa: BLE001 - try again at the next look
+                        print(f"dvabatch: could not reload model '{model}': {exc}", file=sys.stderr, flush=True)
+                        continue
+                known = stubs_of(self.server_pid)
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self.join(10)
+
+
 @dataclass
 class Server:
     """A tritonserver process; use as a context manager or call start()/stop()."""
@@ -90,7 +166,9 @@ class Server:
     triton_home: Path | None = None
     extra_args: list[str] = field(default_factory=list)
     log: Path | None = None  # server output goes here; None: inherit stdout/stderr
+    watch_stubs: bool = True  # reload a model whose stub died (needs explicit model control; see StubWatch)
     process: subprocess.Popen | None = field(default=None, init=False)
+    _watch: StubWatch | None = field(default=None, init=False)
     _folder: Path | None = field(default=None, init=False)
     _output: object = field(default=None, init=False)
 
@@ -132,12 +210,16 @@ class Server:
             self.command(backends), env=self._env(), stdout=self._output,
             stderr=subprocess.STDOUT if self._output else None,
             start_new_session=True,  # its own process group: we stop it and its stubs together
+            preexec_fn=_stop_with_parent,
         )
         try:
             self.wait_ready(ready_timeout_s)
         except BaseException:
             self.stop()
             raise
+        if self.watch_stubs and "--model-control-mode=explicit" in self.extra_args:
+            self._watch = StubWatch(self.process.pid, self.grpc_url)
+            self._watch.start()
         return self
 
     def wait_ready(self, timeout_s: float) -> None:
@@ -160,6 +242,9 @@ class Server:
     def stop(self) -> int | None:
         """Stop gracefully (SIGTERM), then make sure no server or stub process is left."""
         code = None
+        if self._watch is not None:
+            self._watch.stop()
+            self._watch = None
         if self.process is not None:
             if self.process.poll() is None:
                 self.process.terminate()
@@ -197,9 +282,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--triton-home", type=Path, help="use this Triton install (e.g. /opt/tritonserver)")
     parser.add_argument("--ready-timeout", type=float, default=180.0, help="seconds to wait for readiness")
     args, extra = parser.parse_known_args(argv)
+    extra = [a for a in extra if a != "--"]
+    if not any(a.startswith("--model-control-mode") for a in extra):
+        # Every model loaded at start, as by default, and reloadable (a model whose stub died).
+        extra = ["--model-control-mode=explicit", "--load-model=*", *extra]
     server = Server(model_repository=args.model_repository, grpc_port=args.grpc_port, http_port=args.http_port,
                     metrics_port=args.metrics_port, host=args.host, triton_home=args.triton_home,
-                    extra_args=[a for a in extra if a != "--"])
+                    extra_args=extra)
 
     def on_signal(signum: int, _frame) -> None:
         raise KeyboardInterrupt

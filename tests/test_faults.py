@@ -1,0 +1,250 @@
+"""Faults inside the runtime, with real ONNX Runtime stages: whatever fails, every query is
+answered exactly once, the buffers and the batch table recover, and the model keeps serving."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from backend.buffers import BufferState
+from backend.config import QueuePolicy, RuntimeConfig
+from backend.device import CpuDevice
+from backend.engine import OnnxRuntimeEngine, load_engines
+from backend.manifest import Manifest
+from backend.policy import FixedPolicy, Policy
+from backend.query import Code
+from backend.runtime import Runtime
+from slicer.sample import sample_inputs
+from slicer.slicing import VERSION
+
+from .test_runtime import GatedEngine, Inbox, assert_like_reference
+
+
+def served(repository, name: str, config: RuntimeConfig, device=None, wrap=None) -> tuple[Manifest, Runtime]:
+    version_dir = repository / name / VERSION
+    manifest = Manifest.load(version_dir)
+    engines = load_engines(manifest, version_dir)
+    return manifest, Runtime(manifest, wrap(engines) if wrap else engines, config, device)
+
+
+def reference(sources, name: str, manifest: Manifest) -> OnnxRuntimeEngine:
+    return OnnxRuntimeEngine(sources[name], [o.name for o in manifest.outputs])
+
+
+def assert_recovered(runtime: Runtime) -> None:
+    """Nothing left behind: no batch in the table, every buffer available, every executor alive."""
+    assert runtime.table.wait_empty(10)
+    for boundary in runtime.boundaries:
+        assert boundary.states() == [BufferState.AVAILABLE] * len(boundary.buffers)
+    assert all(executor.is_alive() for executor in runtime.executors)
+
+
+def serve_and_check(runtime: Runtime, manifest: Manifest, engine: OnnxRuntimeEngine, count: int, seed: int = 0):
+    """``count`` good queries in bursts: each answered once, equal to the unsliced model."""
+    inbox = Inbox()
+    feeds = [sample_inputs(manifest.inputs, 1 + i % 3, seed=seed + i) for i in range(count)]
+    for start in range(0, count, 4):
+        runtime.submit([inbox.query(i, feeds[i]) for i in range(start, min(start + 4, count))])
+        time.sleep(0.002)
+    inbox.wait(count)
+    assert all(len(answers) == 1 for answers in inbox.answers.values())
+    assert_like_reference(inbox, feeds, engine)
+
+
+class BrokenPolicy(Policy):
+    """Every hook a policy has raises, or splits into sizes that do not add up."""
+
+    name = "broken"
+
+    def __init__(self, bad_sizes: bool):
+        self.bad_sizes = bad_sizes
+
+    def window(self, oldest, busy, arrivals_per_s):
+        raise RuntimeError("window")
+
+    def form(self, waiting, room, now):
+        raise RuntimeError("form")
+
+    def stretchable(self, queries, now):
+        raise RuntimeError("stretchable")
+
+    def split(self, batch, stage, now):
+        if self.bad_sizes:
+            return [batch.bs, 1]
+        raise RuntimeError("split")
+
+
+@pytest.mark.parametrize("bad_sizes", [False, True])
+def test_a_broken_policy_costs_its_decisions_not_the_queries(repository, sources, bad_sizes):
+    """A policy raising at admission (window, batches, stretching) and at every split, or
+    splitting into sizes that do not add up: the queries run as plain new batches, all right."""
+    manifest, runtime = served(repository, "resnet_like", RuntimeConfig(buffer_pairs=1,
+                                                                        policy=BrokenPolicy(bad_sizes)))
+    serve_and_check(runtime, manifest, reference(sources, "resnet_like", manifest), 16)
+    assert_recovered(runtime)
+    runtime.close()
+
+
+class FaultyDevice(CpuDevice):
+    """Fails the first time stage ``stage`` records an event (a device error outside the engine)."""
+
+    def __init__(self, stage: int):
+        self.thread, self.failed = f"dvabatch-stage-{stage}", threading.Event()
+
+    def record(self, event, stream):
+        if threading.current_thread().name == self.thread and not self.failed.is_set():
+            self.failed.set()
+            raise RuntimeError("injected device fault")
+
+
+@pytest.mark.parametrize("pairs", [1, 2])
+@pytest.mark.parametrize("stage", [0, 1, 2])
+def test_a_fault_outside_the_engine_fails_its_batch_and_nothing_else(repository, sources, stage, pairs):
+    """A device fault while a stage hands its batch on: that batch's query is answered once (with
+    the error, unless its answer had already left), its buffers and table row are returned, and
+    every later query is served right, with one buffer pair or two."""
+    device = FaultyDevice(stage)
+    manifest, runtime = served(repository, "resnet_like", RuntimeConfig(buffer_pairs=pairs), device)
+    inbox = Inbox()
+    runtime.submit([inbox.query(0, sample_inputs(manifest.inputs, 2, seed=99))])
+    inbox.wait(1)
+    assert device.failed.is_set() and len(inbox.answers[0]) == 1
+    outputs, failure = inbox.answers[0][0]
+    if stage < len(manifest.stages) - 1:  # the last stage's answers leave before it records
+        assert outputs is None and failure.code is Code.INTERNAL and f"stage {stage}" in failure.message
+    serve_and_check(runtime, manifest, reference(sources, "resnet_like", manifest), 12)
+    assert_recovered(runtime)
+    runtime.close()
+
+
+class FailsOnce(GatedEngine):
+    """Holds its first run until released, then fails it."""
+
+    def run(self, inputs):
+        if not self.rows:
+            self.rows.append(len(next(iter(inputs.values()))))
+            self.release.wait(30)
+            raise RuntimeError("injected engine fault")
+        return super().run(inputs)
+
+
+def test_late_rows_survive_a_failure_of_the_rows_they_joined(repository, sources):
+    """Query 1 stretches batch 0 while stage 1 holds it; stage 1 then fails on query 0's rows.
+    Query 0 gets the error; query 1's rows catch up all the same and its answer is right."""
+    version_dir = repository / "unet_like" / VERSION
+    manifest = Manifest.load(version_dir)
+    engines = load_engines(manifest, version_dir)
+    gate = FailsOnce(engines[1])
+    runs = []
+    runtime = Runtime(manifest, [engines[0], gate, engines[2]], RuntimeConfig(policy=FixedPolicy(stretch_latest=True)),
+                      trace=lambda stage, item, *_: runs.append((stage, item.batch_id, item.start, item.num)))
+    inbox = Inbox()
+    feeds = [sample_inputs(manifest.inputs, 1, seed=1), sample_inputs(manifest.inputs, 2, seed=2)]
+    runtime.submit([inbox.query(0, feeds[0])])
+    while not gate.rows:
+        time.sleep(0.005)
+    runtime.submit([inbox.query(1, feeds[1])])
+    while len(runs) < 2:  # batch 0 in stage 0, then its late rows in stage 0
+        time.sleep(0.005)
+    gate.release.set()
+    inbox.wait(2)
+    assert (0, 0, 1, 2) in runs and (2, 0, 0, 3) in runs, "query 1 stretched batch 0"
+    outputs, failure = inbox.answers[0][0]
+    assert outputs is None and "injected engine fault" in failure.message
+    assert_like_reference(type("One", (), {"answers": {0: inbox.answers[1]}})(), feeds[1:],
+                          reference(sources, "unet_like", manifest))
+    assert_recovered(runtime)
+    runtime.close()
+
+
+class FirstRowOnly:
+    """A broken engine: returns only the first row of every output, whatever it was given."""
+
+    def __init__(self, engine):
+        self.engine = engine
+
+    def run(self, inputs):
+        return {name: value[:1] for name, value in self.engine.run(inputs).items()}
+
+
+def test_an_engine_returning_too_few_rows_never_broadcasts_them(repository, sources):
+    """Three queries batched together, a stage answering one row for three: the runtime notices,
+    runs them one by one, and each query gets its own rows."""
+    manifest, runtime = served(repository, "resnet_like", RuntimeConfig(),
+                               wrap=lambda engines: [engines[0], FirstRowOnly(engines[1]), *engines[2:]])
+    inbox = Inbox()
+    feeds = [sample_inputs(manifest.inputs, 1, seed=i) for i in range(3)]
+    runtime.submit([inbox.query(i, feed) for i, feed in enumerate(feeds)])
+    inbox.wait(3)
+    runtime.close()
+    assert_like_reference(inbox, feeds, reference(sources, "resnet_like", manifest))
+
+
+def gated(repository, name: str, config: RuntimeConfig) -> tuple[Manifest, Runtime, GatedEngine]:
+    version_dir = repository / name / VERSION
+    manifest = Manifest.load(version_dir)
+    engines = load_engines(manifest, version_dir)
+    gate = GatedEngine(engines[0])
+    return manifest, Runtime(manifest, [gate, *engines[1:]], config), gate
+
+
+def test_cancelled_and_expired_queries_are_answered_without_running(repository):
+    """While stage 0 holds query 0: query 1 is cancelled by its client, query 2's timeout expires,
+    query 3 waits patiently. Only queries 0 and 3 run; 1 gets CANCELLED, 2 UNAVAILABLE."""
+    manifest, runtime, gate = gated(repository, "resnet_like", RuntimeConfig())
+    inbox = Inbox()
+    feed = lambda seed: sample_inputs(manifest.inputs, 1, seed=seed)  # noqa: E731
+    runtime.submit([inbox.query(0, feed(0))])
+    while not gate.rows:
+        time.sleep(0.005)
+    cancelled, expired, patient = inbox.query(1, feed(1)), inbox.query(2, feed(2)), inbox.query(3, feed(3))
+    cancelled.cancelled = lambda: True
+    expired.deadline = time.monotonic() + 0.01
+    runtime.submit([cancelled, expired, patient])
+    time.sleep(0.05)
+    gate.release.set()
+    inbox.wait(4)
+    runtime.close()
+    assert gate.rows == [1, 1]
+    assert inbox.answers[1][0][1].code is Code.CANCELLED
+    assert inbox.answers[2][0][1].code is Code.UNAVAILABLE and "timeout expired" in inbox.answers[2][0][1].message
+    assert inbox.answers[0][0][1] is None and inbox.answers[3][0][1] is None
+
+
+def test_a_full_queue_refuses_at_once_with_unavailable(repository):
+    """max_queue_size 2 while stage 0 holds query 0: of four more queries, two wait and run, two
+    are refused at once, as Triton's queue policy would."""
+    manifest, runtime, gate = gated(repository, "resnet_like", RuntimeConfig(queue=QueuePolicy(max_queue_size=2)))
+    inbox = Inbox()
+    feeds = [sample_inputs(manifest.inputs, 1, seed=i) for i in range(5)]
+    runtime.submit([inbox.query(0, feeds[0])])
+    while not gate.rows:
+        time.sleep(0.005)
+    runtime.submit([inbox.query(i, feeds[i]) for i in range(1, 5)])
+    inbox.wait(2)
+    refused = {key for key, answers in inbox.answers.items() if answers[0][1] is not None}
+    assert refused == {3, 4}
+    assert all("Exceeds maximum queue size" in inbox.answers[k][0][1].message for k in refused)
+    assert all(inbox.answers[k][0][1].code is Code.UNAVAILABLE for k in refused)
+    gate.release.set()
+    inbox.wait(5)
+    runtime.close()
+    assert all(inbox.answers[k][0][1] is None for k in (0, 1, 2))
+
+
+def test_queue_policy_reads_triton_config_json():
+    """As Triton hands config.pbtxt to a Python backend (64-bit numbers as strings)."""
+    config = {"dynamic_batching": {"default_queue_policy": {
+        "max_queue_size": "4", "default_timeout_microseconds": "1000", "allow_timeout_override": True,
+        "timeout_action": "DELAY"}}}
+    policy = QueuePolicy.from_model_config(config)
+    assert policy == QueuePolicy(max_queue_size=4, default_timeout_us=1000, allow_timeout_override=True, reject=False)
+    assert policy.timeout_us(0) == 1000 and policy.timeout_us(50) == 50
+    strict = QueuePolicy(default_timeout_us=1000)
+    assert strict.timeout_us(50) == 1000  # no override allowed
+    assert QueuePolicy().timeout_us(50) == 50 and QueuePolicy().timeout_us(0) == 0
+    assert QueuePolicy.from_model_config({}) == QueuePolicy()
+    assert np.isfinite(policy.max_queue_size)
