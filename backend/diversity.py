@@ -46,6 +46,8 @@ from .policy import ConfigError, Policy
 from .query import BatchShape, Query
 
 PIPELINE_GAIN = 0.05  # how much sooner a split must answer, in sum, for ``auto`` to keep a CPU pipeline
+LOAD_WAITS = 2 / 3  # the share of time the pipeline is busy unbatched beyond which the load's window is waited
+BATCHING_PAYS = 0.9  # two rows must cost under this share of two single rows for the load's window
 MISSED = 3600.0  # seconds a missed deadline costs a query when clusters are compared
 PRESETS: dict[str, dict[str, bool]] = {
     "auto": {"input": True, "operator": True, "load": True, "auto": True},
@@ -112,15 +114,30 @@ class DiversityPolicy(Policy):
     # Policy I.
 
     def window(self, oldest: Query, busy: bool, arrivals_per_s: float) -> float:
-        """The first stage's time at the largest batch, at the oldest query's length; waited only
-        while the pipeline is busy and queries arrive faster than half of what it serves
-        unbatched (beyond that, batching is what keeps up), so a lone query never waits."""
-        if not self.input:
-            return 0.0
+        """Policy I's window: the first stage's time at the largest batch, at the oldest query's
+        length; waited only while the pipeline is busy and queries arrive faster than half of
+        what it serves unbatched (beyond that, batching is what keeps up), so a lone query never
+        waits. And with Policy III, the load's window (``_load_window``)."""
         length = self._length(None, [oldest])
-        window = self.window_ms / 1000 if self.window_ms >= 0 else self._time(0, self._max, length)
-        unbatched = arrivals_per_s * max(self._times(1, length))
-        return window if busy and unbatched >= 0.5 and arrivals_per_s * window >= 1 else 0.0
+        slowest = max(self._times(1, length))  # the pipeline serves one query per this, unbatched
+        window = 0.0
+        if self.input:
+            window = self.window_ms / 1000 if self.window_ms >= 0 else self._time(0, self._max, length)
+            unbatched = arrivals_per_s * slowest
+            window = window if busy and unbatched >= 0.5 and arrivals_per_s * window >= 1 else 0.0
+        return max(window, self._load_window(length, arrivals_per_s, slowest))
+
+    def _load_window(self, length: int | None, arrivals_per_s: float, slowest: float) -> float:
+        """Beyond the paper: half a query's time in the slowest stage, waited only where two
+        rows cost well under two single ones (``BATCHING_PAYS``) and the load keeps the
+        pipeline busy ``LOAD_WAITS`` of the time unbatched. Then queueing costs more than the
+        wait (an M/D/1 queue waits ``rho / (2 (1 - rho))`` service times, 1 at 2/3) and the
+        rows that join in the meantime are nearly free: what DelayBatch's tuned delay does,
+        decided from the tables and the arrival rate instead of fixed."""
+        if not self.load or arrivals_per_s * slowest < LOAD_WAITS:
+            return 0.0
+        pairs = max(self._times(min(2, self._max), length))
+        return slowest / 2 if pairs <= BATCHING_PAYS * 2 * slowest else 0.0
 
     def form(self, waiting: Sequence[Query], room: int, now: float) -> list[tuple[list[Query], BatchShape]]:
         if not self.input or waiting[0].rigid is None:

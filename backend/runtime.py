@@ -33,6 +33,7 @@ from .query import BatchShape, Code, Failure, Query, refuse_invalid
 from .scheduler import Scheduler
 
 log = logging.getLogger(__name__)
+RATE_SAMPLES = 8  # arrivals before the entry trusts its estimate of the arrival rate
 
 
 class Entry:
@@ -128,8 +129,11 @@ class Entry:
         return min(self._max, limit - in_flight) if limit > 0 and in_flight else self._max
 
     def _arrival_rate(self) -> float:
-        """Queries per second over the latest arrivals (0 until there are two)."""
-        span = self._arrivals[-1] - self._arrivals[0] if len(self._arrivals) > 1 else 0.0
+        """Queries per second over the latest arrivals (0 until there are ``RATE_SAMPLES``: two
+        queries that happen to come close together are not a load)."""
+        if len(self._arrivals) < RATE_SAMPLES:
+            return 0.0
+        span = self._arrivals[-1] - self._arrivals[0]
         return (len(self._arrivals) - 1) / span if span > 0 else 0.0
 
     def __len__(self) -> int:
