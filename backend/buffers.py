@@ -122,14 +122,16 @@ class Boundary:
             buffer.state = BufferState.INVALID
 
     def drop(self, index: int) -> None:
-        """Rows queued in buffer ``index`` will never be read (their batch failed): one claim
-        fewer; a buffer nobody needs any more is available at once (the consumer never read it,
-        so no release of its is due)."""
+        """Rows queued or kept in buffer ``index`` will never be read (their batch failed): one
+        claim fewer. A buffer nobody needs any more is available at once (the consumer never
+        read those rows, so no release of its is due); one being written or read keeps its
+        state, and ``abandon`` or ``done_reading`` settles it."""
         with self._changed:
             buffer = self.buffers[index]
-            self._expect(buffer, BufferState.INVALID)
-            buffer.claims = max(buffer.claims - 1, 0)
-            if buffer.claims == 0:
+            if buffer.claims < 1:
+                raise RuntimeError(f"buffer {index} of boundary {self.producer} has no claim to drop")
+            buffer.claims -= 1
+            if buffer.claims == 0 and buffer.state is BufferState.INVALID:
                 buffer.state = BufferState.AVAILABLE
             self._changed.notify_all()
 

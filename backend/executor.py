@@ -19,7 +19,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Protocol
 
@@ -81,6 +81,7 @@ class Work:
     item: BatchItem
     source: Buffer | None = None
     target: Buffer | None = None
+    out: list[BatchItem] = field(default_factory=list)  # what the scheduler made of it (split parts)
 
 
 class StageExecutor(threading.Thread):
@@ -118,8 +119,8 @@ class StageExecutor(threading.Thread):
 
     def _recover(self, work: Work, error: Exception) -> None:
         """After a fault outside the engine (the runtime's, a policy's, the device's): the buffers
-        the item held go back, and its whole batch leaves the table with every query in it
-        answered, so nothing waits for rows that will never come."""
+        the item held go back, and its whole batch (or the parts it was split into) leaves the
+        table with every query in it answered, so nothing waits for rows that will never come."""
         try:
             if work.source is not None and work.source.state is BufferState.INREADING:
                 self.input.done_reading(work.source)
@@ -127,13 +128,14 @@ class StageExecutor(threading.Thread):
                 self.input.drop(work.item.buffer)
             if work.target is not None and work.target.state is BufferState.INWRITING:
                 self.output.abandon(work.target)
-            row = self.scheduler.discard(work.item.batch_id)
-            if row is not None:
-                for stage, held in row.held.items():
-                    for item in held:
-                        self.runtime.boundary(stage).drop(item.buffer)
+            for batch_id in dict.fromkeys([work.item.batch_id, *(part.batch_id for part in work.out)]):
+                row = self.scheduler.discard(batch_id)
+                if row is None:
+                    continue
                 self.runtime.fail_rows(row, 0, row.bs, RuntimeError(f"internal error in stage {self.spec.index}: "
                                                                     f"{type(error).__name__}: {error}"))
+                for stage, held in row.held.items():  # rows kept for late ones hold one claim
+                    self.runtime.boundary(stage).drop(held[0].buffer)
         except Exception:  # noqa: BLE001 - keep the thread; what could not be returned is logged
             log.exception("stage %d could not recover from the failure on %s", self.spec.index, work.item)
 
@@ -170,19 +172,23 @@ class StageExecutor(threading.Thread):
             if source is not None:
                 self.device.record(source.event, self.stream)
                 self.input.done_reading(source)
-            keeps = target is not None and target.claims > 0  # written beside rows kept there
-            reads, out = self.scheduler.schedule(self.spec.index, item, target.index if target else None)
             if target is not None:
                 self.device.record(target.event, self.stream)
-                # Every part reads the buffer once (held ones later); rows kept for late ones count as one.
-                self.output.written(target, max(reads, 1) - keeps)
+        # From the table's update to the hand-over nothing can fail: the claims on the output
+        # buffer always match the items and held rows the table says read it.
+        keeps = target is not None and target.claims > 0  # written beside rows kept there
+        reads, out = self.scheduler.schedule(self.spec.index, item, target.index if target else None)
+        work.out = out
+        if target is not None:
+            # Every part reads the buffer once (held ones later); rows kept for late ones count as one.
+            self.output.written(target, max(reads, 1) - keeps)
+        for part in out:
+            if self.outbox is not None:
+                self.outbox.put(part)
         ended = time.monotonic()
         self.scheduler.metrics.stage_ran(self.spec.index, item.num, ended - began)
         if self.trace:
             self.trace(self.spec.index, item, began, ended)
-        for part in out:
-            if self.outbox is not None:
-                self.outbox.put(part)
 
     def _claim_output(self, kept: int | None) -> Buffer | None:
         if self.output is None:

@@ -3,6 +3,7 @@ answered exactly once, the buffers and the batch table recover, and the model ke
 
 from __future__ import annotations
 
+import random
 import threading
 import time
 
@@ -14,7 +15,7 @@ from backend.config import QueuePolicy, RuntimeConfig
 from backend.device import CpuDevice
 from backend.engine import OnnxRuntimeEngine, load_engines
 from backend.manifest import Manifest
-from backend.policy import FixedPolicy, Policy
+from backend.policy import FixedPolicy, Policy, RandomPolicy
 from backend.query import Code
 from backend.runtime import Runtime
 from slicer.sample import sample_inputs
@@ -248,3 +249,88 @@ def test_queue_policy_reads_triton_config_json():
     assert QueuePolicy().timeout_us(50) == 50 and QueuePolicy().timeout_us(0) == 0
     assert QueuePolicy.from_model_config({}) == QueuePolicy()
     assert np.isfinite(policy.max_queue_size)
+
+
+class Flaky:
+    """Raises with probability ``p`` (from a seeded generator) while ``on``."""
+
+    def __init__(self, seed: int, p: float):
+        self.rng, self.p, self.on, self.lock = random.Random(seed), p, True, threading.Lock()
+
+    def maybe(self, what: str) -> None:
+        with self.lock:
+            fail = self.on and self.rng.random() < self.p
+        if fail:
+            raise RuntimeError(f"injected {what} fault")
+
+
+class FlakyEngine:
+    def __init__(self, engine, flaky: Flaky):
+        self.engine, self.flaky = engine, flaky
+
+    def run(self, inputs):
+        self.flaky.maybe("engine")
+        return self.engine.run(inputs)
+
+
+class FlakyDevice(CpuDevice):
+    def __init__(self, flaky: Flaky):
+        self.flaky = flaky
+
+    def record(self, event, stream):
+        self.flaky.maybe("device")
+
+
+class FlakyPolicy(RandomPolicy):
+    """Random meta operations, and random faults in the policy's own decisions."""
+
+    def __init__(self, flaky: Flaky, seed: int):
+        super().__init__(seed=seed, stretch_probability=0.7, split_probability=0.4)
+        self.flaky = flaky
+
+    def stretch(self, candidate, queries, now, backlog=0):
+        self.flaky.maybe("stretch")
+        return super().stretch(candidate, queries, now, backlog)
+
+    def split(self, batch, stage, now):
+        self.flaky.maybe("split")
+        return super().split(batch, stage, now)
+
+
+@pytest.mark.parametrize("pairs", [1, 2])
+def test_random_faults_under_random_meta_operations(repository, sources, pairs):
+    """Engine, device and policy faults at random while new/stretch/split happen at random, from
+    three client threads: every query is answered exactly once, every answer that is not an
+    error equals the unsliced model, and once the faults stop the model serves as before."""
+    flaky = Flaky(seed=pairs, p=0.08)
+    version_dir = repository / "unet_like" / VERSION
+    manifest = Manifest.load(version_dir)
+    engines = [FlakyEngine(e, flaky) for e in load_engines(manifest, version_dir)]
+    runtime = Runtime(manifest, engines, RuntimeConfig(buffer_pairs=pairs, policy=FlakyPolicy(flaky, pairs)),
+                      FlakyDevice(flaky))
+    engine = reference(sources, "unet_like", manifest)
+    inbox = Inbox()
+    feeds = [sample_inputs(manifest.inputs, 1 + i % 3, seed=i) for i in range(90)]
+
+    def client(offset: int) -> None:
+        for i in range(offset, len(feeds), 3):
+            runtime.submit([inbox.query(i, feeds[i])])
+            time.sleep(0.001 * (i % 4))
+
+    threads = [threading.Thread(target=client, args=(k,)) for k in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    inbox.wait(len(feeds))
+    assert all(len(answers) == 1 for answers in inbox.answers.values())
+    good = {i for i, answers in inbox.answers.items() if answers[0][1] is None}
+    assert all(inbox.answers[i][0][1].code is Code.INTERNAL for i in set(inbox.answers) - good)
+    assert 0 < len(good) < len(feeds), "faults happened, and not to everything"
+    for i in good:
+        for name, expected in engine.run(feeds[i]).items():
+            np.testing.assert_allclose(inbox.answers[i][0][0][name], expected, atol=1e-5, err_msg=f"query {i}")
+    flaky.on = False
+    assert_recovered(runtime)
+    serve_and_check(runtime, manifest, engine, 12, seed=1000)
+    runtime.close()
