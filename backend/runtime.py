@@ -10,6 +10,7 @@ exit), wherever split or stretch moved them.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import queue
 import threading
@@ -34,6 +35,7 @@ from .scheduler import Scheduler
 
 log = logging.getLogger(__name__)
 RATE_SAMPLES = 8  # arrivals before the entry trusts its estimate of the arrival rate
+SCAN = 64  # waiting queries an admission looks at, from the oldest
 
 
 class Entry:
@@ -69,18 +71,20 @@ class Entry:
         for query in refused:
             query.answer(failure=Failure(f"Exceeds maximum queue size ({limit} queries waiting)", Code.UNAVAILABLE))
 
-    def _drop_gone(self) -> None:
-        """Answer and forget the waiting queries whose client cancelled them or whose timeout
-        expired before they were admitted (with Triton's REJECT timeout action)."""
-        now, reject = time.monotonic(), self._queue.reject
-        gone = [(q, Failure("the request was cancelled", Code.CANCELLED)) if q.cancelled()
-                else (q, Failure("Request timeout expired", Code.UNAVAILABLE))
-                for q in self._waiting if q.cancelled() or (reject and q.deadline is not None and q.deadline <= now)]
-        if gone:
-            ids = {id(q) for q, _ in gone}
-            self._waiting = deque(q for q in self._waiting if id(q) not in ids)
-            for query, failure in gone:
-                query.answer(failure=failure)
+    def _head(self) -> list[Query]:
+        """The oldest ``SCAN`` waiting queries, taken off the queue, less those whose client
+        cancelled them or whose timeout expired (with Triton's REJECT timeout action), which are
+        answered. Admission only looks this far, so its cost does not grow with the queue."""
+        head = [self._waiting.popleft() for _ in range(min(SCAN, len(self._waiting)))]
+        now, reject, kept = time.monotonic(), self._queue.reject, []
+        for query in head:
+            if query.cancelled():
+                query.answer(failure=Failure("the request was cancelled", Code.CANCELLED))
+            elif reject and query.deadline is not None and query.deadline <= now:
+                query.answer(failure=Failure("Request timeout expired", Code.UNAVAILABLE))
+            else:
+                kept.append(query)
+        return kept
 
     def wake(self) -> None:
         """Rows left the pipeline: there may be room for more."""
@@ -102,15 +106,19 @@ class Entry:
                     continue
                 window = self._window if self._window is not None else self._policy_window()
                 deadline = self._waiting[0].arrived + window
-                while (not self._closed and sum(q.rows for q in self._waiting) < room
+                while (not self._closed and sum(q.rows for q in itertools.islice(self._waiting, room)) < room
                        and (left := deadline - time.monotonic()) > 0):
                     self._changed.wait(left)
-                self._drop_gone()
-                if not self._waiting:
+                head = self._head()
+                if not head:
                     continue
-                taken, item, formed = self._scheduler.admit(self._waiting, self._room())
+                try:
+                    taken, item, formed = self._scheduler.admit(head, self._room())
+                except BaseException:
+                    self._waiting.extendleft(reversed(head))
+                    raise
                 gone = {id(q) for q in taken}
-                self._waiting = deque(q for q in self._waiting if id(q) not in gone)
+                self._waiting.extendleft(reversed([q for q in head if id(q) not in gone]))
                 self._formed.extend(formed)
                 return item
 

@@ -17,10 +17,11 @@ from backend.engine import OnnxRuntimeEngine, load_engines
 from backend.manifest import Manifest
 from backend.policy import FixedPolicy, Policy, RandomPolicy
 from backend.query import Code
-from backend.runtime import Runtime
+from backend.runtime import SCAN, Runtime
 from slicer.sample import sample_inputs
 from slicer.slicing import VERSION
 
+from .conftest import MAX_BATCH
 from .test_runtime import GatedEngine, Inbox, assert_like_reference
 
 
@@ -334,3 +335,32 @@ def test_random_faults_under_random_meta_operations(repository, sources, pairs):
     assert_recovered(runtime)
     serve_and_check(runtime, manifest, engine, 12, seed=1000)
     runtime.close()
+
+
+class Watching(Policy):
+    """Pass-through, noting how many waiting queries each admission was shown."""
+
+    def __init__(self):
+        self.shown: list[int] = []
+
+    def form(self, waiting, room, now):
+        self.shown.append(len(waiting))
+        return super().form(waiting, room, now)
+
+
+def test_admission_looks_at_a_bounded_head_of_the_queue(repository):
+    """500 queries waiting behind a held batch: each admission is shown the oldest 64 at most
+    (its cost does not grow with the queue), and every query is still answered, in order."""
+    policy = Watching()
+    manifest, runtime, gate = gated(repository, "resnet_like", RuntimeConfig(policy=policy))
+    inbox = Inbox()
+    feed = sample_inputs(manifest.inputs, 1, seed=0)
+    runtime.submit([inbox.query(0, feed)])
+    while not gate.rows:
+        time.sleep(0.005)
+    runtime.submit([inbox.query(i, feed) for i in range(1, 501)])
+    gate.release.set()
+    inbox.wait(501)
+    runtime.close()
+    assert max(policy.shown) == SCAN and all(len(a) == 1 and a[0][1] is None for a in inbox.answers.values())
+    assert gate.rows[1:] == [MAX_BATCH] * (500 // MAX_BATCH) + [500 % MAX_BATCH]
