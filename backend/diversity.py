@@ -147,14 +147,19 @@ class DiversityPolicy(Policy):
             if query.rigid == first.rigid and rows + query.rows <= room:
                 taken.append(query)
                 rows += query.rows
+        chosen = {id(q) for q in taken}
+        backlog = sum(q.rows for q in waiting if id(q) not in chosen)
         taken.sort(key=lambda q: q.sizes[self._axis])
-        groups = self._cluster(taken, now)
+        groups = self._cluster(taken, now, backlog)
         return [(group, BatchShape.of(group, pads=True)) for group in groups]
 
-    def _cluster(self, queries: list[Query], now: float) -> list[list[Query]]:
+    def _cluster(self, queries: list[Query], now: float, backlog: int = 0) -> list[list[Query]]:
         """Contiguous groups of ``queries`` (sorted by length) with the lowest summed predicted
-        latency, run shortest first; a group that would miss a deadline costs as if it took an
-        hour per query. Queries of one tabulated length always share a group (the tables cannot
+        latency, run shortest first, counting the ``backlog`` rows left waiting, who wait for
+        every group (so the busier the entry, the fewer and fuller the batches: smaller groups
+        answer their own queries sooner but take longer in all); a group that would miss a
+        deadline costs as if it took an hour per query. Queries of one tabulated length always
+        share a group (the tables cannot
         tell them apart); a dynamic programme over those blocks keeps, for each prefix, the best
         grouping and when it frees each stage."""
         table = self._tables[0]
@@ -179,7 +184,8 @@ class DiversityPolicy(Policy):
                     done = max(done, free[stage]) + took
                     finished.append(done)
                 late = now + done > min(self._deadline(q) for q in group)
-                options.append((cost + rows * (done + MISSED * late), finished, [*cuts, start]))
+                waited = backlog * (done - free[-1])  # the rows left waiting wait for this group too
+                options.append((cost + rows * (done + MISSED * late) + waited, finished, [*cuts, start]))
             best.append(min(options, key=lambda option: option[0]))
         cuts = [*best[-1][2], len(blocks)]
         return [[q for block in blocks[a:b] for q in block] for a, b in zip(cuts, cuts[1:])]

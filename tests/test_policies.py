@@ -10,7 +10,7 @@ import pytest
 
 from backend.config import RuntimeConfig, make_policy
 from backend.policy import ConfigError
-from backend.query import Query
+from backend.query import Query, refuse_invalid
 
 from .test_schedule import T, assert_times, check_rows
 from .timed import BATCH_SIZES, Clock, flat, timed_manifest
@@ -200,3 +200,19 @@ def test_load_window_waits_only_under_load_where_batching_pays():
     assert sublinear.window(oldest, False, per_s) == pytest.approx(T / 2000)
     assert sublinear.window(oldest, False, 0.6 * per_s) == 0.0  # busy 60 %: queueing costs less
     assert linear.window(oldest, False, 4 * per_s) == 0.0  # two rows cost two: nothing to gain
+
+
+def test_policy1_forms_fuller_batches_when_others_wait():
+    """One stage, T/2 up to 8 tokens and T up to 16. Lengths 5, 6, 8, 16 alone: two batches
+    (5-8 done at T/2, 16 at 1.5T: 3T summed, against 4T padded together). With three more
+    queries left waiting behind them, who wait for every batch, one padded batch (4T + 3T)
+    beats two (3T + 4.5T)."""
+    manifest = timed_manifest([PER_LENGTH])
+    auto = make_policy("input", {})
+    auto.bind(manifest)
+    queries = refuse_invalid(manifest, [Query({"x": np.zeros((1, n), np.float32)}, lambda o, f: None)
+                                        for n in [5, 6, 8, 16, 7, 7, 7]])
+    alone = auto.form(queries[:4], 4, time.monotonic())
+    assert [len(group) for group, _ in alone] == [3, 1]
+    crowded = auto.form(queries, 4, time.monotonic())
+    assert [len(group) for group, _ in crowded] == [4] and dict(crowded[0][1].sizes) == {"sequence": 16}
