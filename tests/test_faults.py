@@ -15,14 +15,14 @@ from backend.config import QueuePolicy, RuntimeConfig
 from backend.device import CpuDevice
 from backend.engine import OnnxRuntimeEngine, load_engines
 from backend.manifest import Manifest
-from backend.policy import FixedPolicy, Policy, RandomPolicy
+from backend.policy import Policy, RandomPolicy
 from backend.query import Code
 from backend.runtime import SCAN, Runtime
 from slicer.sample import sample_inputs
 from slicer.slicing import VERSION
 
 from .conftest import MAX_BATCH
-from .test_runtime import GatedEngine, Inbox, assert_like_reference
+from .test_runtime import GatedEngine, Inbox, assert_like_reference, stretch_while_held
 
 
 def served(repository, name: str, config: RuntimeConfig, device=None, wrap=None) -> tuple[Manifest, Runtime]:
@@ -136,23 +136,7 @@ class FailsOnce(GatedEngine):
 def test_late_rows_survive_a_failure_of_the_rows_they_joined(repository, sources):
     """Query 1 stretches batch 0 while stage 1 holds it; stage 1 then fails on query 0's rows.
     Query 0 gets the error; query 1's rows catch up all the same and its answer is right."""
-    version_dir = repository / "unet_like" / VERSION
-    manifest = Manifest.load(version_dir)
-    engines = load_engines(manifest, version_dir)
-    gate = FailsOnce(engines[1])
-    runs = []
-    runtime = Runtime(manifest, [engines[0], gate, engines[2]], RuntimeConfig(policy=FixedPolicy(stretch_latest=True)),
-                      trace=lambda stage, item, *_: runs.append((stage, item.batch_id, item.start, item.num)))
-    inbox = Inbox()
-    feeds = [sample_inputs(manifest.inputs, 1, seed=1), sample_inputs(manifest.inputs, 2, seed=2)]
-    runtime.submit([inbox.query(0, feeds[0])])
-    while not gate.rows:
-        time.sleep(0.005)
-    runtime.submit([inbox.query(1, feeds[1])])
-    while len(runs) < 2:  # batch 0 in stage 0, then its late rows in stage 0
-        time.sleep(0.005)
-    gate.release.set()
-    inbox.wait(2)
+    manifest, runtime, inbox, feeds, runs = stretch_while_held(repository, FailsOnce)
     assert (0, 0, 1, 2) in runs and (2, 0, 0, 3) in runs, "query 1 stretched batch 0"
     outputs, failure = inbox.answers[0][0]
     assert outputs is None and "injected engine fault" in failure.message

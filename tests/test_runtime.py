@@ -182,13 +182,14 @@ def test_random_meta_operations_keep_outputs_exact(repository, sources, name, pa
     assert_like_reference(inbox, feeds, reference)
 
 
-def test_stretched_rows_merge_into_the_running_batch(repository, sources):
-    """Query 1 arrives while batch 0 is held in stage 1, stretches it, catches up, and stage 2
-    runs both as one batch of 3 rows; each query gets exactly its own outputs."""
+def stretch_while_held(repository, gate_type=None) -> tuple:
+    """unet_like with stage 1 held (by ``gate_type``, a GatedEngine) on query 0 while query 1
+    arrives and stretches batch 0; returns once both are answered: (manifest, runtime, inbox,
+    feeds, runs) with ``runs`` the (stage, batch, start, num) of every item run."""
     version_dir = repository / "unet_like" / VERSION
     manifest = Manifest.load(version_dir)
     engines = load_engines(manifest, version_dir)
-    gate = GatedEngine(engines[1])
+    gate = (gate_type or GatedEngine)(engines[1])
     runs = []
     runtime = Runtime(manifest, [engines[0], gate, engines[2]], RuntimeConfig(policy=FixedPolicy(stretch_latest=True)),
                       trace=lambda stage, item, *_: runs.append((stage, item.batch_id, item.start, item.num)))
@@ -202,6 +203,13 @@ def test_stretched_rows_merge_into_the_running_batch(repository, sources):
         threading.Event().wait(0.005)
     gate.release.set()
     inbox.wait(2)
+    return manifest, runtime, inbox, feeds, runs
+
+
+def test_stretched_rows_merge_into_the_running_batch(repository, sources):
+    """Query 1 arrives while batch 0 is held in stage 1, stretches it, catches up, and stage 2
+    runs both as one batch of 3 rows; each query gets exactly its own outputs."""
+    manifest, runtime, inbox, feeds, runs = stretch_while_held(repository)
     runtime.close()
     assert runs == [(0, 0, 0, 1), (0, 0, 1, 2), (1, 0, 0, 1), (1, 0, 1, 2), (2, 0, 0, 3)]
     assert_like_reference(inbox, feeds, OnnxRuntimeEngine(sources["unet_like"], [o.name for o in manifest.outputs]))
