@@ -103,9 +103,9 @@ class TritonPythonModel:
         threads = runtime_config.intra_op_thread_count or cpu_cores()
         fused = not whole and runtime_config.policy.fuses(self._manifest)
         if fused:
-            log.info("%s: policy %s runs the %d stages back to back in one executor (the pipeline cannot pay on "
-                     "this model; see backend/diversity.py)", args["model_name"], runtime_config.policy.name,
-                     len(self._manifest.stages))
+            pb_utils.Logger.log_info(
+                f"{args['model_name']}: policy {runtime_config.policy.name} runs the {len(self._manifest.stages)} "
+                "stages back to back in one executor (the pipeline cannot pay on this model; backend/diversity.py)")
         engines = load_engines(self._manifest, version_dir, device, threads, runtime_config.allow_spinning, fused)
         metrics = Metrics()
         if whole:
