@@ -118,36 +118,45 @@ class StubWatch(threading.Thread):
     Triton 24.10 keeps calling such a model ready, answers each new request with "Stub process
     ... is not healthy" and never answers the requests that were in flight (their response
     senders died with the stub); loading it again is a no-op while it is loaded. Every
-    ``interval_s`` the watch lists the server's stubs: a model left with none while Triton still
-    says it is ready is unloaded and loaded again through the repository API (explicit model
-    control), which starts a fresh stub. A model reloaded on purpose starts its new stub before
-    the old one goes, so it is left alone."""
+    ``interval_s`` the watch looks at the ready models that run in stubs (backend ``dvabatch``
+    or ``python``, or any seen with a stub): one without a live stub is unloaded and loaded
+    again through the repository API (explicit model control), which starts a fresh stub. A
+    model being loaded or unloaded is not ready, and a reloaded one starts its new stub before
+    the old one goes, so neither is touched."""
+
+    STUB_BACKENDS = ("dvabatch", "python")
 
     def __init__(self, server_pid: int, url: str, interval_s: float = 1.0):
         super().__init__(name="dvabatch-stub-watch", daemon=True)
         self.server_pid, self.url, self.interval_s = server_pid, url, interval_s
         self.restarted: list[str] = []
         self._stopping = threading.Event()
+        self._in_stubs: dict[str, bool] = {}  # model -> whether it runs in a stub
 
     def run(self) -> None:
         import tritonclient.grpc as grpcclient
 
-        known = stubs_of(self.server_pid)
         with grpcclient.InferenceServerClient(self.url) as client:
             while not self._stopping.wait(self.interval_s):
-                live = stubs_of(self.server_pid)
-                for model in sorted(set(known.values()) - set(live.values())):
-                    try:
-                        if client.is_model_ready(model):
-                            print(f"dvabatch: the backend stub of model '{model}' died; loading it again",
-                                  file=sys.stderr, flush=True)
-                            client.unload_model(model)
-                            client.load_model(model)
-                            self.restarted.append(model)
-                    except Exception as exc:  # noqa: BLE001 - try again at the next look
-                        print(f"dvabatch: could not reload model '{model}': {exc}", file=sys.stderr, flush=True)
-                        continue
-                known = stubs_of(self.server_pid)
+                try:
+                    self._look(client)
+                except Exception as exc:  # noqa: BLE001 - look again next time
+                    print(f"dvabatch: could not check the backend stubs: {exc}", file=sys.stderr, flush=True)
+
+    def _look(self, client) -> None:
+        live = set(stubs_of(self.server_pid).values())
+        self._in_stubs.update(dict.fromkeys(live, True))
+        index = client.get_model_repository_index(as_json=True).get("models", [])
+        for model in sorted({m["name"] for m in index if m.get("state") == "READY"} - live):
+            if model not in self._in_stubs:
+                backend = client.get_model_config(model, as_json=True)["config"].get("backend", "")
+                self._in_stubs[model] = backend in self.STUB_BACKENDS
+            if self._in_stubs[model] and model not in stubs_of(self.server_pid).values():
+                print(f"dvabatch: the backend stub of model '{model}' died; loading it again",
+                      file=sys.stderr, flush=True)
+                client.unload_model(model)
+                client.load_model(model)
+                self.restarted.append(model)
 
     def stop(self) -> None:
         self._stopping.set()
