@@ -190,14 +190,16 @@ def test_a_query_larger_than_the_in_flight_bound_still_runs():
 
 def test_load_window_waits_only_under_load_where_batching_pays():
     """Policy III's window (beyond the paper): half a query's time in the slowest stage, once the
-    load would keep that stage busy 2/3 of the time unbatched, and only where two rows cost well
-    under two single ones; never for a CPU-like table, never at light load."""
+    load would keep that stage busy 2/3 of the time unbatched, only while nothing is in flight,
+    and only where two rows cost well under two single ones; never for a CPU-like table, never
+    at light load."""
     sublinear, linear = make_policy("load", {}), make_policy("load", {})
     sublinear.bind(timed_manifest([flat(T), flat(T / 2)], dims=(4,)))
     linear.bind(timed_manifest([PER_ROW, PER_ROW], dims=(4,)))
     oldest = Query({"x": np.zeros((1, 4), np.float32)}, lambda outputs, failure: None)
     per_s = 1000 / T  # one query per T: the slowest stage busy all the time unbatched
     assert sublinear.window(oldest, False, per_s) == pytest.approx(T / 2000)
+    assert sublinear.window(oldest, True, per_s) == 0.0  # a busy pipeline is its own window
     assert sublinear.window(oldest, False, 0.6 * per_s) == 0.0  # busy 60 %: queueing costs less
     assert linear.window(oldest, False, 4 * per_s) == 0.0  # two rows cost two: nothing to gain
 
