@@ -36,6 +36,7 @@ from .scheduler import Scheduler
 log = logging.getLogger(__name__)
 RATE_SAMPLES = 8  # arrivals before the entry trusts its estimate of the arrival rate
 SCAN = 64  # waiting queries an admission looks at, from the oldest
+CANCEL_AFTER_S = 0.02  # a query is asked whether it was cancelled once it has waited this long
 
 
 class Entry:
@@ -74,11 +75,13 @@ class Entry:
     def _head(self) -> list[Query]:
         """The oldest ``SCAN`` waiting queries, taken off the queue, less those whose client
         cancelled them or whose timeout expired (with Triton's REJECT timeout action), which are
-        answered. Admission only looks this far, so its cost does not grow with the queue."""
+        answered. Admission only looks this far, so its cost does not grow with the queue.
+        Asking Triton whether a request was cancelled is a round trip to its process, so only
+        the oldest batch's worth is asked, and only once it has waited ``CANCEL_AFTER_S``."""
         head = [self._waiting.popleft() for _ in range(min(SCAN, len(self._waiting)))]
         now, reject, kept = time.monotonic(), self._queue.reject, []
-        for query in head:
-            if query.cancelled():
+        for position, query in enumerate(head):
+            if position < self._max and now - query.arrived >= CANCEL_AFTER_S and query.cancelled():
                 query.answer(failure=Failure("the request was cancelled", Code.CANCELLED))
             elif reject and query.deadline is not None and query.deadline <= now:
                 query.answer(failure=Failure("Request timeout expired", Code.UNAVAILABLE))
