@@ -37,10 +37,16 @@ def reference(sources, name: str, manifest: Manifest) -> OnnxRuntimeEngine:
 
 
 def assert_recovered(runtime: Runtime) -> None:
-    """Nothing left behind: no batch in the table, every buffer available, every executor alive."""
+    """Nothing left behind: no batch in the table, every buffer available (a consumer releases
+    what it read when it next goes active, just after the answers), every executor alive."""
     assert runtime.table.wait_empty(10)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and any(
+            state is not BufferState.AVAILABLE for boundary in runtime.boundaries for state in boundary.states()):
+        time.sleep(0.01)
     for boundary in runtime.boundaries:
         assert boundary.states() == [BufferState.AVAILABLE] * len(boundary.buffers)
+        assert all(buffer.claims == 0 for buffer in boundary.buffers)
     assert all(executor.is_alive() for executor in runtime.executors)
 
 
