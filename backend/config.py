@@ -147,4 +147,3 @@ def make_policy(name: str, settings: Mapping[str, str]) -> Policy:
 def triton_parameters(model_config: Mapping) -> dict[str, str]:
     """config.pbtxt ``parameters`` as Triton hands them to a Python backend (JSON), as strings."""
     return {key: value["string_value"] for key, value in model_config.get("parameters", {}).items()}
-

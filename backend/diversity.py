@@ -130,10 +130,9 @@ class DiversityPolicy(Policy):
     def _load_window(self, length: int | None, arrivals_per_s: float, slowest: float) -> float:
         """Beyond the paper: half a query's time in the slowest stage, waited only while nothing
         is in flight (a busy pipeline's stages are its own window: waiting would idle stage 0
-        between batches, which cost a simulated GPU pipeline 45 % of its peak), where two rows
-        cost well under two single ones (``BATCHING_PAYS``) and the load keeps the pipeline
-        busy ``LOAD_WAITS`` of the time unbatched. Then queueing costs more than the
-        wait (an M/D/1 queue waits ``rho / (2 (1 - rho))`` service times, 1 at 2/3) and the
+        between batches), where two rows cost well under two single ones (``BATCHING_PAYS``)
+        and the load keeps the pipeline busy ``LOAD_WAITS`` of the time unbatched. Then
+        queueing costs more than the wait (an M/D/1 queue waits ``rho / (2 (1 - rho))`` service times, 1 at 2/3) and the
         rows that join in the meantime are nearly free: what DelayBatch's tuned delay does,
         decided from the tables and the arrival rate instead of fixed."""
         if not self.load or arrivals_per_s * slowest < LOAD_WAITS:
@@ -161,9 +160,8 @@ class DiversityPolicy(Policy):
         every group (so the busier the entry, the fewer and fuller the batches: smaller groups
         answer their own queries sooner but take longer in all); a group that would miss a
         deadline costs as if it took an hour per query. Queries of one tabulated length always
-        share a group (the tables cannot
-        tell them apart); a dynamic programme over those blocks keeps, for each prefix, the best
-        grouping and when it frees each stage."""
+        share a group (the tables cannot tell them apart); a dynamic programme over those blocks
+        keeps, for each prefix, the best grouping and when it frees each stage."""
         table = self._tables[0]
         bucket = (lambda q: next((n for n in table.lengths if n >= q.sizes[self._axis]), q.sizes[self._axis])) \
             if table.lengths else (lambda q: 0)

@@ -168,12 +168,8 @@ def load_engines(manifest: Manifest, version_dir: Path, device: Device | None = 
         return [load_engine(stage, version_dir, device, threads, spinning) for stage in manifest.stages]
     if any(stage.engine != "onnxruntime" for stage in manifest.stages):
         raise ValueError("only onnxruntime stages run fused")
-    files = [Path(version_dir) / stage.file for stage in manifest.stages]
-    for stage, path in zip(manifest.stages, files):
-        if not path.is_file():
-            raise FileNotFoundError(f"stage {stage.index}: {path} is missing; re-run the slicer")
-    merged = merge_stages(files,
-                          [t.name for t in manifest.inputs], [t.name for t in manifest.outputs])
+    files = [_stage_file(stage, version_dir) for stage in manifest.stages]
+    merged = merge_stages(files, [t.name for t in manifest.inputs], [t.name for t in manifest.outputs])
     return [OnnxRuntimeEngine(merged, [t.name for t in manifest.outputs], threads, spinning)]
 
 
@@ -217,11 +213,16 @@ def load_engine(stage: StageSpec, version_dir: Path, device: Device | None = Non
     if (stage.engine == "onnxruntime") != on_cpu:
         raise ValueError(f"stage {stage.index}: a {stage.engine} stage cannot run on {device.name}; "
                          "onnxruntime stages run on KIND_CPU instances, tensorrt stages on KIND_GPU")
+    path = _stage_file(stage, version_dir)
+    outputs = [t.name for t in stage.outputs]
+    return OnnxRuntimeEngine(path, outputs, threads, spinning) if on_cpu else TensorRTEngine(path, outputs)
+
+
+def _stage_file(stage: StageSpec, version_dir: Path) -> Path:
     path = Path(version_dir) / stage.file
     if not path.is_file():
         raise FileNotFoundError(f"stage {stage.index}: {path} is missing; re-run the slicer")
-    outputs = [t.name for t in stage.outputs]
-    return OnnxRuntimeEngine(path, outputs, threads, spinning) if on_cpu else TensorRTEngine(path, outputs)
+    return path
 
 
 def run_stages(engines: Sequence[Engine], stages: Sequence[StageSpec], buffer: Mapping[str, Any],

@@ -7,7 +7,6 @@ import shutil
 import signal
 import time
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -19,7 +18,7 @@ from backend.manifest import Manifest
 from slicer.sample import sample_inputs
 from slicer.slicing import VERSION
 from tools.client import infer
-from tools.serve import stubs_of
+from tools.serve import children_of, stubs_of
 
 from .conftest import E2E_STAGES, MAX_BATCH
 
@@ -177,9 +176,7 @@ def test_a_model_whose_stub_was_killed_comes_back(client, repository, server):
     client.load_model(name)
     feed = {"image": np.ones((1, 3, 32, 32), np.float32)}
     expected = infer(client, name, feed)["logits"]
-    triton = next(int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit() and (p / "stat").exists()
-                  and (p / "stat").read_text().rsplit(")", 1)[1].split()[1] == str(server.process.pid)
-                  and b"tritonserver" in (p / "cmdline").read_bytes())
+    triton = next(pid for pid, args in children_of(server.process.pid).items() if args[0].endswith(b"tritonserver"))
     stub = next(pid for pid, model in stubs_of(triton).items() if model == name)
     os.kill(stub, signal.SIGKILL)
     deadline, answered = time.monotonic() + 60, None

@@ -95,21 +95,26 @@ def _stop_with_parent() -> None:
         pass
 
 
-def stubs_of(server_pid: int) -> dict[int, str]:
-    """The Python backend stubs of a tritonserver: pid -> the model it serves (from the stub's
-    command line, whose first argument is ``<repository>/<model>/<version>/model.py``)."""
+def children_of(pid: int) -> dict[int, list[bytes]]:
+    """The live child processes of ``pid``: child pid -> its command line arguments (Linux)."""
     found = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
             ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            args = (entry / "cmdline").read_bytes().split(b"\0")
+            if ppid == pid:
+                found[int(entry.name)] = (entry / "cmdline").read_bytes().split(b"\0")
         except (OSError, IndexError, ValueError):
             continue
-        if ppid == server_pid and len(args) > 1 and args[0].endswith(b"triton_python_backend_stub"):
-            found[int(entry.name)] = Path(args[1].decode()).parent.parent.name
     return found
+
+
+def stubs_of(server_pid: int) -> dict[int, str]:
+    """The Python backend stubs of a tritonserver: pid -> the model it serves (from the stub's
+    command line, whose first argument is ``<repository>/<model>/<version>/model.py``)."""
+    return {child: Path(args[1].decode()).parent.parent.name for child, args in children_of(server_pid).items()
+            if len(args) > 1 and args[0].endswith(b"triton_python_backend_stub")}
 
 
 class StubWatch(threading.Thread):
@@ -129,7 +134,6 @@ class StubWatch(threading.Thread):
     def __init__(self, server_pid: int, url: str, interval_s: float = 1.0):
         super().__init__(name="dvabatch-stub-watch", daemon=True)
         self.server_pid, self.url, self.interval_s = server_pid, url, interval_s
-        self.restarted: list[str] = []
         self._stopping = threading.Event()
         self._in_stubs: dict[str, bool] = {}  # model -> whether it runs in a stub
 
@@ -156,7 +160,6 @@ class StubWatch(threading.Thread):
                       file=sys.stderr, flush=True)
                 client.unload_model(model)
                 client.load_model(model)
-                self.restarted.append(model)
 
     def stop(self) -> None:
         self._stopping.set()

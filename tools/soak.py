@@ -39,7 +39,7 @@ from slicer.slicing import VERSION, sha256
 from tools.baselines import find_source
 from tools.bench import free_port
 from tools.compare.configs import write_variant
-from tools.serve import Server
+from tools.serve import Server, children_of
 
 FEEDS_PER_MODEL = 48
 ATOL = 1e-4
@@ -126,15 +126,10 @@ def build(model_dirs: Sequence[Path], policies: Sequence[str], repository: Path,
 def resident_mb(pid: int) -> float:
     """Resident memory of process ``pid`` and its children (Triton's stubs), in MiB."""
     total = 0
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
+    for process in [pid, *children_of(pid)]:
         try:
-            stat = (entry / "stat").read_text()
-            ppid = int(stat.rsplit(")", 1)[1].split()[1])
-            if int(entry.name) == pid or ppid == pid:
-                total += next(int(line.split()[1]) for line in (entry / "status").read_text().splitlines()
-                              if line.startswith("VmRSS:"))
+            total += next(int(line.split()[1]) for line in Path(f"/proc/{process}/status").read_text().splitlines()
+                          if line.startswith("VmRSS:"))
         except (OSError, StopIteration, ValueError, IndexError):
             continue
     return total / 1024
