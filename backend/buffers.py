@@ -46,13 +46,15 @@ class BufferState(Enum):
 @dataclass(eq=False)
 class Buffer:
     """One buffer: its state, how many batch queue items (or held batches) still need its rows,
-    its device tensors (``max_batch_size`` rows each) and its device event."""
+    its device tensors (``max_batch_size`` rows each), its device event, and when it last became
+    available (``freed``, a boundary-wide count)."""
 
     index: int
     state: BufferState = BufferState.AVAILABLE
     claims: int = 0
     tensors: dict[str, Any] = field(default_factory=dict)
     event: Any = None
+    freed: int = 0
 
 
 class Boundary:
@@ -65,6 +67,7 @@ class Boundary:
         self.buffers = [Buffer(i, event=event_factory()) for i in range(buffer_pairs)]
         self._changed = threading.Condition()
         self._closed = False
+        self._frees = 0
 
     def states(self) -> list[BufferState]:
         with self._changed:
@@ -90,9 +93,12 @@ class Boundary:
                 if buffer.state is not BufferState.INVALID or buffer.claims < 1:
                     raise RuntimeError(f"buffer {keep} of boundary {self.producer} keeps no rows ({buffer.state})")
             else:
-                buffer = next((b for b in self.buffers if b.state is BufferState.AVAILABLE), None)
-                if buffer is None:
+                # The one available longest: on a GPU the host frees a buffer when the reads are
+                # launched, and its event is likelier done the longer ago that was.
+                available = [b for b in self.buffers if b.state is BufferState.AVAILABLE]
+                if not available:
                     raise RuntimeError(f"no available buffer at boundary {self.producer}")
+                buffer = min(available, key=lambda b: b.freed)
             buffer.state = BufferState.INWRITING
             return buffer
 
@@ -132,7 +138,7 @@ class Boundary:
                 raise RuntimeError(f"buffer {index} of boundary {self.producer} has no claim to drop")
             buffer.claims -= 1
             if buffer.claims == 0 and buffer.state is BufferState.INVALID:
-                buffer.state = BufferState.AVAILABLE
+                self._free(buffer)
             self._changed.notify_all()
 
     def abandon(self, buffer: Buffer) -> None:
@@ -140,7 +146,10 @@ class Boundary:
         for late ones stay kept)."""
         with self._changed:
             self._expect(buffer, BufferState.INWRITING)
-            buffer.state = BufferState.INVALID if buffer.claims > 0 else BufferState.AVAILABLE
+            if buffer.claims > 0:
+                buffer.state = BufferState.INVALID
+            else:
+                self._free(buffer)
             self._changed.notify_all()
 
     def release(self) -> None:
@@ -148,13 +157,17 @@ class Boundary:
         with self._changed:
             for buffer in self.buffers:
                 if buffer.state is BufferState.INVALID and buffer.claims == 0:
-                    buffer.state = BufferState.AVAILABLE
+                    self._free(buffer)
             self._changed.notify_all()
 
     def close(self) -> None:
         with self._changed:
             self._closed = True
             self._changed.notify_all()
+
+    def _free(self, buffer: Buffer) -> None:
+        self._frees += 1
+        buffer.state, buffer.freed = BufferState.AVAILABLE, self._frees
 
     def _expect(self, buffer: Buffer, state: BufferState) -> None:
         if buffer.state is not state:

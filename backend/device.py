@@ -5,8 +5,12 @@ order launches across executors. On the CPU an executor's work is done when its 
 so streams and events are nothing. On CUDA (torch) every executor has its own stream and every
 buffer its own event: after launching work that touches a buffer the executor records the
 buffer's event on its stream, and the next executor to touch the buffer makes its own stream
-wait on that event, so stages hand over without the host waiting. The host waits only where
-rows leave for the client (``to_host``).
+wait on that event, so the data hand-over needs no host wait. The host does wait for each
+stage's launches to finish (``finish``) before the scheduler updates the batch table, as the
+paper's prototype synchronizes once per stage: otherwise the host runs ahead of the GPU, every
+batch looks finished the moment it is launched, and stretch, split and the load policies
+decide on a pipeline that is not the one running. Two executors overlap that wait with each
+other's work.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ class Device(Protocol):
     def running_on(self, stream: Any) -> contextlib.AbstractContextManager: ...
     def after(self, event: Any, stream: Any) -> None: ...
     def record(self, event: Any, stream: Any) -> None: ...
+    def finish(self, stream: Any) -> None: ...
     def from_host(self, array: np.ndarray) -> Any: ...
     def to_host(self, tensor: Any) -> np.ndarray: ...
     def rows(self, tensors: dict[str, Any], name: str, like: Any, capacity: int) -> Any: ...
@@ -50,6 +55,9 @@ class CpuDevice:
         pass
 
     def record(self, event: None, stream: None) -> None:
+        pass
+
+    def finish(self, stream: None) -> None:
         pass
 
     def from_host(self, array: np.ndarray) -> np.ndarray:
@@ -90,6 +98,9 @@ class CudaDevice:
 
     def record(self, event: Any, stream: Any) -> None:
         event.record(stream)
+
+    def finish(self, stream: Any) -> None:
+        stream.synchronize()
 
     def from_host(self, array: np.ndarray) -> Any:
         return self._torch.from_numpy(np.ascontiguousarray(array)).to(self.device, non_blocking=False)

@@ -174,6 +174,7 @@ class StageExecutor(threading.Thread):
                 self.input.done_reading(source)
             if target is not None:
                 self.device.record(target.event, self.stream)
+        self.device.finish(self.stream)  # the table must say where the batch really is
         # From the table's update to the hand-over nothing can fail: the claims on the output
         # buffer always match the items and held rows the table says read it.
         keeps = target is not None and target.claims > 0  # written beside rows kept there

@@ -68,6 +68,19 @@ class TritonInstall:
         return cls(binary=binary, python_backend=python_backend, stub=None, libs=None)
 
 
+def _refuse_numpy_2() -> None:
+    """The stubs in nvidia-pytriton 0.7 (Triton 24.10) were built against numpy 1: under numpy 2
+    they read every input as garbage (zeros) and send empty outputs, without an error (seen on a
+    GPU machine whose Python had numpy 2.5). The wheel asks for numpy<2; this catches an
+    environment where something upgraded it since."""
+    import numpy
+
+    if int(numpy.__version__.split(".")[0]) >= 2:
+        raise SystemExit(f"numpy {numpy.__version__} is installed, and the Python backend stubs of nvidia-pytriton "
+                         "pass tensors wrong under numpy 2: pip install 'numpy<2' (or pass --triton-home with a "
+                         "Triton built for numpy 2)")
+
+
 def assemble_backends(install: TritonInstall, folder: Path) -> Path:
     """A backend directory holding `python` and `dvabatch`; returns its path."""
     backends = folder / "backends"
@@ -203,7 +216,10 @@ class Server:
         ]
 
     def _install(self) -> TritonInstall:
-        return TritonInstall.from_home(self.triton_home) if self.triton_home else TritonInstall.from_wheel()
+        if self.triton_home:
+            return TritonInstall.from_home(self.triton_home)
+        _refuse_numpy_2()
+        return TritonInstall.from_wheel()
 
     def _env(self) -> dict[str, str]:
         env = dict(os.environ)
