@@ -46,13 +46,14 @@ class BufferState(Enum):
 @dataclass(eq=False)
 class Buffer:
     """One buffer: its state, how many batch queue items (or held batches) still need its rows,
-    its device tensors (``max_batch_size`` rows each), its device event, and when it last became
-    available (``freed``, a boundary-wide count)."""
+    its device tensors (``max_batch_size`` rows each, views of ``storage``), its device event,
+    and when it last became available (``freed``, a boundary-wide count)."""
 
     index: int
     state: BufferState = BufferState.AVAILABLE
     claims: int = 0
     tensors: dict[str, Any] = field(default_factory=dict)
+    storage: dict[str, Any] = field(default_factory=dict)  # flat, grown to the largest shape so far
     event: Any = None
     freed: int = 0
 

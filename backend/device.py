@@ -16,10 +16,13 @@ other's work.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+import math
+from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
 import numpy as np
+
+from .buffers import Buffer
 
 
 class Device(Protocol):
@@ -33,7 +36,7 @@ class Device(Protocol):
     def finish(self, stream: Any) -> None: ...
     def from_host(self, array: np.ndarray) -> Any: ...
     def to_host(self, tensor: Any) -> np.ndarray: ...
-    def rows(self, tensors: dict[str, Any], name: str, like: Any, capacity: int) -> Any: ...
+    def rows(self, buffer: Buffer, name: str, like: Any, capacity: int) -> Any: ...
 
 
 class CpuDevice:
@@ -66,8 +69,8 @@ class CpuDevice:
     def to_host(self, tensor: np.ndarray) -> np.ndarray:
         return tensor
 
-    def rows(self, tensors: dict[str, np.ndarray], name: str, like: np.ndarray, capacity: int) -> np.ndarray:
-        return _reuse_or_allocate(tensors, name, like, capacity, lambda shape: np.empty(shape, like.dtype))
+    def rows(self, buffer: Buffer, name: str, like: np.ndarray, capacity: int) -> np.ndarray:
+        return _view(buffer, name, like, capacity, lambda size: np.empty(size, like.dtype))
 
 
 class CudaDevice:
@@ -109,19 +112,25 @@ class CudaDevice:
         self._torch.cuda.current_stream(self.device).synchronize()  # rows leave for the client here
         return tensor.cpu().numpy()
 
-    def rows(self, tensors: dict[str, Any], name: str, like: Any, capacity: int) -> Any:
-        return _reuse_or_allocate(tensors, name, like, capacity,
-                                  lambda shape: self._torch.empty(shape, dtype=like.dtype, device=self.device))
+    def rows(self, buffer: Buffer, name: str, like: Any, capacity: int) -> Any:
+        return _view(buffer, name, like, capacity,
+                     lambda size: self._torch.empty(size, dtype=like.dtype, device=self.device))
 
 
-def _reuse_or_allocate(tensors: dict[str, Any], name: str, like: Any, capacity: int, allocate) -> Any:
-    """The buffer tensor ``name`` with ``capacity`` rows shaped like ``like``'s rows; reused when
-    it already has that shape (fixed-shape models allocate once), replaced when not."""
+def _view(buffer: Buffer, name: str, like: Any, capacity: int, allocate: Callable[[int], Any]) -> Any:
+    """The buffer's tensor ``name``: ``capacity`` rows shaped like ``like``'s rows, a view of
+    storage that only grows, so that lengths varying from batch to batch reuse one allocation
+    (the largest so far) instead of allocating per batch."""
     shape = (capacity, *like.shape[1:])
-    current = tensors.get(name)
-    if current is None or tuple(current.shape) != shape or current.dtype != like.dtype:
-        current = tensors[name] = allocate(shape)
-    return current
+    current = buffer.tensors.get(name)
+    if current is not None and tuple(current.shape) == shape and current.dtype == like.dtype:
+        return current
+    size = math.prod(shape)
+    storage = buffer.storage.get(name)
+    if storage is None or storage.dtype != like.dtype or len(storage) < size:
+        storage = buffer.storage[name] = allocate(size)
+    buffer.tensors[name] = storage[:size].reshape(shape)
+    return buffer.tensors[name]
 
 
 def make_device(kind: str, index: int = 0) -> Device:

@@ -140,6 +140,12 @@ class DiversityPolicy(Policy):
         pairs = max(self._times(min(2, self._max), length))
         return slowest / 2 if pairs <= BATCHING_PAYS * 2 * slowest else 0.0
 
+    def joins(self, oldest: Query, query: Query) -> bool:
+        """With Policy I, any length joins (padded), as ``form`` takes them."""
+        if not self.input or oldest.rigid is None:
+            return super().joins(oldest, query)
+        return query.rigid == oldest.rigid
+
     def form(self, waiting: Sequence[Query], room: int, now: float) -> list[tuple[list[Query], BatchShape]]:
         if not self.input or waiting[0].rigid is None:
             return super().form(waiting, room, now)

@@ -68,6 +68,8 @@ class Stage(Protocol):
     def stage_inputs(self, row: BatchRow, item: BatchItem) -> dict[str, Any]: ...  # stage 0's rows from queries
     def leave(self, row: BatchRow, item: BatchItem, outputs: dict[str, Any]) -> None: ...  # last stage
     def fail_rows(self, row: BatchRow, start: int, num: int, error: Exception) -> None: ...
+    def executor_died(self, stage: int, error: BaseException) -> None: ...  # answer all, refuse more
+    def drop_cancelled(self, row: BatchRow, item: BatchItem) -> None: ...  # answer queries given up on
     def boundary(self, stage: int) -> Boundary: ...  # the buffers after ``stage``
 
 
@@ -101,6 +103,13 @@ class StageExecutor(threading.Thread):
         return self.history[-1]
 
     def run(self) -> None:
+        try:
+            self._loop()
+        except BaseException as exc:  # noqa: BLE001 - what even _recover could not keep: say so, answer all
+            log.critical("stage %d's executor died", self.spec.index, exc_info=True)
+            self.runtime.executor_died(self.spec.index, exc)
+
+    def _loop(self) -> None:
         while self._become_active():
             try:
                 item = self.inbox.get()
@@ -160,6 +169,8 @@ class StageExecutor(threading.Thread):
             if self.input is not None and item.buffer is not None:
                 self.input.drop(item.buffer)
             return
+        if self.input is not None:  # stage 0's queries were just asked at the entry
+            self.runtime.drop_cancelled(row, item)
         source = work.source = self.input.start_reading(item.buffer) if self.input is not None else None
         target = work.target = self._claim_output(table.kept_buffer(self.spec.index, item.batch_id))
         self._set(ExecutorState.WORKING)
@@ -201,7 +212,11 @@ class StageExecutor(threading.Thread):
 
     def _compute(self, row: BatchRow, item: BatchItem, source: Buffer | None, target: Buffer | None) -> None:
         """Run the stage on the item's rows; rerun query by query if that fails, so only the rows
-        of a query that cannot run are lost (and that query is answered with the error)."""
+        of a query that cannot run are lost (and that query is answered with the error). Rows
+        whose queries are all answered already (cancelled, or failed elsewhere) are skipped: the
+        item still passes on, so buffers and table move as usual, but nobody reads its rows."""
+        if row.answered(item.start, item.num):
+            return
         try:
             self._run_rows(row, item.start, item.num, source, target)
         except Exception as exc:  # noqa: BLE001 - an engine error must cost only its own queries
@@ -238,7 +253,7 @@ class StageExecutor(threading.Thread):
                     and not row.answered(0, start)):  # (rows that all failed kept nothing to match)
                 raise RuntimeError(f"late rows of '{name}' have shape {list(value.shape[1:])} per row, "
                                    f"the batch they join has {list(kept.shape[1:])}")
-            self.device.rows(target.tensors, name, value, capacity)[first:first + num] = value
+            self.device.rows(target, name, value, capacity)[first:first + num] = value
 
     def _set(self, state: ExecutorState) -> None:
         self.history.append(state)

@@ -11,6 +11,7 @@ import dataclasses
 import importlib
 import json
 import logging
+import os
 import sys
 import threading
 import time
@@ -113,11 +114,21 @@ class TritonPythonModel:
             self._whole, self._runtime = WholeBatch(self._manifest, engines, device, metrics, runtime_config.pad_values,
                                                     runtime_config.size_limits(self._manifest)), None
         else:
-            self._whole, self._runtime = None, Runtime(self._manifest, engines, runtime_config, device, metrics=metrics)
+            self._whole, self._runtime = None, Runtime(self._manifest, engines, runtime_config, device,
+                                                       metrics=metrics, on_death=self._died)
         gauges = self._runtime.gauges if self._runtime is not None else dict
         labels = {"model": args["model_name"], "version": args["model_version"]}
         self._exporter = MetricsExporter(metrics, gauges, labels)
         self._exporter.start()
+
+    @staticmethod
+    def _died(reason: str) -> None:
+        """An executor thread died and the runtime answered what it held. Triton cannot be told
+        that a Python model is not ready, but it does notice a stub that exits: the stub ends
+        itself a moment later (its answers flushed), and ``tools.serve``'s StubWatch (or an
+        operator's reload) brings the model back."""
+        pb_utils.Logger.log_error(f"dvabatch: {reason}; this model's stub exits so that it can be loaded again")
+        threading.Timer(1.0, os._exit, args=(1,)).start()
 
     def execute(self, requests: list) -> None:
         queries = [self._query(request) for request in requests]

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 from .batch_table import BatchRow
 from .manifest import Manifest
-from .query import BatchShape, Query, take_batch
+from .query import BatchShape, Query, shape_key, take_batch
 
 
 class ConfigError(ValueError):
@@ -40,6 +40,11 @@ class Policy:
     def window(self, oldest: Query, busy: bool, arrivals_per_s: float) -> float:
         """Seconds the entry may wait after ``oldest`` arrived, for more to batch with it."""
         return 0.0
+
+    def joins(self, oldest: Query, query: Query) -> bool:
+        """Can ``query`` share a batch with ``oldest``? The batch window waits for rows that can:
+        here, rows of exactly the same shape."""
+        return shape_key(query) == shape_key(oldest)
 
     def form(self, waiting: Sequence[Query], room: int, now: float) -> list[tuple[list[Query], BatchShape]]:
         """New batches from the waiting queries (oldest first), at most ``room`` rows in all, in the

@@ -60,6 +60,7 @@ class Query:
     deadline: float | None = None  # time.monotonic() by which the client wants its answer (its timeout)
     cancelled: Callable[[], bool] = lambda: False  # whether the client has given up on it
     answered: bool = field(default=False, init=False)
+    asked: float = field(default=0.0, init=False)  # when ``cancelled`` was last called
     # Set by validation: the size of each named axis, and the shapes with named axes left open.
     sizes: dict[str, int] = field(default_factory=dict, init=False)
     rigid: tuple | None = field(default=None, init=False)
@@ -67,6 +68,15 @@ class Query:
     @property
     def rows(self) -> int:
         return len(next(iter(self.inputs.values())))
+
+    def gave_up(self, now: float, every: float) -> bool:
+        """Whether the client cancelled it, asked only once it has waited ``every`` seconds and
+        at most once per ``every``: asking Triton is a round trip to its process, too dear for
+        every query at every step, and a client rarely gives up on a quick answer."""
+        if now - self.arrived < every or now - self.asked < every:
+            return False
+        self.asked = now
+        return self.cancelled()
 
     def answer(self, outputs: Tensors | None = None, failure: Failure | None = None) -> None:
         """Send the response, once: a query whose rows were split answers when its last rows

@@ -16,7 +16,7 @@ import queue
 import threading
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -36,7 +36,9 @@ from .scheduler import Scheduler
 log = logging.getLogger(__name__)
 RATE_SAMPLES = 8  # arrivals before the entry trusts its estimate of the arrival rate
 SCAN = 64  # waiting queries an admission looks at, from the oldest
-CANCEL_AFTER_S = 0.02  # a query is asked whether it was cancelled once it has waited this long
+CANCEL_AFTER_S = 0.02  # a waiting query is asked whether it was cancelled once it has waited this long
+CANCEL_IN_FLIGHT_S = 0.1  # a query in the pipeline is asked once it is this old, then at most this often
+CANCELLED = Failure("the request was cancelled", Code.CANCELLED)
 
 
 class Entry:
@@ -81,8 +83,8 @@ class Entry:
         head = [self._waiting.popleft() for _ in range(min(SCAN, len(self._waiting)))]
         now, reject, kept = time.monotonic(), self._queue.reject, []
         for position, query in enumerate(head):
-            if position < self._max and now - query.arrived >= CANCEL_AFTER_S and query.cancelled():
-                query.answer(failure=Failure("the request was cancelled", Code.CANCELLED))
+            if position < self._max and query.gave_up(now, CANCEL_AFTER_S):
+                query.answer(failure=CANCELLED)
             elif reject and query.deadline is not None and query.deadline <= now:
                 query.answer(failure=Failure("Request timeout expired", Code.UNAVAILABLE))
             else:
@@ -109,7 +111,7 @@ class Entry:
                     continue
                 window = self._window if self._window is not None else self._policy_window()
                 deadline = self._waiting[0].arrived + window
-                while (not self._closed and sum(q.rows for q in itertools.islice(self._waiting, room)) < room
+                while (not self._closed and self._joining_rows() < room
                        and (left := deadline - time.monotonic()) > 0):
                     self._changed.wait(left)
                 head = self._head()
@@ -124,6 +126,16 @@ class Entry:
                 self._waiting.extendleft(reversed([q for q in head if id(q) not in gone]))
                 self._formed.extend(formed)
                 return item
+
+    def _joining_rows(self) -> int:
+        """Rows among the oldest ``SCAN`` that can share a batch with the oldest: what the window
+        waits for (rows of another shape would not fill the batch it closes for)."""
+        oldest, policy = self._waiting[0], self._scheduler.policy
+        try:
+            return sum(q.rows for q in itertools.islice(self._waiting, SCAN) if policy.joins(oldest, q))
+        except Exception:  # noqa: BLE001 - a policy's bug must not stop admission: count every row
+            log.exception("policy %r failed to say which queries batch together", policy.name)
+            return sum(q.rows for q in itertools.islice(self._waiting, SCAN))
 
     def _policy_window(self) -> float:
         try:
@@ -186,8 +198,13 @@ class Exit(threading.Thread):
 
 class Runtime:
     def __init__(self, manifest: Manifest, engines: Sequence[Engine], config: RuntimeConfig | None = None,
-                 device: Device | None = None, trace: Trace | None = None, metrics: Metrics | None = None):
+                 device: Device | None = None, trace: Trace | None = None, metrics: Metrics | None = None,
+                 on_death: Callable[[str], None] | None = None):
+        """``on_death``: called once, with the reason, if an executor thread dies after all (the
+        backend then has its stub replaced, as Triton cannot be told the model is not ready)."""
         config = config or RuntimeConfig()
+        self.dead: str | None = None
+        self._on_death = on_death
         self.fused = config.policy.fuses(manifest)
         if self.fused:
             if len(engines) != 1:
@@ -229,7 +246,27 @@ class Runtime:
 
     def submit(self, queries: Sequence[Query]) -> None:
         """Validate and hand over; never waits for inference."""
+        if self.dead:
+            for query in queries:
+                query.answer(failure=Failure(self.dead, Code.UNAVAILABLE))
+            return
         self.entry.put(refuse_invalid(self.manifest, queries, self.size_limits))
+
+    def executor_died(self, stage: int, error: BaseException) -> None:
+        """An executor thread ended on an error nothing could recover from: every query held
+        anywhere is answered, and every later one refused, rather than left hanging."""
+        with self._lock:
+            if self.dead:
+                return
+            self.dead = (f"stage {stage}'s executor died ({type(error).__name__}: {error}); "
+                         "the model must be loaded again")
+        for query in self.entry.close():
+            query.answer(failure=Failure(self.dead, Code.UNAVAILABLE))
+        for row in self.table.rows():
+            if self.scheduler.discard(row.id) is not None:
+                self.fail_rows(row, 0, row.bs, RuntimeError(self.dead))
+        if self._on_death is not None:
+            self._on_death(self.dead)
 
     def gauges(self) -> dict[Family, float]:
         """Queries waiting at the entry, and every query handed over and not yet answered."""
@@ -241,6 +278,8 @@ class Runtime:
         """Finish what was admitted, refuse what was still waiting, stop the executors."""
         for query in self.entry.close():
             query.answer(failure=Failure("the model is unloading", Code.UNAVAILABLE))
+        if self.dead:  # nothing in flight will finish: do not wait for it
+            timeout = min(timeout, 1.0)
         self.executors[0].join(timeout)
         if not self.table.wait_empty(timeout):
             log.error("unloading with %d batches still running", len(self.table))
@@ -297,9 +336,22 @@ class Runtime:
     def boundary(self, stage: int) -> Boundary:
         return self.boundaries[stage]
 
+    def drop_cancelled(self, row: BatchRow, item: BatchItem) -> None:
+        """At a stage boundary: answer the item's queries whose clients gave up (the executor then
+        skips rows nobody waits for; see ``StageExecutor._compute``)."""
+        now = time.monotonic()
+        for member, *_ in row.members_in(item.start, item.num):
+            if not member.query.answered and member.query.gave_up(now, CANCEL_IN_FLIGHT_S):
+                self._forget(member.query)
+                member.query.answer(failure=CANCELLED)
+
     def fail_rows(self, row: BatchRow, start: int, num: int, error: Exception) -> None:
         for member, *_ in row.members_in(start, num):
-            with self._lock:
-                self._partial.pop(member.query, None)
-                self._filled.pop(member.query, None)
+            self._forget(member.query)
             member.query.answer(failure=Failure(f"inference failed: {type(error).__name__}: {error}"))
+
+    def _forget(self, query: Query) -> None:
+        """Drop the rows gathered so far for a query answered otherwise."""
+        with self._lock:
+            self._partial.pop(query, None)
+            self._filled.pop(query, None)

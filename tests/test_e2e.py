@@ -19,6 +19,7 @@ from slicer.sample import sample_inputs
 from slicer.slicing import VERSION
 from tools.client import infer
 from tools.serve import children_of, stubs_of
+from tools.soak import resident_mb
 
 from .conftest import E2E_STAGES, MAX_BATCH
 
@@ -106,6 +107,25 @@ def test_bad_requests_get_clear_errors_and_others_succeed(client, repository):
     # The server keeps serving.
     assert client.is_server_live() and client.is_model_ready("bert_like")
     assert infer(client, "bert_like", good_text)["pooler_output"].shape == (3, 32)
+
+
+def test_memory_stays_at_its_level_after_huge_requests(client, server, repository):
+    """Huge lengths are refused before they reach ONNX Runtime, and the largest batches the model
+    serves leave its stub's memory where steady serving puts it (the arena grows to the largest
+    allowed batch, no further)."""
+    bert = Manifest.load(repository / "bert_like" / VERSION)
+    longest = bert.size_limits["sequence"]
+    triton = next(pid for pid, args in children_of(server.process.pid).items() if args[0].endswith(b"tritonserver"))
+    stub = next(pid for pid, model in stubs_of(triton).items() if model == "bert_like")
+    largest = sample_inputs(bert.inputs, MAX_BATCH, {"sequence": longest})
+    for _ in range(3):
+        infer(client, "bert_like", largest)
+    steady = resident_mb(stub)
+    for length in (10_000, 100_000, 1_000_000):
+        _error(client, "bert_like", sample_inputs(bert.inputs, 1, {"sequence": length}))
+    for _ in range(10):
+        infer(client, "bert_like", largest)
+    assert resident_mb(stub) - steady < 20, f"stub grew from {steady:.0f} to {resident_mb(stub):.0f} MiB"
 
 
 def test_request_larger_than_max_batch_size_is_refused(client):

@@ -17,7 +17,7 @@ from backend.engine import OnnxRuntimeEngine, load_engines
 from backend.manifest import Manifest
 from backend.policy import Policy, RandomPolicy
 from backend.query import Code
-from backend.runtime import SCAN, Runtime
+from backend.runtime import CANCEL_IN_FLIGHT_S, SCAN, Runtime
 from slicer.sample import sample_inputs
 from slicer.slicing import VERSION
 
@@ -204,6 +204,79 @@ def test_cancelled_and_expired_queries_are_answered_without_running(repository):
     assert inbox.answers[1][0][1].code is Code.CANCELLED
     assert inbox.answers[2][0][1].code is Code.UNAVAILABLE and "timeout expired" in inbox.answers[2][0][1].message
     assert inbox.answers[0][0][1] is None and inbox.answers[3][0][1] is None
+
+
+def test_a_query_cancelled_in_flight_is_answered_at_the_next_stage(repository, sources):
+    """Queries 0 and 1 run stage 0 together; meanwhile 0's client cancels. At the next stage
+    boundary 0 is answered CANCELLED, and 1 goes on and gets its right answer."""
+    manifest, runtime, gate = gated(repository, "resnet_like", RuntimeConfig())
+    inbox = Inbox()
+    feeds = [sample_inputs(manifest.inputs, 1, seed=i) for i in range(2)]
+    queries = [inbox.query(i, feed) for i, feed in enumerate(feeds)]
+    runtime.submit(queries)
+    while not gate.rows:
+        time.sleep(0.005)
+    queries[0].cancelled = lambda: True
+    time.sleep(CANCEL_IN_FLIGHT_S * 1.2)
+    gate.release.set()
+    inbox.wait(2)
+    runtime.close()
+    assert gate.rows == [2] and inbox.answers[0][0][1].code is Code.CANCELLED
+    assert_like_reference(type("One", (), {"answers": {0: inbox.answers[1]}})(), feeds[1:],
+                          reference(sources, "resnet_like", manifest))
+
+
+class Fatal(BaseException):
+    """Not an Exception: nothing in the executor's loop catches it, so its thread ends."""
+
+
+class DiesOnSecond:
+    """A stage that kills its executor thread on its second batch, holding it until released."""
+
+    def __init__(self, engine):
+        self.engine, self.runs, self.release = engine, 0, threading.Event()
+
+    def run(self, inputs):
+        self.runs += 1
+        if self.runs == 2:
+            self.release.wait(30)
+            raise Fatal("injected thread death")
+        return self.engine.run(inputs)
+
+
+def test_an_executor_thread_that_dies_answers_everything_and_refuses_more(repository, sources):
+    """Stage 1's thread dies on a batch while more queries wait: the batch's queries get INTERNAL
+    naming the stage, the waiting ones and every later one UNAVAILABLE, each exactly once; the
+    backend hears of it once; close does not wait out its timeout."""
+    deaths = []
+    version_dir = repository / "resnet_like" / VERSION
+    manifest = Manifest.load(version_dir)
+    engines = load_engines(manifest, version_dir)
+    dying = DiesOnSecond(engines[1])
+    runtime = Runtime(manifest, [engines[0], dying, *engines[2:]], RuntimeConfig(), on_death=deaths.append)
+    inbox = Inbox()
+    feeds = [sample_inputs(manifest.inputs, 1, seed=i) for i in range(8)]
+    runtime.submit([inbox.query(0, feeds[0])])
+    inbox.wait(1)
+    runtime.submit([inbox.query(1, feeds[1])])
+    while dying.runs < 2:
+        time.sleep(0.005)
+    runtime.submit([inbox.query(i, feeds[i]) for i in range(2, 6)])
+    dying.release.set()
+    inbox.wait(6)
+    runtime.submit([inbox.query(i, feeds[i]) for i in range(6, 8)])
+    inbox.wait(8)
+    started = time.monotonic()
+    runtime.close()
+    assert time.monotonic() - started < 5
+    assert all(len(answers) == 1 for answers in inbox.answers.values())
+    assert inbox.answers[0][0][1] is None
+    died = inbox.answers[1][0][1]
+    assert died.code is Code.INTERNAL and "stage 1's executor died (Fatal: injected thread death)" in died.message
+    later = [inbox.answers[i][0][1] for i in range(2, 8)]
+    assert all(f is not None and f.code in (Code.UNAVAILABLE, Code.INTERNAL) for f in later)
+    assert all(inbox.answers[i][0][1].code is Code.UNAVAILABLE for i in (6, 7))
+    assert len(deaths) == 1 and "must be loaded again" in deaths[0]
 
 
 def test_a_full_queue_refuses_at_once_with_unavailable(repository):

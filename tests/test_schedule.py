@@ -15,6 +15,7 @@ import pytest
 
 from backend.config import RuntimeConfig
 from backend.policy import FixedPolicy, Policy
+from backend.query import Code
 
 from .timed import BATCH_SIZES, Clock, flat, timed_manifest
 
@@ -155,3 +156,33 @@ def test_batch_window_gathers_queries_into_one_batch():
     assert_times(clock.wait(2), {0: 3.5 * T, 1: 3.5 * T}, steps=3)
     assert [(r[0], r[3]) for r in clock.runs] == [(0, 2), (1, 2), (2, 2)]
     check_rows(clock)
+
+
+def test_batch_window_waits_for_rows_that_stack():
+    """Seven queries of another length waiting beside the first do not close its window: the
+    query of its own length arriving at T/5 still joins it, and both leave at 3.5T."""
+    clock = Clock(timed_manifest([flat(T)] * 3), RuntimeConfig(batch_window_ms=T / 2))
+    clock.submit(clock.query(0, length=8), *[clock.query(k, length=16) for k in range(1, 8)])
+    time.sleep(T / 1000 / 5)
+    clock.submit(clock.query(8, length=8))
+    got = clock.wait(9)
+    assert_times({k: got[k] for k in (0, 8)}, {0: 3.5 * T, 8: 3.5 * T}, steps=3)
+    check_rows(clock)
+
+
+def test_a_batch_cancelled_in_flight_skips_the_stages_left():
+    """Query 0's client cancels while stage 0 runs it: at the next boundary it is answered
+    CANCELLED and stages 1 and 2 pass its batch on without computing; query 1, queued behind
+    it, is served as usual."""
+    slow = 1.5 * T  # longer than CANCEL_IN_FLIGHT_S, so the boundary asks
+    clock = Clock(timed_manifest([flat(slow)] * 3), RuntimeConfig())
+    first = clock.query(0)
+    clock.submit(first)
+    first.cancelled = lambda: True
+    time.sleep(T / 1000 / 5)  # query 0 has entered alone
+    clock.submit(clock.query(1))
+    got = clock.wait(2)
+    assert clock.answers[0][2].code is Code.CANCELLED and clock.answers[1][2] is None
+    assert_times(got, {0: slow, 1: 4 * slow}, steps=4)
+    skipped = [t1 - t0 for stage, batch, _, _, t0, t1 in clock.runs if stage > 0 and batch == clock.runs[0][1]]
+    assert len(skipped) == 2 and max(skipped) < 10

@@ -10,6 +10,7 @@ import pytest
 from backend.batch_table import BatchItem, BatchTable
 from backend.buffers import Boundary, BufferState
 from backend.config import RuntimeConfig
+from backend.device import CpuDevice
 from backend.executor import ExecutorState
 from backend.policy import ConfigError, FixedPolicy, RandomPolicy
 from backend.query import Query
@@ -60,6 +61,25 @@ def test_kept_rows_are_written_beside_not_over():
     boundary.written(out, claims=0)
     with pytest.raises(RuntimeError, match="expected invalid"):
         boundary.start_reading(0) and boundary.start_reading(0)
+
+
+def test_producers_take_the_buffer_free_longest_and_reuse_storage_across_lengths():
+    """On a GPU a buffer's readers may still run when the host frees it, so the producer takes
+    the one freed longest ago; and rows of varying lengths reuse one growing allocation."""
+    boundary = Boundary(0, buffer_pairs=2)
+    first = boundary.claim_output(None)
+    boundary.written(first, 1)
+    boundary.done_reading(boundary.start_reading(first.index))
+    boundary.release()
+    assert boundary.claim_output(None).index != first.index
+    device, buffer = CpuDevice(), boundary.buffers[0]
+    allocations = []
+    for length in (8, 64, 16, 64, 8):
+        rows = device.rows(buffer, "x", np.ones((2, length), np.float32), capacity=4)
+        assert rows.shape == (4, length)
+        rows[:2] = length
+        allocations.append(id(buffer.storage["x"]))
+    assert len(set(allocations)) == 2  # 8, then 64; 16 and 8 fit in it
 
 
 def test_batch_table_new_stretch_merge_split_and_rows():
