@@ -1,8 +1,13 @@
-"""python -m slicer SRC.onnx --stages N --out DIR [options]: profile, cut, build, verify, measure."""
+"""python -m slicer SRC.onnx --stages N --out DIR [options]: profile, cut, build, verify, measure.
+
+Exit status 0 when the model was written, 2 when the model, an option or --out cannot be used
+(one line says why; nothing is left behind), 130 when stopped by Ctrl-C or SIGTERM.
+"""
 
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 import time
 from pathlib import Path
@@ -128,6 +133,11 @@ def summary(result: SliceResult, console: Console) -> None:
     console.print(f"max abs error against the source model: {result.max_abs_error:.3g}")
 
 
+def _stop(signum: int, _frame) -> None:
+    """SIGTERM stops the slicer as Ctrl-C does, so that it cleans up what it started writing."""
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     console = Console(width=None if sys.stdout.isatty() else 150)
@@ -143,11 +153,15 @@ def main(argv: list[str] | None = None) -> int:
             if done == total and not console.is_terminal:  # logs get a line per finished step
                 console.print(f"{what}: {total} of {total} done")
 
+        signal.signal(signal.SIGTERM, _stop)
         try:
             result = slice_model(args.src, args.out, options_from(args), progress)
-        except (SliceError, FileNotFoundError) as exc:
-            console.print(f"[red]error:[/red] {escape(str(exc))}")
-            return 1
+        except SliceError as exc:  # the user's model, options or folder: one line, as argparse does
+            console.print(f"[red]error:[/red] {escape(str(exc))}", soft_wrap=True)
+            return 2
+        except KeyboardInterrupt:
+            console.print(f"stopped; {args.out} is as it was before")
+            return 130
     summary(result, console)
     console.print(f"wrote {result.model_dir} in {time.perf_counter() - began:.1f} s")
     return 0

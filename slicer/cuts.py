@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from slicer.errors import SliceError
+from slicer.errors import SliceError, plural
 
 
 @dataclass(frozen=True)
@@ -66,7 +66,7 @@ def balanced_cuts(costs: Sequence[float], legal: Sequence[int], stages: int,
     if stages - 1 < len(set(forced)):
         raise SliceError(f"{len(set(forced))} forced cuts need at least {len(set(forced)) + 1} stages, not {stages}")
     if len(legal) < stages - 1:
-        raise SliceError(f"only {len(legal)} legal cut points in {n} nodes; cannot make {stages} stages")
+        raise SliceError(f"only {plural(len(legal), 'legal cut point')} in {n} nodes; cannot make {stages} stages")
     positions = np.array([0, *legal, n])
     prefix = np.concatenate([[0.0], np.cumsum(np.asarray(costs, dtype=float))])
     at = prefix[positions]

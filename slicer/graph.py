@@ -4,8 +4,12 @@ A cut is a position ``k`` in the topological order of the graph's nodes: nodes b
 the earlier stage. Every tensor produced before the cut and still needed at or after it crosses
 the cut; skip connections and masks simply cross several cuts. A cut is legal when every tensor
 crossing it is *batched* (batch axis first, each row depending only on its own query): only then
-can the runtime stretch, split and route batches by rows. Shape tensors and other per-batch
-values never cross a cut, and constant subgraphs are cloned into every stage that uses them.
+can the runtime stretch, split and route batches by rows. Constant subgraphs are cloned into
+every stage that uses them. So are *shape subgraphs*: small per-batch values computed only from
+``Shape``/``Size`` of batched tensors and constants (the shape vectors torch.export computes once
+and reuses in every layer). They never cross a cut; each stage that needs one recomputes it from
+the batched tensors its ``Shape`` nodes read (their *roots*), which cross the cut instead. Without
+that, one shape vector shared by every layer would block every cut between its first and last use.
 
 Which tensors are batched is measured rather than guessed from shape inference: the graph runs on
 ONNX Runtime at two batch sizes with all intermediate tensors exposed, which also gives every
@@ -15,7 +19,7 @@ tensor's dtype and which of its axes vary.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import onnx
@@ -77,14 +81,47 @@ class GraphAnalysis:
     """The graph in cut order, with producer and last use of every non-constant tensor."""
 
     model: onnx.ModelProto
-    nodes: list[onnx.NodeProto]  # non-constant nodes, topologically ordered
+    nodes: list[onnx.NodeProto]  # the nodes cuts fall between (not constant, not shape), topologically ordered
     constants: dict[str, onnx.NodeProto]  # constant tensor name -> node computing it
     initializers: dict[str, onnx.TensorProto]
     inputs: tuple[TensorSpec, ...]
     outputs: tuple[TensorSpec, ...]
     facts: dict[str, TensorFacts]
     produced_at: dict[str, int]  # -1 for model inputs
-    last_use: dict[str, int]  # len(nodes) for model outputs
+    last_use: dict[str, int]  # len(nodes) for model outputs; a shape value's use counts as its roots'
+    shapes: dict[str, onnx.NodeProto] = field(default_factory=dict)  # shape value -> node computing it
+    roots: dict[str, frozenset[str]] = field(default_factory=dict)  # shape value -> batched tensors it reads
+    rank: dict[int, int] = field(default_factory=dict)  # id(node) -> position in the topological order
+
+    def cloned(self, names) -> list[onnx.NodeProto]:
+        """The constant and shape nodes computing ``names`` (transitively), topologically ordered:
+        what a stage reading ``names`` computes for itself."""
+        needed: dict[int, onnx.NodeProto] = {}
+        pending = list(names)
+        while pending:
+            name = pending.pop()
+            node = self.constants.get(name) or self.shapes.get(name)
+            if node is not None and id(node) not in needed:
+                needed[id(node)] = node
+                pending += node_inputs(node)
+        return sorted(needed.values(), key=lambda node: self.rank[id(node)])
+
+    def reads(self, body: list[onnx.NodeProto]) -> set[str]:
+        """The tensors a stage of ``body`` needs from outside: what its nodes read, with shape
+        values replaced by their roots, less constants."""
+        names = {n for node in body for n in node_inputs(node)}
+        names |= {n for node in self.cloned(names) for n in node_inputs(node)}
+        return {n for n in names if n not in self.constants and n not in self.shapes and n not in self.initializers}
+
+    def blocking(self) -> dict[str, int]:
+        """Tensors that make cuts illegal (not batched, yet crossing), with how many cuts each
+        blocks, most first: what a model's exporter would have to change for more legal cuts."""
+        counts: dict[str, int] = {}
+        for k in range(1, len(self.nodes)):
+            for t in self.crossing(k):
+                if not self.facts[t].batched:
+                    counts[t] = counts.get(t, 0) + 1
+        return dict(sorted(counts.items(), key=lambda item: -item[1]))
 
     def crossing(self, cut: int) -> list[str]:
         """Tensors produced before ``cut`` and needed at or after it, in production order."""
@@ -180,34 +217,67 @@ def _facts(name: str, runs: list[dict[str, np.ndarray]], declared: list[Dim] | N
     return TensorFacts(dtype=a.dtype.name, batched=batched, dims=tuple(dims))
 
 
+def _uses(nodes: list[onnx.NodeProto], inputs: tuple[TensorSpec, ...], outputs: list[str], skip: set[str],
+          roots: Mapping[str, frozenset[str]]) -> tuple[dict[str, int], dict[str, int]]:
+    """Where each tensor is produced and last used among ``nodes`` (``skip``: constants, computed
+    in every stage; a read of a shape value is a read of its ``roots``)."""
+    produced_at = {spec.name: -1 for spec in inputs}
+    last_use: dict[str, int] = {}
+    for i, node in enumerate(nodes):
+        for name in node_inputs(node):
+            for used in roots.get(name, (name,)):
+                if used not in skip:
+                    last_use[used] = i
+        produced_at.update({o: i for o in node.output if o})
+    for name in outputs:
+        last_use[name] = len(nodes)
+    return produced_at, last_use
+
+
+def _shape_values(nodes: list[onnx.NodeProto], constants: set[str], facts: Mapping[str, TensorFacts]
+                  ) -> tuple[dict[str, onnx.NodeProto], dict[str, frozenset[str]]]:
+    """The shape subgraphs (see the module docstring): nodes that read only the shapes of
+    tensors (``Shape``, ``Size``), constants and other shape values, and give unbatched values.
+    Returns each shape value's node and its roots."""
+    shapes: dict[str, onnx.NodeProto] = {}
+    roots: dict[str, frozenset[str]] = {}
+    for node in nodes:
+        outputs = [o for o in node.output if o]
+        if not outputs or any(o not in facts or facts[o].batched for o in outputs) or node.op_type in _RANDOM_OPS:
+            continue
+        reads = [n for n in node_inputs(node) if n not in constants]
+        if node.op_type in ("Shape", "Size"):
+            found = frozenset(roots.get(reads[0], (reads[0],))) if reads else frozenset()
+        elif reads and all(n in shapes for n in reads):
+            found = frozenset().union(*(roots[n] for n in reads))
+        else:
+            continue
+        for name in outputs:
+            shapes[name], roots[name] = node, found
+    return shapes, roots
+
+
 def analyse(model: onnx.ModelProto, dim_sizes: Mapping[str, int] | None = None) -> GraphAnalysis:
-    """Order the graph, find its constant subgraphs and probe every other tensor."""
+    """Order the graph, find its constant and shape subgraphs and probe every other tensor."""
     graph = model.graph
     initializers = {t.name: t for t in graph.initializer}
     inputs = input_specs(model)
     constant_names = set(initializers)
     constants: dict[str, onnx.NodeProto] = {}
     nodes: list[onnx.NodeProto] = []
-    for node in topological_order(graph):
+    ordered = topological_order(graph)
+    for node in ordered:
         if all(n in constant_names for n in node_inputs(node)) and node.op_type not in _RANDOM_OPS:
             constant_names.update(o for o in node.output if o)
             constants.update({o: node for o in node.output if o})
         else:
             nodes.append(node)
-
-    produced_at = {spec.name: -1 for spec in inputs}
-    last_use: dict[str, int] = {}
-    for i, node in enumerate(nodes):
-        for name in node_inputs(node):
-            if name not in constant_names:
-                last_use[name] = i
-        produced_at.update({o: i for o in node.output if o})
     output_names = [v.name for v in graph.output]
     for name in output_names:
         if name in constant_names:
             raise SliceError(f"output {name!r} is a constant; nothing to serve")
-        last_use[name] = len(nodes)
 
+    produced_at, last_use = _uses(nodes, inputs, output_names, constant_names, {})
     probed = [t for t in produced_at if t in last_use]
     runs = _probe(model, probed, inputs, dim_sizes or {})
     declared = {v.name: _declared_dims(v) for v in graph.output}
@@ -221,9 +291,13 @@ def analyse(model: onnx.ModelProto, dim_sizes: Mapping[str, int] | None = None) 
         if not facts[name].batched:
             raise SliceError(f"output {name!r} has no batch axis first; Triton cannot batch this model")
         outputs.append(TensorSpec(name=name, dtype=facts[name].dtype, dims=facts[name].dims))
+    shapes, roots = _shape_values(nodes, constant_names, facts)
+    cut_between = [node for node in nodes if not any(o in shapes for o in node.output)]
+    produced_at, last_use = _uses(cut_between, inputs, output_names, constant_names, roots)
     return GraphAnalysis(
-        model=model, nodes=nodes, constants=constants, initializers=initializers, inputs=inputs,
-        outputs=tuple(outputs), facts=facts, produced_at=produced_at, last_use=last_use,
+        model=model, nodes=cut_between, constants=constants, initializers=initializers, inputs=inputs,
+        outputs=tuple(outputs), facts=facts, produced_at=produced_at, last_use=last_use, shapes=shapes,
+        roots=roots, rank={id(node): i for i, node in enumerate(ordered)},
     )
 
 
@@ -236,19 +310,10 @@ def _value_info(spec: TensorSpec) -> onnx.ValueInfoProto:
 
 def stage_model(analysis: GraphAnalysis, start: int, end: int, inputs: list[TensorSpec],
                 outputs: list[TensorSpec], name: str) -> onnx.ModelProto:
-    """A self-contained model of nodes ``start:end`` plus the constant subgraphs they use."""
+    """A self-contained model of nodes ``start:end`` plus the constant and shape subgraphs they use."""
     body = analysis.nodes[start:end]
-    needed: list[onnx.NodeProto] = []
-    seen: set[int] = set()
-    pending = [n for node in body for n in node_inputs(node)]
-    while pending:
-        node = analysis.constants.get(pending.pop())
-        if node is not None and id(node) not in seen:
-            seen.add(id(node))
-            needed.append(node)
-            pending += node_inputs(node)
-    order = {id(node): i for i, node in enumerate(analysis.model.graph.node)}
-    nodes = sorted(needed, key=lambda n: order[id(n)]) + body
+    cloned = analysis.cloned({n for node in body for n in node_inputs(node)})
+    nodes = sorted([*cloned, *body], key=lambda node: analysis.rank[id(node)])
     used = {n for node in nodes for n in node_inputs(node)}
     initializers = [t for key, t in analysis.initializers.items() if key in used]
     graph = helper.make_graph(

@@ -23,6 +23,7 @@ Layout written::
 from __future__ import annotations
 
 import hashlib
+import re
 import shutil
 import tempfile
 import time
@@ -35,11 +36,11 @@ import onnx
 
 from backend.device import CpuDevice, Device
 from backend.engine import OnnxRuntimeEngine, cpu_cores, load_engines, run_stages
-from backend.manifest import Manifest, SlicingReport, StageSpec, TensorSpec
+from backend.manifest import MANIFEST_FILE, Manifest, SlicingReport, StageSpec, TensorSpec
 from slicer import triton_config
 from slicer.cuts import CutPlan, balanced_cuts
-from slicer.errors import SliceError
-from slicer.graph import GraphAnalysis, analyse, input_specs, node_inputs, stage_model
+from slicer.errors import SliceError, plural
+from slicer.graph import GraphAnalysis, analyse, input_specs, stage_model
 from slicer.profile import (
     DiversityChange,
     NodeProfile,
@@ -130,11 +131,11 @@ def write_stages(analysis: GraphAnalysis, cuts: Sequence[int], target: Target, o
         body = analysis.nodes[start:end]
         boundary = analysis.crossing(end) if end < node_count else [s.name for s in analysis.outputs]
         produced = {o for node in body for o in node.output}
-        reads = {n for node in body for n in node_inputs(node)}
+        reads = analysis.reads(body)
         inputs = [analysis.spec(t) for t in previous if t in reads]
         outputs = [analysis.spec(t) for t in boundary if t in produced]
         carry = tuple(t for t in boundary if t not in produced)
-        missing = (reads - produced - set(previous) - set(analysis.initializers) - set(analysis.constants))
+        missing = reads - produced - set(previous)
         missing |= set(carry) - set(previous)
         if missing:
             raise SliceError(f"stage {index} needs {sorted(missing)} that no earlier stage passes on")
@@ -174,6 +175,56 @@ def verify(src: Path, version_dir: Path, manifest: Manifest, batch_sizes: list[i
     return worst
 
 
+def read_source(src: Path) -> onnx.ModelProto:
+    """The source graph (weights left on disk), or a SliceError saying why it is not one."""
+    if not src.is_file():
+        raise SliceError(f"{src} does not exist" if not src.exists() else f"{src} is not a file")
+    try:
+        model = onnx.load(str(src), load_external_data=False)
+    except Exception as exc:  # noqa: BLE001 - protobuf's DecodeError and friends: not an ONNX file
+        raise SliceError(f"{src} is not a readable ONNX model (truncated, or another format): {exc}") from None
+    if not model.graph.node or not model.graph.input:
+        raise SliceError(f"{src} holds no ONNX graph with inputs and nodes (is it an ONNX model?)")
+    return model
+
+
+def _check_out(src: Path, out: Path) -> None:
+    """The slicer replaces ``out/1`` and ``out/config.pbtxt`` wholesale, so ``out`` must be new,
+    empty, or a model it wrote before; never a folder holding the source or anyone else's files."""
+    source, target = src.resolve(), out.resolve()
+    if target in source.parents:
+        raise SliceError(f"--out {out} holds the source {src}, which slicing there would replace; write the "
+                         f"model to another folder, for example --out {out.parent / (out.name + '_sliced')}")
+    if not out.exists():
+        return
+    if not out.is_dir():
+        raise SliceError(f"--out {out} is a file; give a folder (its name is the model's name)")
+    foreign = sorted(entry.name for entry in out.iterdir() if not _written_by_slicer(entry))
+    if foreign:
+        raise SliceError(f"--out {out} holds files the slicer did not write ({', '.join(foreign[:5])}); "
+                         "give a new or empty folder, or a model the slicer wrote before")
+
+
+def _written_by_slicer(entry: Path) -> bool:
+    if entry.name == "config.pbtxt":
+        return entry.is_file() and 'backend: "dvabatch"' in entry.read_text(errors="replace")
+    if entry.name == VERSION:
+        return entry.is_dir() and (not any(entry.iterdir()) or (entry / MANIFEST_FILE).is_file())
+    return entry.name.startswith(".slicing-")  # a scratch folder a killed run left
+
+
+def _runtime_refused(exc: Exception) -> bool:
+    """ONNX Runtime's own errors (an op it cannot run, a graph it cannot load) are about the
+    user's model; anything else is the slicer's bug and keeps its traceback."""
+    return type(exc).__module__.startswith("onnxruntime")
+
+
+def _first_line(exc: Exception, src: Path) -> str:
+    """The error's first line, with the slicer's scratch files named as the source they came from."""
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return re.sub(r"/\S*?\.onnx", src.name, text)
+
+
 def _check(options: SliceOptions) -> None:
     if options.max_batch_size < 1:
         raise SliceError("--max-batch-size must be at least 1")
@@ -209,12 +260,15 @@ def _plan(src: Path, optimized: Path, target: Target, axis: str | None, lengths:
     """Optimise, probe and profile the source, then choose the cuts."""
     level = options.optimize or target.optimizations[0]
     analysis = analyse(optimize(src, optimized, level), options.dim_sizes)
+    legal = analysis.legal_cuts()
+    if options.stages is not None and options.stages > len(legal) + 1:  # known before the long profile
+        raise SliceError(f"{src.name} has {plural(len(legal), 'legal cut point')} in {len(analysis.nodes)} nodes: "
+                         f"at most {len(legal) + 1} stages, not {options.stages}")
     max_bs = options.max_batch_size
     node_profile = profile(target, optimized, [n.name for n in analysis.nodes], analysis.inputs,
                            batch_sizes_up_to(max_bs), lengths, axis, options.dim_sizes, options.warmup,
                            options.node_repeats, cpu_cores(), progress)
     costs = node_profile.at(options.balance_batch_size or max_bs, lengths[-1])
-    legal = analysis.legal_cuts()
     row_bytes = analysis.row_bytes(sizes_at(options.dim_sizes, axis, lengths[-1]))
     cut_bytes = {k: analysis.cut_bytes(row_bytes, k) * max_bs for k in legal}
     changes, diversity_cuts = _operator_diversity(node_profile, lengths[-1], costs, legal, cut_bytes, options)
@@ -290,15 +344,27 @@ def slice_model(src: Path, out: Path, options: SliceOptions, progress: Progress 
     ``options.tolerance`` is not written, and an existing one is left as it was."""
     src, out = Path(src), Path(out)
     _check(options)
-    if not src.is_file():
-        raise SliceError(f"{src} does not exist")
-    axis = length_axis(input_specs(onnx.load(str(src), load_external_data=False)), options.length_axis)
+    axis = length_axis(input_specs(read_source(src)), options.length_axis)
+    _check_out(src, out)
     lengths: tuple[int | None, ...] = tuple(options.lengths) if axis else (None,)
     target = make_target(options.target, max_batch=options.max_batch_size, axis=axis, max_length=lengths[-1],
                          dim_sizes=dict(options.dim_sizes), default_size=DEFAULT_DIM_SIZE, fp16=options.fp16)
     if options.optimize and options.optimize not in target.optimizations:
         raise SliceError(f"--optimize {options.optimize} makes graphs {target.name} cannot load; use one of "
                          f"{', '.join(target.optimizations)}")
+    created = not out.exists()
+    try:
+        return _slice(src, out, options, axis, lengths, target, progress)
+    except BaseException as exc:  # noqa: BLE001 - whatever stops it (SIGTERM too) leaves no new folder
+        if created:
+            shutil.rmtree(out, ignore_errors=True)
+        if isinstance(exc, Exception) and _runtime_refused(exc):
+            raise SliceError(f"ONNX Runtime cannot run {src}: {_first_line(exc, src)}") from exc
+        raise
+
+
+def _slice(src: Path, out: Path, options: SliceOptions, axis: str | None, lengths: tuple[int | None, ...],
+           target: Target, progress: Progress | None) -> SliceResult:
     seconds: dict[str, float] = {}
     out.mkdir(parents=True, exist_ok=True)
     # Build and verify beside the model, then swap the version folder in.

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import itertools
 import random
+import signal
+import subprocess
+import sys
+import time
 from dataclasses import replace
 
 import numpy as np
@@ -26,7 +30,7 @@ from slicer.targets import (
     tensorrt_missing,
 )
 
-from .conftest import FAST, MAX_BATCH
+from .conftest import FAST, MAX_BATCH, ROOT
 
 
 def sliced(src, out, stages, **options):
@@ -73,17 +77,67 @@ def test_every_legal_cut_gives_stages_equal_to_the_source(sources, tmp_path, nam
 
 
 def test_only_batched_tensors_cross_cuts(sources):
-    """Shape and position tensors of the BERT-like model never cross a cut."""
+    """The BERT-like model's shape and position tensors are recomputed in every stage that needs
+    them (from the ids they are the shape of), so every cut is legal and only batched tensors
+    cross."""
     analysis = analyse(onnx.load(str(sources["bert_like"])))
-    legal = analysis.legal_cuts()
-    assert legal, "the encoder must have legal cuts"
-    illegal = [k for k in range(1, len(analysis.nodes)) if k not in legal]
-    assert illegal, "cuts between Shape/Range and their users must be illegal"
-    for cut in illegal:
-        assert any(not analysis.facts[t].batched for t in analysis.crossing(cut))
-    for cut in legal:
+    assert analysis.shapes, "Shape/Range values are shape subgraphs"
+    assert analysis.legal_cuts() == list(range(1, len(analysis.nodes))) and not analysis.blocking()
+    for cut in analysis.legal_cuts():
         for name in analysis.crossing(cut):
             assert analysis.facts[name].batched
+
+
+def shared_shape_model(path, layers: int = 4, blocker: bool = False):
+    """As torch.export writes BERT: one shape vector from Shape(x), reused by a Reshape in every
+    layer. With ``blocker``, a sum over the batch axis (not batched, not a shape) is added at the
+    end, so every cut after it is blocked."""
+    hidden = 8
+    rng = np.random.default_rng(0)
+    inits = [helper.make_tensor("hw", TensorProto.INT64, [1], [hidden])]
+    nodes = [helper.make_node("Shape", ["x"], ["shape_x"], name="shape"),
+             helper.make_node("Gather", ["shape_x", "zero"], ["b"], name="batch", axis=0),
+             helper.make_node("Concat", ["b", "hw"], ["target"], name="target", axis=0)]
+    inits.append(helper.make_tensor("zero", TensorProto.INT64, [1], [0]))
+    h = "x"
+    if blocker:
+        nodes.append(helper.make_node("ReduceSum", ["x", "axes0"], ["total"], name="total", keepdims=1))
+        inits.append(helper.make_tensor("axes0", TensorProto.INT64, [1], [0]))
+    for i in range(layers):
+        weight = rng.standard_normal((hidden, hidden)).astype(np.float32)
+        inits.append(helper.make_tensor(f"w{i}", TensorProto.FLOAT, [hidden, hidden], weight.flatten()))
+        nodes += [helper.make_node("MatMul", [h, f"w{i}"], [f"m{i}"], name=f"matmul{i}"),
+                  helper.make_node("Reshape", [f"m{i}", "target"], [f"r{i}"], name=f"reshape{i}"),
+                  helper.make_node("Tanh", [f"r{i}"], [f"h{i}"], name=f"tanh{i}")]
+        h = f"h{i}"
+    if blocker:
+        nodes.append(helper.make_node("Add", [h, "total"], ["y"], name="add_total"))
+    else:
+        nodes.append(helper.make_node("Identity", [h], ["y"], name="out"))
+    graph = helper.make_graph(nodes, "shared", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 8])], inits)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), str(path))
+    return path
+
+
+def test_shape_vectors_shared_by_every_layer_do_not_block_cuts(tmp_path):
+    """The shape vector is recomputed in each stage from x, which the stages carry: every cut is
+    legal, 4 stages come out, and the chained stages equal the source."""
+    src = shared_shape_model(tmp_path / "shared.onnx")
+    analysis = analyse(onnx.load(str(src)))
+    assert set(analysis.shapes) == {"shape_x", "b", "target"} and analysis.roots["target"] == {"x"}
+    assert analysis.legal_cuts() == list(range(1, len(analysis.nodes)))
+    result = sliced(src, tmp_path / "out", 4, optimize="none")
+    assert len(result.manifest.stages) == 4 and result.max_abs_error <= 1e-5
+    assert result.max_abs_error <= 1e-5
+    assert all("x" in s.carry or "x" in [t.name for t in s.inputs] for s in result.manifest.stages[:-1])
+
+
+def test_tensors_that_still_block_cuts_are_named(tmp_path):
+    src = shared_shape_model(tmp_path / "blocked.onnx", blocker=True)
+    analysis = analyse(onnx.load(str(src)))
+    assert list(analysis.blocking()) == ["total"]
+    assert analysis.legal_cuts() == []
 
 
 def brute_force(costs, legal, stages, cut_bytes=None, slack=0.0, forced=()):
@@ -119,7 +173,7 @@ def test_balanced_cuts_equal_brute_force():
 
 
 def test_balanced_cuts_refuse_impossible_requests():
-    with pytest.raises(SliceError, match="only 1 legal cut points"):
+    with pytest.raises(SliceError, match="only 1 legal cut point in 12 nodes"):
         balanced_cuts([1.0] * 12, [5], 3)
     with pytest.raises(SliceError, match="need at least 3 stages"):
         balanced_cuts([1.0] * 12, [2, 5, 8], 2, forced=[2, 8])
@@ -264,7 +318,7 @@ def test_cli_reports_the_summary(sources, tmp_path, capsys):
                      "balance (slowest / mean stage)", "max abs error", "node profile"):
         assert expected in text
     assert (out / VERSION / "stage_1.onnx").is_file()
-    assert slicer_main([str(sources["resnet_like"]), "--out", str(out)]) == 1
+    assert slicer_main([str(sources["resnet_like"]), "--out", str(out)]) == 2
     assert "--stages is needed" in capsys.readouterr().out
 
 
@@ -274,7 +328,7 @@ def test_tensorrt_target_stops_at_once_without_gpu(sources, tmp_path, capsys):
         sliced(sources["unet_like"], tmp_path / "t", 2, target="tensorrt")
     assert not (tmp_path / "t").exists()
     assert slicer_main([str(sources["unet_like"]), "--stages", "2", "--out", str(tmp_path / "t"),
-                        "--target", "tensorrt"]) == 1
+                        "--target", "tensorrt"]) == 2
     assert "tensorrt" in capsys.readouterr().out
 
 
@@ -343,3 +397,87 @@ def test_an_input_read_only_by_a_late_stage_is_carried(tmp_path):
     manifest = sliced(src, tmp_path / "late", 3, optimize="none").manifest
     assert manifest.stages[0].carry == ("bias",) and manifest.stages[0].inputs[0].name == "x"
     assert all(s.latency is not None for s in manifest.stages)
+
+
+def test_never_replaces_the_source_or_a_foreign_folder(sources, tmp_path):
+    """The usual Triton layout, the source in OUT/1: refused, and the source is still there; a
+    folder holding other files is refused naming them; a model the slicer wrote is replaced."""
+    triton_layout = tmp_path / "resnet" / VERSION
+    triton_layout.mkdir(parents=True)
+    source = triton_layout / "model.onnx"
+    source.write_bytes(sources["resnet_like"].read_bytes())
+    with pytest.raises(SliceError, match="holds the source .*resnet_sliced"):
+        sliced(source, tmp_path / "resnet", 2)
+    assert source.read_bytes() == sources["resnet_like"].read_bytes()
+    assert [p.name for p in (tmp_path / "resnet").iterdir()] == [VERSION]
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    (foreign / "weights.bin").write_bytes(b"keep me")
+    with pytest.raises(SliceError, match=r"files the slicer did not write \(weights.bin\)"):
+        sliced(sources["resnet_like"], foreign, 2)
+    assert (foreign / "weights.bin").read_bytes() == b"keep me"
+    ours = tmp_path / "ours"
+    sliced(sources["resnet_like"], ours, 2)
+    assert len(sliced(sources["resnet_like"], ours, 3).manifest.stages) == 3
+
+
+def unrunnable_model(path):
+    """A graph whose second node is an op no ONNX Runtime provides."""
+    nodes = [helper.make_node("Relu", ["x"], ["a"], name="relu"),
+             helper.make_node("Frobnicate", ["a"], ["y"], name="frob", domain="com.example")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.example", 1)])
+    onnx.save(model, str(path))
+    return path
+
+
+@pytest.mark.parametrize("case", ["missing", "truncated", "text", "unrunnable", "stages", "option"])
+def test_user_mistakes_are_one_line_exit_2_and_leave_nothing(sources, tmp_path, capsys, case):
+    good = sources["resnet_like"]
+    src = {"missing": tmp_path / "nowhere.onnx", "truncated": tmp_path / "truncated.onnx",
+           "text": tmp_path / "notes.onnx", "unrunnable": tmp_path / "custom.onnx"}.get(case, good)
+    if case == "truncated":
+        src.write_bytes(good.read_bytes()[: good.stat().st_size // 2])
+    if case == "text":
+        src.write_text("this is not a model\n")
+    if case == "unrunnable":
+        unrunnable_model(src)
+    stages = "500" if case == "stages" else "2"
+    extra = ["--lengths", "64,16"] if case == "option" else []
+    out = tmp_path / "out"
+    code = slicer_main([str(src), "--stages", stages, "--out", str(out), "--node-repeats", "2", "--warmup", "0",
+                        "--stage-repeats", "2", *extra])
+    printed = capsys.readouterr().out.strip()
+    assert code == 2 and len(printed.splitlines()) == 1 and printed.startswith("error:"), printed
+    expected = {"missing": "nowhere.onnx does not exist", "truncated": "truncated.onnx is not a readable ONNX model",
+                "text": "notes.onnx", "unrunnable": "ONNX Runtime cannot run", "stages": "at most",
+                "option": "--lengths must be increasing"}[case]
+    assert expected in printed
+    if case == "unrunnable":
+        assert "Frobnicate" in printed and "custom.onnx" in printed and "/tmp" not in printed.replace(str(src), "")
+    assert not out.exists()
+
+
+def test_too_many_stages_is_refused_before_profiling(sources, tmp_path):
+    steps = []
+    with pytest.raises(SliceError, match=r"resnet_like.onnx has \d+ legal cut points in \d+ nodes: at most"):
+        slice_model(sources["resnet_like"], tmp_path / "r", replace(FAST, stages=500),
+                    lambda what, done, total: steps.append(what))
+    assert steps == [] and not (tmp_path / "r").exists()
+
+
+def test_sigterm_leaves_no_folder(sources, tmp_path):
+    """SIGTERM in the middle of the profile: exit 130, and neither OUT nor its scratch is left."""
+    out = tmp_path / "out"
+    process = subprocess.Popen([sys.executable, "-m", "slicer", str(sources["unet_like"]), "--stages", "2",
+                                "--out", str(out), "--node-repeats", "500"], cwd=ROOT,
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 60
+    while not (out.exists() and any(out.iterdir())) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert out.exists(), "the slicer never started writing"
+    time.sleep(0.5)
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(60) == 130, process.stdout.read().decode()
+    assert not out.exists()
