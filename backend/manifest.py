@@ -194,10 +194,13 @@ class SlicingReport:
     balance: float
     length_axis: str | None
     profile_seconds: float
+    stages_chosen: str = ""  # with ``--stages auto``: why this many
+    calibration: tuple[dict, ...] = ()  # per round: cuts, predicted and measured slowest stage (ms)
+    warning: str = ""  # the legal cuts cannot balance the stages, and what blocks better ones
 
     @classmethod
     def from_json(cls, data: dict) -> SlicingReport:
-        return cls(**data)
+        return cls(**{**data, "calibration": tuple(data.get("calibration", ()))})
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,14 @@ def _dim(text: str) -> tuple[str, int]:
     return name, int(size)
 
 
+def _stages(text: str) -> int | str:
+    if text == AUTO:
+        return AUTO
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"expected a number of stages (1 or more) or 'auto', got {text!r}")
+    return int(text)
+
+
 def _lengths(text: str) -> tuple[int, ...]:
     try:
         return tuple(int(part) for part in text.split(","))
@@ -44,8 +52,8 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("src", type=Path, help="the source ONNX model (first axis of every input dynamic)")
     p.add_argument("--out", type=Path, required=True, help="model directory to write; its name is the model name")
-    p.add_argument("--stages", type=int, help="number of stages (default with --cut-at-diversity: one per "
-                                              "diversity run)")
+    p.add_argument("--stages", type=_stages, help="number of stages, or 'auto' to choose it from the profile "
+                                                  "(default with --cut-at-diversity: one per diversity run)")
     p.add_argument("--max-batch-size", type=int, default=8, help="Triton max_batch_size (default 8)")
     p.add_argument("--target", choices=("onnxruntime", "tensorrt"), default="onnxruntime",
                    help="onnxruntime: ONNX files for CPU instances (default); tensorrt: one engine per stage "
@@ -75,6 +83,9 @@ def parser() -> argparse.ArgumentParser:
                    help="timed runs per stage and configuration for the latency tables (default 30)")
     p.add_argument("--no-policy-defaults", dest="policy_defaults", action="store_false",
                    help="write no policy parameters into config.pbtxt (the backend's defaults apply)")
+    p.add_argument("--calibration-rounds", type=int, default=3,
+                   help="times the cuts are measured as served and re-cut from those times (default 3; "
+                        "0: cut from the node profile alone)")
     p.add_argument("--tolerance", type=float, default=1e-4,
                    help="largest absolute difference allowed between stages and source (default 1e-4)")
     return p
@@ -87,7 +98,7 @@ def options_from(args: argparse.Namespace) -> SliceOptions:
         lengths=args.lengths, balance_batch_size=args.balance_batch_size, balance_slack=args.balance_slack,
         cut_at_diversity=args.cut_at_diversity, improvement=args.improvement, warmup=args.warmup,
         node_repeats=args.node_repeats, stage_repeats=args.stage_repeats, tolerance=args.tolerance,
-        fp16=args.fp16, policy_defaults=args.policy_defaults,
+        fp16=args.fp16, policy_defaults=args.policy_defaults, calibration_rounds=args.calibration_rounds,
     )
 
 
@@ -122,6 +133,14 @@ def summary(result: SliceResult, console: Console) -> None:
                   f"measured {report.balance:.3f}, predicted from the node profile {result.plan.balance:.3f} "
                   f"(best possible slowest stage {result.plan.optimum:.3f} ms, chosen "
                   f"{max(result.plan.stage_costs):.3f} ms, {_size(result.plan.bytes)} crossing the cuts)")
+    if report.stages_chosen:
+        console.print(report.stages_chosen)
+    for index, step in enumerate(report.calibration):
+        console.print(f"calibration round {index + 1}: cuts {step['cuts']}, slowest stage predicted "
+                      f"{step['predicted_ms']:.3f} ms, measured {step['measured_ms']:.3f} ms "
+                      f"(balance {step['measured_balance']:.3f})")
+    if report.warning:
+        console.print(f"[yellow]warning:[/yellow] {escape(report.warning)}")
     if result.changes:
         console.print("operator diversity, preferred batch size changes at: " + ", ".join(
             f"{name} ({change.before} -> {change.after})" for name, change in result.changes))

@@ -23,6 +23,7 @@ Layout written::
 from __future__ import annotations
 
 import hashlib
+import itertools
 import re
 import shutil
 import tempfile
@@ -38,6 +39,7 @@ from backend.device import CpuDevice, Device
 from backend.engine import OnnxRuntimeEngine, cpu_cores, load_engines, run_stages
 from backend.manifest import MANIFEST_FILE, Manifest, SlicingReport, StageSpec, TensorSpec
 from slicer import triton_config
+from slicer.calibration import Span, calibrated_costs
 from slicer.cuts import CutPlan, balanced_cuts
 from slicer.errors import SliceError, plural
 from slicer.graph import GraphAnalysis, analyse, input_specs, stage_model
@@ -63,7 +65,7 @@ AUTO = "auto"
 class SliceOptions:
     """Everything ``python -m slicer`` can be told; the README's option table explains each."""
 
-    stages: int | None = None  # None: one more than the diversity cuts (with cut_at_diversity)
+    stages: int | str | None = None  # None: one more than the diversity cuts (with cut_at_diversity); AUTO
     max_batch_size: int = 8
     target: str = "onnxruntime"
     optimize: str | None = None  # None: the target's default level
@@ -82,6 +84,7 @@ class SliceOptions:
     tolerance: float = 1e-4
     fp16: bool = False
     policy_defaults: bool = True  # write policy parameters chosen from the profile into config.pbtxt
+    calibration_rounds: int = 3  # re-cut from served stage times at most this often (0: cut from the profile)
 
 
 @dataclass(frozen=True)
@@ -230,8 +233,12 @@ def _check(options: SliceOptions) -> None:
         raise SliceError("--max-batch-size must be at least 1")
     if options.stages is None and not options.cut_at_diversity:
         raise SliceError("--stages is needed unless --cut-at-diversity chooses the stage count")
-    if options.stages is not None and options.stages < 1:
+    if isinstance(options.stages, str) and options.stages != AUTO:
+        raise SliceError(f"--stages must be a number or {AUTO!r}, not {options.stages!r}")
+    if isinstance(options.stages, int) and options.stages < 1:
         raise SliceError("--stages must be at least 1")
+    if options.calibration_rounds < 0:
+        raise SliceError("--calibration-rounds must be at least 0")
     lengths = list(options.lengths)
     if not lengths or lengths[0] < 1 or lengths != sorted(set(lengths)):
         raise SliceError(f"--lengths must be increasing positive sizes, got {list(options.lengths)}")
@@ -253,6 +260,11 @@ class _Plan:
     diversity_cuts: list[int]
     row_bytes: dict[str, int]
     optimization: str
+    costs: np.ndarray  # per node at the balance batch size and length (ms, as profiled)
+    legal: list[int]
+    cut_bytes: dict[int, int]
+    forced: tuple[int, ...]
+    stages_chosen: str = ""
 
 
 def _plan(src: Path, optimized: Path, target: Target, axis: str | None, lengths: tuple[int | None, ...],
@@ -261,7 +273,7 @@ def _plan(src: Path, optimized: Path, target: Target, axis: str | None, lengths:
     level = options.optimize or target.optimizations[0]
     analysis = analyse(optimize(src, optimized, level), options.dim_sizes)
     legal = analysis.legal_cuts()
-    if options.stages is not None and options.stages > len(legal) + 1:  # known before the long profile
+    if isinstance(options.stages, int) and options.stages > len(legal) + 1:  # known before the long profile
         raise SliceError(f"{src.name} has {plural(len(legal), 'legal cut point')} in {len(analysis.nodes)} nodes: "
                          f"at most {len(legal) + 1} stages, not {options.stages}")
     max_bs = options.max_batch_size
@@ -272,13 +284,60 @@ def _plan(src: Path, optimized: Path, target: Target, axis: str | None, lengths:
     row_bytes = analysis.row_bytes(sizes_at(options.dim_sizes, axis, lengths[-1]))
     cut_bytes = {k: analysis.cut_bytes(row_bytes, k) * max_bs for k in legal}
     changes, diversity_cuts = _operator_diversity(node_profile, lengths[-1], costs, legal, cut_bytes, options)
-    stages = options.stages or len(diversity_cuts) + 1
+    forced = tuple(diversity_cuts) if options.cut_at_diversity else ()
+    chosen = ""
+    if options.stages == AUTO:
+        stages, chosen = auto_stages(costs, legal, cut_bytes, options.balance_slack, forced)
+    else:
+        stages = options.stages or len(diversity_cuts) + 1
     if options.cut_at_diversity and stages < len(diversity_cuts) + 1:
         raise SliceError(f"--cut-at-diversity found {len(diversity_cuts)} places where the preferred batch size "
                          f"changes; that needs at least {len(diversity_cuts) + 1} stages, not {stages}")
-    cuts = balanced_cuts(costs, legal, stages, cut_bytes, options.balance_slack,
-                         diversity_cuts if options.cut_at_diversity else ())
-    return _Plan(analysis, node_profile, cuts, changes, diversity_cuts, row_bytes, level)
+    cuts = balanced_cuts(costs, legal, stages, cut_bytes, options.balance_slack, forced)
+    return _Plan(analysis, node_profile, cuts, changes, diversity_cuts, row_bytes, level, costs, legal, cut_bytes,
+                 forced, chosen)
+
+
+AUTO_MAX_STAGES = 8  # the paper tries 1 to 8
+AUTO_BALANCE = 1.25  # a stage count whose slowest stage is this much above the mean wastes the rest
+AUTO_MIN_STAGE_MS = 1.0  # shorter stages: the per-stage overhead (a hand-over, ~0.1-0.3 ms) eats the gain
+
+
+def auto_stages(costs: np.ndarray, legal: Sequence[int], cut_bytes: Mapping[int, int], slack: float,
+                forced: Sequence[int] = ()) -> tuple[int, str]:
+    """``--stages auto``: the most stages (2 to 8) whose predicted balance is within
+    ``AUTO_BALANCE`` and whose slowest stage still takes ``AUTO_MIN_STAGE_MS`` at the balance
+    batch size: more stages give the scheduler more places to stretch and split, until the
+    cuts cannot keep them even or the hand-overs cost as much as a stage. Two when none
+    qualifies (one when the model has no legal cut). Returns the count and why."""
+    if not legal:
+        return 1, "auto: 1 stage, the model has no legal cut"
+    tried, best = [], None
+    for count in range(max(2, len(set(forced)) + 1), min(AUTO_MAX_STAGES, len(legal) + 1) + 1):
+        plan = balanced_cuts(costs, legal, count, dict(cut_bytes), slack, forced)
+        ok = plan.balance <= AUTO_BALANCE and max(plan.stage_costs) >= AUTO_MIN_STAGE_MS
+        tried.append(f"{count}: balance {plan.balance:.2f}, slowest {max(plan.stage_costs):.2f} ms")
+        if ok:
+            best = count
+    count = best or max(2, len(set(forced)) + 1)
+    rule = f"balance <= {AUTO_BALANCE} and slowest stage >= {AUTO_MIN_STAGE_MS} ms"
+    why = "the most with " + rule if best else f"none has {rule}"
+    return count, f"auto: {count} stages, {why} (predicted {'; '.join(tried)})"
+
+
+WARN_BALANCE = 1.2  # a slowest stage this much above the mean deserves a word
+
+
+def _balance_warning(plan: _Plan) -> str:
+    """Why the stages cannot be even, when they cannot: the tensors that block other cuts, or
+    nodes too large to split between stages."""
+    if plan.cuts.balance <= WARN_BALANCE:
+        return ""
+    blocking = plan.analysis.blocking()
+    cause = ("tensors blocking other cuts (not batched): " + ", ".join(
+        f"{name} ({plural(n, 'cut')})" for name, n in itertools.islice(blocking.items(), 3)) if blocking
+             else "no tensor blocks a cut: single nodes are too large for this many stages; try fewer")
+    return f"the legal cuts allow a balance of {plan.cuts.balance:.2f} at best; {cause}"
 
 
 def _operator_diversity(node_profile: NodeProfile, length: int | None, costs: np.ndarray, legal: Sequence[int],
@@ -299,16 +358,74 @@ def _operator_diversity(node_profile: NodeProfile, length: int | None, costs: np
     return changes, sorted(cuts)
 
 
+def _build(analysis: GraphAnalysis, cuts: Sequence[int], target: Target, folder: Path, max_bs: int,
+           src: Path | None = None) -> Manifest:
+    """The stages of ``cuts`` written to ``folder/1`` (their ONNX graphs to ``folder/graphs``)."""
+    staged, graphs = folder / VERSION, folder / "graphs"
+    staged.mkdir(parents=True)
+    graphs.mkdir()
+    specs = write_stages(analysis, cuts, target, graphs, staged)
+    return Manifest(source_file=src.name if src else "", source_sha256=sha256(src) if src else "",
+                    max_batch_size=max_bs, inputs=analysis.inputs, outputs=analysis.outputs, stages=tuple(specs))
+
+
+SERVED_TRIES = 3
+
+
+def served_times(analysis: GraphAnalysis, cuts: Sequence[int], target: Target, folder: Path, options: SliceOptions,
+                 batch: int, length: int | None, axis: str | None) -> list[float]:
+    """Time (ms) of each stage of ``cuts`` as the backend serves it, at one batch size and length
+    (its files built in ``folder``, removed after): the lowest of ``SERVED_TRIES`` means, since
+    what disturbs a timing on a shared machine only ever adds to it."""
+    try:
+        manifest = _build(analysis, cuts, target, folder, options.max_batch_size)
+        engines = load_engines(manifest, folder / VERSION, target.device)
+        tries = [measure_stages(engines, manifest.inputs, manifest.stages, [batch], [length], axis,
+                                dict(options.dim_sizes), target.device.from_host, wall_timer(target.synchronize),
+                                options.warmup, options.stage_repeats) for _ in range(SERVED_TRIES)]
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    return [min(tables[s].lookup(batch, length) for tables in tries) for s in range(len(manifest.stages))]
+
+
+def _calibrate(plan: _Plan, target: Target, scratch: Path, length: int | None, axis: str | None,
+               options: SliceOptions, progress: Progress | None) -> tuple[_Plan, tuple[dict, ...]]:
+    """Cut from what is served (``slicer.calibration``): each round builds the stages, times
+    them as served at the balance batch size, corrects the node costs by every stage timed so
+    far and cuts again; it stops when a cut set comes back or after ``calibration_rounds``, and
+    keeps the set whose slowest stage measured fastest. ONNX Runtime stages only (a TensorRT
+    build per round takes minutes)."""
+    count = len(plan.cuts.cuts) + 1
+    if options.calibration_rounds == 0 or count == 1 or target.engine != "onnxruntime":
+        return plan, ()
+    batch = options.balance_batch_size or options.max_batch_size
+    kinds = [node.op_type for node in plan.analysis.nodes]
+    cuts, rounds, spans, seen = plan.cuts, [], [], set()
+    for index in range(options.calibration_rounds):
+        seen.add(cuts.cuts)
+        measured = served_times(plan.analysis, cuts.cuts, target, scratch / f"calibrate-{index}", options, batch,
+                                length, axis)
+        rounds.append((cuts, measured))
+        if progress:
+            progress("calibrating the cuts", index + 1, options.calibration_rounds)
+        bounds = [0, *cuts.cuts, len(kinds)]
+        spans += [Span(start, end, ms) for start, end, ms in zip(bounds, bounds[1:], measured)]
+        costs = calibrated_costs(plan.costs, kinds, spans)
+        cuts = balanced_cuts(costs, plan.legal, count, plan.cut_bytes, options.balance_slack, plan.forced)
+        if cuts.cuts in seen:
+            break
+    best, _ = min(rounds, key=lambda r: max(r[1]))
+    report = tuple({"cuts": list(c.cuts), "predicted_ms": round(max(c.stage_costs), 4),
+                    "measured_ms": round(max(m), 4), "measured_balance": round(max(m) / (sum(m) / len(m)), 4)}
+                   for c, m in rounds)
+    return replace(plan, cuts=best), report
+
+
 def _build_and_verify(src: Path, plan: _Plan, target: Target, scratch: Path, lengths: tuple[int | None, ...],
                       axis: str | None, options: SliceOptions) -> tuple[Manifest, float]:
     """Stage files in ``scratch/1``; refuses stages that differ from the source."""
-    staged, graphs = scratch / VERSION, scratch / "graphs"
-    staged.mkdir()
-    graphs.mkdir()
-    specs = write_stages(plan.analysis, plan.cuts.cuts, target, graphs, staged)
-    max_bs = options.max_batch_size
-    manifest = Manifest(source_file=src.name, source_sha256=sha256(src), max_batch_size=max_bs,
-                        inputs=plan.analysis.inputs, outputs=plan.analysis.outputs, stages=tuple(specs))
+    manifest = _build(plan.analysis, plan.cuts.cuts, target, scratch, options.max_batch_size, src)
+    staged, max_bs = scratch / VERSION, options.max_batch_size
     error = 0.0
     for length in dict.fromkeys((lengths[0], lengths[-1])):
         grid = sorted({1, min(3, max_bs), max_bs})
@@ -375,6 +492,10 @@ def _slice(src: Path, out: Path, options: SliceOptions, axis: str | None, length
         seconds["optimise, probe and cut"] = time.perf_counter() - began - plan.node_profile.seconds
         seconds["node profile"] = plan.node_profile.seconds
         began = time.perf_counter()
+        plan, calibration = _calibrate(plan, target, scratch, lengths[-1], axis, options, progress)
+        if calibration:
+            seconds["calibrate"] = time.perf_counter() - began
+        began = time.perf_counter()
         manifest, error = _build_and_verify(src, plan, target, scratch, lengths, axis, options)
         seconds["build and verify"] = time.perf_counter() - began
         began = time.perf_counter()
@@ -387,6 +508,7 @@ def _slice(src: Path, out: Path, options: SliceOptions, axis: str | None, length
             balance_length=lengths[-1], balance=round(max(at_balance) / (sum(at_balance) / len(at_balance)), 4),
             length_axis=axis,
             profile_seconds=round(seconds["node profile"] + seconds["stage latency tables"], 2),
+            stages_chosen=plan.stages_chosen, calibration=calibration, warning=_balance_warning(plan),
         )
         manifest = replace(manifest, stages=tuple(specs), slicing=report)
         policy = triton_config.policy_parameters() if options.policy_defaults else {}

@@ -17,14 +17,25 @@ from onnx import TensorProto, helper
 
 from backend.manifest import Manifest, TensorSpec
 from slicer.__main__ import main as slicer_main
+from slicer.calibration import Span, calibrated_costs
 from slicer.cuts import balanced_cuts
 from slicer.errors import SliceError
 from slicer.graph import analyse
 from slicer.profile import diversity_changes, preferred_batch_size
-from slicer.slicing import VERSION, length_axis, sha256, slice_model, verify, write_stages
+from slicer.slicing import (
+    VERSION,
+    auto_stages,
+    length_axis,
+    served_times,
+    sha256,
+    slice_model,
+    verify,
+    write_stages,
+)
 from slicer.targets import (
     OnnxRuntimeTarget,
     attribute_layer_times,
+    make_target,
     optimize,
     profile_shapes,
     tensorrt_missing,
@@ -205,7 +216,7 @@ def test_cuts_are_optimal_on_known_uneven_costs(tmp_path):
     """Blocks costing about 4, 1, 1, 4 units in 3 stages: every cut set near the best keeps the
     big blocks apart; and the cuts are the brute-force optimum for the measured node times."""
     src = uneven_chain(tmp_path / "chain.onnx", [2048, 512, 512, 2048])
-    result = sliced(src, tmp_path / "chain", 3, balance_slack=0.0, node_repeats=5)
+    result = sliced(src, tmp_path / "chain", 3, balance_slack=0.0, node_repeats=5, calibration_rounds=0)
     costs = list(result.node_profile.at(MAX_BATCH, None))
     best, _ = brute_force(costs, range(1, len(costs)), 3)
     assert result.plan.optimum == pytest.approx(best)
@@ -481,3 +492,77 @@ def test_sigterm_leaves_no_folder(sources, tmp_path):
     process.send_signal(signal.SIGTERM)
     assert process.wait(60) == 130, process.stdout.read().decode()
     assert not out.exists()
+
+
+def matmuls_then_tiny_nodes(path, tiny: int = 300, width: int = 1024):
+    """Four MatMuls, then a long tail of tiny element-wise nodes: the node profile misjudges the
+    tail (its per-node costs are not what a served session spends on it)."""
+    rng = np.random.default_rng(0)
+    inits, nodes, h = [], [], "x"
+    for i in range(4):
+        inits.append(helper.make_tensor(f"w{i}", TensorProto.FLOAT, [width, width],
+                                        (rng.standard_normal(width * width) * 0.03).astype(np.float32)))
+        nodes.append(helper.make_node("MatMul", [h, f"w{i}"], [f"m{i}"], name=f"matmul{i}"))
+        h = f"m{i}"
+    inits.append(helper.make_tensor("eps", TensorProto.FLOAT, [1], [1e-3]))
+    for i in range(tiny):
+        nodes.append(helper.make_node("Add" if i % 2 else "Sub", [h, "eps"], [f"t{i}"], name=f"tiny{i}"))
+        h = f"t{i}"
+    graph = helper.make_graph(nodes, "tail", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", width])],
+                              [helper.make_tensor_value_info(h, TensorProto.FLOAT, ["batch", width])], inits)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), str(path))
+    return path
+
+
+def test_calibrated_cuts_are_near_the_served_optimum(tmp_path):
+    """Cut from served times: the chosen cut's slowest stage, timed as served, is within 10 % of
+    the best of the candidate cuts timed the same way; each round is reported."""
+    src = matmuls_then_tiny_nodes(tmp_path / "tail.onnx")
+    options = replace(FAST, stages=2, stage_repeats=30, calibration_rounds=3)
+    result = slice_model(src, tmp_path / "tail", options)
+    rounds = result.manifest.slicing.calibration
+    assert 1 <= len(rounds) <= 3 and all({"cuts", "predicted_ms", "measured_ms"} <= set(r) for r in rounds)
+    analysis = analyse(optimize(src, tmp_path / "optimized.onnx", "extended"))
+    target = make_target("onnxruntime", max_batch=MAX_BATCH, axis=None, max_length=None, dim_sizes={},
+                         default_size=8)
+
+    def slowest(cuts):
+        return max(served_times(analysis, cuts, target, tmp_path / "timed", options, MAX_BATCH, None, None))
+
+    candidates = [(k,) for k in (1, 2, 3, 4, 5, 8, 40, 150, 250)]
+    best = min(slowest(cuts) for cuts in candidates)
+    assert slowest(result.plan.cuts) <= 1.1 * best
+
+
+def test_calibration_fits_op_type_factors_and_a_per_node_cost():
+    """Served = 0.5 x profiled for Conv, 1.0 x for MatMul, plus 2 us per node: from the stages of
+    three cuts the fitted costs predict every other cut's stages within a few percent, and the
+    cut chosen from them is the served optimum."""
+    rng = np.random.default_rng(3)
+    kinds = ["Conv"] * 6 + ["MatMul"] * 6 + ["Add"] * 60
+    profiled = np.concatenate([rng.uniform(0.8, 1.2, 6), rng.uniform(0.4, 0.6, 6), rng.uniform(0.001, 0.002, 60)])
+    truth = np.array([{"Conv": 0.5, "MatMul": 1.0, "Add": 1.0}[k] for k in kinds]) * profiled + 0.002
+
+    def served(a, b):
+        return float(truth[a:b].sum())
+
+    spans = [Span(a, b, served(a, b)) for cut in (6, 9, 40) for a, b in ((0, cut), (cut, 72))]
+    fitted = calibrated_costs(profiled, kinds, spans)
+    for k in (3, 8, 10, 12, 30, 60):
+        assert fitted[:k].sum() == pytest.approx(served(0, k), rel=0.05)
+        assert fitted[k:].sum() == pytest.approx(served(k, 72), rel=0.05)
+    legal = list(range(1, 72))
+    optimum = min(legal, key=lambda k: max(served(0, k), served(k, 72)))
+    assert balanced_cuts(fitted, legal, 2).cuts == (optimum,)
+    assert balanced_cuts(profiled, legal, 2).cuts != (optimum,)  # the profile alone cuts elsewhere
+
+
+def test_auto_stage_count_takes_the_most_even_stages_worth_their_overhead(sources, tmp_path):
+    assert auto_stages(np.ones(16), range(1, 16), {}, 0.0)[0] == 8  # 2 ms stages, perfectly even
+    assert auto_stages(np.full(16, 0.2), range(1, 16), {}, 0.0)[0] == 3  # 3.2 ms in all: >= 1 ms stages
+    count, why = auto_stages(np.array([5.0, 0.1, 0.1, 0.1]), [1, 2, 3], {}, 0.0)
+    assert count == 2 and "none has balance" in why  # one node dominates: no count is even
+    assert auto_stages(np.ones(4), [], {}, 0.0) == (1, "auto: 1 stage, the model has no legal cut")
+    result = sliced(sources["unet_like"], tmp_path / "auto", "auto")
+    report = result.manifest.slicing
+    assert report.stages_chosen.startswith(f"auto: {len(result.manifest.stages)} stages")
