@@ -130,7 +130,8 @@ def summary(result: SliceResult, console: Console) -> None:
                       _size(stage.buffer_bytes), ", ".join(stage.carry) or "-")
     console.print(table)
     console.print(f"balance (slowest / mean stage) at batch size {report.balance_batch_size}{at}: "
-                  f"measured {report.balance:.3f}, predicted from the node profile {result.plan.balance:.3f} "
+                  f"measured {report.balance:.3f}, predicted {result.plan.balance:.3f} from the node costs"
+                  f"{' calibrated by served times' if report.calibration else ' profiled'} "
                   f"(best possible slowest stage {result.plan.optimum:.3f} ms, chosen "
                   f"{max(result.plan.stage_costs):.3f} ms, {_size(result.plan.bytes)} crossing the cuts)")
     if report.stages_chosen:

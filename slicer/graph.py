@@ -217,7 +217,7 @@ def _facts(name: str, runs: list[dict[str, np.ndarray]], declared: list[Dim] | N
     return TensorFacts(dtype=a.dtype.name, batched=batched, dims=tuple(dims))
 
 
-def _uses(nodes: list[onnx.NodeProto], inputs: tuple[TensorSpec, ...], outputs: list[str], skip: set[str],
+def tensor_uses(nodes: list[onnx.NodeProto], inputs: tuple[TensorSpec, ...], outputs: list[str], skip: set[str],
           roots: Mapping[str, frozenset[str]]) -> tuple[dict[str, int], dict[str, int]]:
     """Where each tensor is produced and last used among ``nodes`` (``skip``: constants, computed
     in every stage; a read of a shape value is a read of its ``roots``)."""
@@ -277,7 +277,7 @@ def analyse(model: onnx.ModelProto, dim_sizes: Mapping[str, int] | None = None) 
         if name in constant_names:
             raise SliceError(f"output {name!r} is a constant; nothing to serve")
 
-    produced_at, last_use = _uses(nodes, inputs, output_names, constant_names, {})
+    produced_at, last_use = tensor_uses(nodes, inputs, output_names, constant_names, {})
     probed = [t for t in produced_at if t in last_use]
     runs = _probe(model, probed, inputs, dim_sizes or {})
     declared = {v.name: _declared_dims(v) for v in graph.output}
@@ -293,7 +293,7 @@ def analyse(model: onnx.ModelProto, dim_sizes: Mapping[str, int] | None = None) 
         outputs.append(TensorSpec(name=name, dtype=facts[name].dtype, dims=facts[name].dims))
     shapes, roots = _shape_values(nodes, constant_names, facts)
     cut_between = [node for node in nodes if not any(o in shapes for o in node.output)]
-    produced_at, last_use = _uses(cut_between, inputs, output_names, constant_names, roots)
+    produced_at, last_use = tensor_uses(cut_between, inputs, output_names, constant_names, roots)
     return GraphAnalysis(
         model=model, nodes=cut_between, constants=constants, initializers=initializers, inputs=inputs,
         outputs=tuple(outputs), facts=facts, produced_at=produced_at, last_use=last_use, shapes=shapes,

@@ -71,6 +71,12 @@ def _copy_onnx(relative: str) -> Callable[[Path, Path], None]:
 
 
 def _minilm(wheel: Path, out: Path) -> None:
+    export_minilm(wheel, out, dynamo=False)
+
+
+def export_minilm(wheel: Path, out: Path, dynamo: bool) -> None:
+    """all-MiniLM-L6-v2 to ONNX with torch's TorchScript exporter, or with ``dynamo`` its
+    torch.export one (torch 2.13's default)."""
     import torch
     from safetensors.torch import load_file
     from transformers import BertConfig, BertModel
@@ -97,10 +103,15 @@ def _minilm(wheel: Path, out: Path) -> None:
     example[1][0, 10:] = 0  # a padded row, so the mask is traced as data
     axes = {n: {0: "batch", 1: "sequence"} for n in names}
     axes |= {"last_hidden_state": {0: "batch", 1: "sequence"}, "pooler_output": {0: "batch"}}
+    outputs = ["last_hidden_state", "pooler_output"]
     with torch.no_grad():
-        torch.onnx.export(Encoder().eval(), example, str(out), input_names=names,
-                          output_names=["last_hidden_state", "pooler_output"], dynamic_axes=axes, opset_version=17,
-                          dynamo=False)
+        if dynamo:
+            batch, sequence = torch.export.Dim("batch", min=1, max=1024), torch.export.Dim("sequence", min=2, max=512)
+            torch.onnx.export(Encoder().eval(), example, str(out), input_names=names, output_names=outputs,
+                              dynamic_shapes=tuple({0: batch, 1: sequence} for _ in names), dynamo=True)
+        else:
+            torch.onnx.export(Encoder().eval(), example, str(out), input_names=names, output_names=outputs,
+                              dynamic_axes=axes, opset_version=17, dynamo=False)
     shutil.copy(folder / "tokenizer.json", out.with_suffix(".tokenizer.json"))
 
 
