@@ -461,7 +461,12 @@ def slice_model(src: Path, out: Path, options: SliceOptions, progress: Progress 
     ``options.tolerance`` is not written, and an existing one is left as it was."""
     src, out = Path(src), Path(out)
     _check(options)
-    axis = length_axis(input_specs(read_source(src)), options.length_axis)
+    model = read_source(src)
+    try:
+        specs = input_specs(model)
+    except SliceError as exc:
+        raise SliceError(f"{src}: {exc}") from None
+    axis = length_axis(specs, options.length_axis)
     _check_out(src, out)
     lengths: tuple[int | None, ...] = tuple(options.lengths) if axis else (None,)
     target = make_target(options.target, max_batch=options.max_batch_size, axis=axis, max_length=lengths[-1],
