@@ -107,7 +107,8 @@ class TritonPythonModel:
             pb_utils.Logger.log_info(
                 f"{args['model_name']}: policy {runtime_config.policy.name} runs the {len(self._manifest.stages)} "
                 "stages back to back in one executor (the pipeline cannot pay on this model; backend/diversity.py)")
-        engines = load_engines(self._manifest, version_dir, device, threads, runtime_config.allow_spinning, fused)
+        alone = whole or fused or len(self._manifest.stages) == 1  # one session runs at a time
+        engines = load_engines(self._manifest, version_dir, device, threads, runtime_config.spins(alone), fused)
         metrics = Metrics()
         if whole:
             runtime_config.bind(self._manifest)

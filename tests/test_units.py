@@ -177,3 +177,12 @@ def test_engines_and_devices_fail_clearly_where_they_cannot_run(tmp_path):
     if not has_gpu:
         with pytest.raises(RuntimeError, match="CUDA device needs"):
             make_device("GPU")
+
+
+def test_spinning_is_automatic_only_where_one_session_runs_at_a_time():
+    auto = RuntimeConfig.from_parameters({})
+    assert auto.spins(alone=True) and not auto.spins(alone=False)
+    assert not RuntimeConfig.from_parameters({"allow_spinning": "false"}).spins(alone=True)
+    assert RuntimeConfig.from_parameters({"allow_spinning": "true"}).spins(alone=False)
+    with pytest.raises(ConfigError, match="allow_spinning"):
+        RuntimeConfig.from_parameters({"allow_spinning": "sometimes"})
