@@ -104,8 +104,11 @@ class RuntimeConfig:
         if values.get("intra_op_thread_count", 0) < 0:
             raise ConfigError("parameter 'intra_op_thread_count' must be >= 0 (0: every core), "
                               f"got {values['intra_op_thread_count']}")
-        if values.get("allow_spinning", "auto").lower() not in ("auto", "true", "false"):
-            raise ConfigError(f"parameter 'allow_spinning' is {values['allow_spinning']!r}; known: auto, true, false")
+        if "allow_spinning" in values:
+            values["allow_spinning"] = values["allow_spinning"].lower()
+            if values["allow_spinning"] not in ("auto", "true", "false"):
+                raise ConfigError(f"parameter 'allow_spinning' is {values['allow_spinning']!r}; "
+                                  "known: auto, true, false")
         if values.get("batching", BATCHING[0]) not in BATCHING:
             raise ConfigError(f"parameter 'batching' is {values['batching']!r}; known: {', '.join(BATCHING)}")
         policy = make_policy(parameters.get("policy", "pass"), settings)
@@ -117,8 +120,7 @@ class RuntimeConfig:
         threads at each operator (MiniLM at low load: the spinning ZeroBatch averaged 12.4 ms,
         this runtime with sleeping threads 15.3), and nothing else waits for those cores; in a
         pipeline, stages that spin take the cores the co-running ones need."""
-        choice = self.allow_spinning.lower()
-        return alone if choice == "auto" else choice == "true"
+        return alone if self.allow_spinning == "auto" else self.allow_spinning == "true"
 
     def bind(self, manifest: Manifest) -> None:
         """Check the knobs against the model and let the policy read its tables."""

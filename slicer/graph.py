@@ -218,7 +218,7 @@ def _facts(name: str, runs: list[dict[str, np.ndarray]], declared: list[Dim] | N
 
 
 def tensor_uses(nodes: list[onnx.NodeProto], inputs: tuple[TensorSpec, ...], outputs: list[str], skip: set[str],
-          roots: Mapping[str, frozenset[str]]) -> tuple[dict[str, int], dict[str, int]]:
+                roots: Mapping[str, frozenset[str]]) -> tuple[dict[str, int], dict[str, int]]:
     """Where each tensor is produced and last used among ``nodes`` (``skip``: constants, computed
     in every stage; a read of a shape value is a read of its ``roots``)."""
     produced_at = {spec.name: -1 for spec in inputs}

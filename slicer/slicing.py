@@ -303,7 +303,7 @@ AUTO_BALANCE = 1.25  # a stage count whose slowest stage is this much above the 
 AUTO_MIN_STAGE_MS = 1.0  # shorter stages: the per-stage overhead (a hand-over, ~0.1-0.3 ms) eats the gain
 
 
-def auto_stages(costs: np.ndarray, legal: Sequence[int], cut_bytes: Mapping[int, int], slack: float,
+def auto_stages(costs: np.ndarray, legal: Sequence[int], cut_bytes: dict[int, int], slack: float,
                 forced: Sequence[int] = ()) -> tuple[int, str]:
     """``--stages auto``: the most stages (2 to 8) whose predicted balance is within
     ``AUTO_BALANCE`` and whose slowest stage still takes ``AUTO_MIN_STAGE_MS`` at the balance
@@ -314,7 +314,7 @@ def auto_stages(costs: np.ndarray, legal: Sequence[int], cut_bytes: Mapping[int,
         return 1, "auto: 1 stage, the model has no legal cut"
     tried, best = [], None
     for count in range(max(2, len(set(forced)) + 1), min(AUTO_MAX_STAGES, len(legal) + 1) + 1):
-        plan = balanced_cuts(costs, legal, count, dict(cut_bytes), slack, forced)
+        plan = balanced_cuts(costs, legal, count, cut_bytes, slack, forced)
         ok = plan.balance <= AUTO_BALANCE and max(plan.stage_costs) >= AUTO_MIN_STAGE_MS
         tried.append(f"{count}: balance {plan.balance:.2f}, slowest {max(plan.stage_costs):.2f} ms")
         if ok:
