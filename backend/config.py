@@ -115,7 +115,8 @@ class RuntimeConfig:
         return cls(**values, pad_values=pads, max_sizes=sizes, policy=policy)
 
     def spins(self, alone: bool) -> bool:
-        """Whether idle ONNX Runtime threads spin. ``auto``: only where one session runs at a time
+        """Whether ONNX Runtime's threads spin between the operators of a run (they stop when it
+        ends, see ``engine.ort_options``). ``auto``: only where one session runs at a time
         (``alone``: a fused model, or Triton's batching): spinning spares the wake-up of the
         threads at each operator (MiniLM at low load: the spinning ZeroBatch averaged 12.4 ms,
         this runtime with sleeping threads 15.3), and nothing else waits for those cores; in a

@@ -3,7 +3,7 @@
 - ``onnxruntime``: the stage as an ONNX Runtime session (CPU device).
 - ``tensorrt``: the stage as a TensorRT 10 engine, dynamic shapes through its optimization
   profile (CUDA device; needs the ``gpu`` extra).
-- ``timed``: computes nothing and takes as long as the stage's latency table says for the batch
+- ``timed``: computes nothing and takes as long as the stage's latency table predicts for the batch
   (CPU: sleeps; CUDA: keeps the executor's stream busy), so a schedule can be tested exactly.
   Its outputs are its inputs, in order: a timed model answers every query with its own rows.
 """
@@ -41,7 +41,11 @@ def cpu_cores() -> int:
 def ort_options(threads: int | None = None, spinning: bool = False):
     """ONNX Runtime session options: quiet, and with ``threads`` set, that many intra-op threads
     that sleep rather than spin when idle unless ``spinning`` (an idle stage must not take cores
-    from a busy one; a lone model on idle cores may gain from spinning)."""
+    from a busy one; a lone model on idle cores may gain from spinning). Spinning threads stop
+    when a run ends (``session.force_spinning_stop``): between runs the cores belong to the
+    threads that admit and answer queries. MiniLM on GLUE RTE through Triton, one run side by
+    side: spinning only within runs averaged 26.5 / 50.9 ms at low / medium load, spinning
+    between runs too 33.3 / 69.7, sleeping 29.9 / 79.2 (``docs/results/minilm-rte-spinstop``)."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
@@ -49,6 +53,7 @@ def ort_options(threads: int | None = None, spinning: bool = False):
     if threads is not None:
         options.intra_op_num_threads = threads
         options.add_session_config_entry("session.intra_op.allow_spinning", "1" if spinning else "0")
+        options.add_session_config_entry("session.force_spinning_stop", "1" if spinning else "0")
     return options
 
 
@@ -86,7 +91,7 @@ class TimedEngine:
     def run(self, inputs: Mapping[str, Any]) -> Tensors:
         first = inputs[self._names[0][0]]
         length = first.shape[self._length] if self._length is not None else None
-        self._sleep(self._table.lookup(first.shape[0], length) / 1000)
+        self._sleep(self._table.predict(first.shape[0], length) / 1000)
         return {out: _copy(inputs[src]) for src, out in self._names}
 
 

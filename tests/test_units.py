@@ -11,6 +11,7 @@ from backend.batch_table import BatchItem, BatchTable
 from backend.buffers import Boundary, BufferState
 from backend.config import RuntimeConfig
 from backend.device import CpuDevice
+from backend.engine import ort_options
 from backend.executor import ExecutorState
 from backend.policy import ConfigError, FixedPolicy, RandomPolicy
 from backend.query import Query
@@ -186,3 +187,10 @@ def test_spinning_is_automatic_only_where_one_session_runs_at_a_time():
     assert RuntimeConfig.from_parameters({"allow_spinning": "true"}).spins(alone=False)
     with pytest.raises(ConfigError, match="allow_spinning"):
         RuntimeConfig.from_parameters({"allow_spinning": "sometimes"})
+
+
+def test_spinning_threads_spin_only_within_a_run():
+    spinning, sleeping = ort_options(2, spinning=True), ort_options(2, spinning=False)
+    assert spinning.get_session_config_entry("session.intra_op.allow_spinning") == "1"
+    assert spinning.get_session_config_entry("session.force_spinning_stop") == "1"
+    assert sleeping.get_session_config_entry("session.intra_op.allow_spinning") == "0"
