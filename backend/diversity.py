@@ -170,34 +170,34 @@ class DiversityPolicy(Policy):
         latency, run shortest first, counting the ``backlog`` rows left waiting, who wait for
         every group (so the busier the entry, the fewer and fuller the batches: smaller groups
         answer their own queries sooner but take longer in all); a group that would miss a
-        deadline costs as if it took an hour per query. Queries of one tabulated length always
-        share a group (the tables cannot tell them apart); a dynamic programme over those blocks
-        keeps, for each prefix, the best grouping and when it frees each stage."""
-        table = self._tables[0]
-        bucket = (lambda q: next((n for n in table.lengths if n >= q.sizes[self._axis]), q.sizes[self._axis])) \
-            if table.lengths else (lambda q: 0)
+        deadline costs as if it took an hour per query. Queries of one length always share a
+        group (nothing tells them apart); a dynamic programme over those blocks keeps, for each
+        prefix, the best grouping and when it frees each stage. A group's length is its last
+        block's (they are sorted), so each option costs one prediction per stage."""
         blocks: list[list[Query]] = []
         for query in queries:
-            if blocks and bucket(blocks[-1][-1]) == bucket(query):
+            if blocks and blocks[-1][-1].sizes[self._axis] == query.sizes[self._axis]:
                 blocks[-1].append(query)
             else:
                 blocks.append([query])
+        block_rows = [sum(q.rows for q in block) for block in blocks]
+        block_deadline = [min(self._deadline(q) for q in block) for block in blocks]
         stages = len(self._tables)
         best: list[tuple[float, list[float], list[int]]] = [(0.0, [0.0] * stages, [])]  # cost, stage free at, cuts
         for end in range(1, len(blocks) + 1):
-            options = []
-            for start in range(end):
+            options, rows, deadline = [], 0, float("inf")
+            length = self._length(None, blocks[end - 1])
+            for start in range(end - 1, -1, -1):
+                rows, deadline = rows + block_rows[start], min(deadline, block_deadline[start])
                 cost, free, cuts = best[start]
-                group = [q for block in blocks[start:end] for q in block]
-                rows = sum(q.rows for q in group)
                 done, finished = 0.0, []
-                for stage, took in enumerate(self._times(rows, self._length(None, group))):
+                for stage, took in enumerate(self._times(rows, length)):
                     done = max(done, free[stage]) + took
                     finished.append(done)
-                late = now + done > min(self._deadline(q) for q in group)
+                late = now + done > deadline
                 waited = backlog * (done - free[-1])  # the rows left waiting wait for this group too
                 options.append((cost + rows * (done + MISSED * late) + waited, finished, [*cuts, start]))
-            best.append(min(options, key=lambda option: option[0]))
+            best.append(min(reversed(options), key=lambda option: option[0]))  # ties: the fuller group
         cuts = [*best[-1][2], len(blocks)]
         return [[q for block in blocks[a:b] for q in block] for a, b in zip(cuts, cuts[1:])]
 

@@ -49,8 +49,10 @@ class LatencyTable:
     Without ``axis`` ``mean`` (and the optional ``p99``) has one entry per batch size; with it,
     one row per length, each with one entry per batch size. ``axis`` is a named dim of the
     stage's inputs. A lookup rounds the batch size and the length up to the next tabulated one,
-    as a batch padded to that size would run. The timed engine sleeps for ``mean``; the
-    scheduling policies read it to predict stage times.
+    as a batch padded to that size would run; a prediction (``predict``) reads between the
+    tabulated lengths instead, because an engine runs a batch at its own longest length, not
+    at the next tabulated one. The timed engine sleeps for the predicted ``mean``; the
+    scheduling policies read the same predictions.
     """
 
     batch_sizes: tuple[int, ...]
@@ -94,20 +96,30 @@ class LatencyTable:
         return float(self.row(length)[_round_up(self.batch_sizes, batch, "batch size")])
 
     def predict(self, batch: int, length: int | None = None, statistic: str = "mean") -> float:
-        """Milliseconds ``batch`` rows of ``length`` are expected to take: the table's entry
-        (rounded up) and, beyond its largest batch or length, proportionally more; ``p99`` falls
-        back to ``mean`` where the table has none. A table without ``axis`` ignores ``length``."""
+        """Milliseconds ``batch`` rows of ``length`` are expected to take: the table's entry for
+        the batch size rounded up, linear between the tabulated lengths around ``length`` (the
+        first length's entry below it), and beyond the largest batch or length proportionally
+        more; ``p99`` falls back to ``mean`` where the table has none. A table without ``axis``
+        ignores ``length``. Reading between lengths matters where time grows with the length (a
+        CPU): a query of 70 tokens costs about half one of 128, and rounding it up to 128 made
+        Policy I pad such queries together at twice their cost."""
+        statistic = statistic if getattr(self, statistic) is not None else "mean"
         scale = 1.0
-        if self.lengths is None:
-            length = None
-        else:
-            length = length or self.lengths[0]
-            if length > self.lengths[-1]:
-                scale, length = length / self.lengths[-1], self.lengths[-1]
         if batch > self.batch_sizes[-1]:
-            scale, batch = scale * batch / self.batch_sizes[-1], self.batch_sizes[-1]
-        row = self.row(length, statistic if getattr(self, statistic) is not None else "mean")
-        return scale * float(row[_round_up(self.batch_sizes, batch, "batch size")])
+            scale, batch = batch / self.batch_sizes[-1], self.batch_sizes[-1]
+        column = _round_up(self.batch_sizes, batch, "batch size")
+        if self.lengths is None:
+            return scale * float(self.row(None, statistic)[column])
+        length = max(length or 0, self.lengths[0])
+        if length >= self.lengths[-1]:
+            return scale * length / self.lengths[-1] * float(self.row(self.lengths[-1], statistic)[column])
+        upper = _round_up(self.lengths, length, f"'{self.axis}' length")
+        high = float(self.row(self.lengths[upper], statistic)[column])
+        if self.lengths[upper] == length:
+            return scale * high
+        below, above = self.lengths[upper - 1], self.lengths[upper]
+        low = float(self.row(below, statistic)[column])
+        return scale * (low + (high - low) * (length - below) / (above - below))
 
     @classmethod
     def total(cls, tables: list[LatencyTable]) -> LatencyTable:

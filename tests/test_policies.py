@@ -218,3 +218,26 @@ def test_policy1_forms_fuller_batches_when_others_wait():
     assert [len(group) for group, _ in alone] == [3, 1]
     crowded = auto.form(queries, 4, time.monotonic())
     assert [len(group) for group, _ in crowded] == [4] and dict(crowded[0][1].sizes) == {"sequence": 16}
+
+
+def test_policy1_reads_between_the_tabulated_lengths():
+    """A CPU-like table, tabulated at 64 and 128 tokens: 3T per batch and T per row of 64
+    tokens. Queries of 70 and 128 tokens padded together finish at 2 x 7T (14T summed); run
+    one after the other, 70 costs about half of 128 (4.1T, then 9.1T: 13.2T). Policy I runs them
+    as two batches (rounding 70 up to 128 made them look as cheap to pad as two of 128), and
+    120 with 128 as one (14T against 4.9T + 9.9T)."""
+    per_token = {"batch_sizes": BATCH_SIZES, "axis": "sequence", "lengths": [64, 128],
+                 "mean": [[3 * T + T * b for b in BATCH_SIZES], [3 * T + 2 * T * b for b in BATCH_SIZES]]}
+    table = timed_manifest([per_token]).stages[0].latency
+    assert table.predict(1, 96) == pytest.approx(4.5 * T)  # halfway between 64 and 128
+    assert table.predict(1, 32) == table.predict(1, 64) and table.lookup(1, 70) == table.predict(1, 128)
+    manifest = timed_manifest([per_token])
+    input_policy = make_policy("input", {})
+    input_policy.bind(manifest)
+
+    def lengths(*ns: int) -> list[list[int]]:
+        queries = refuse_invalid(manifest, [Query({"x": np.zeros((1, n), np.float32)}, lambda o, f: None) for n in ns])
+        return [[q.sizes["sequence"] for q in group] for group, _ in input_policy.form(queries, 8, time.monotonic())]
+
+    assert lengths(70, 128) == [[70], [128]]
+    assert lengths(120, 128) == [[120, 128]]
