@@ -228,10 +228,10 @@ def test_policy1_reads_between_the_tabulated_lengths():
     120 with 128 as one (14T against 4.9T + 9.9T)."""
     per_token = {"batch_sizes": BATCH_SIZES, "axis": "sequence", "lengths": [64, 128],
                  "mean": [[3 * T + T * b for b in BATCH_SIZES], [3 * T + 2 * T * b for b in BATCH_SIZES]]}
-    table = timed_manifest([per_token]).stages[0].latency
+    manifest = timed_manifest([per_token])
+    table = manifest.stages[0].latency
     assert table.predict(1, 96) == pytest.approx(4.5 * T)  # halfway between 64 and 128
     assert table.predict(1, 32) == table.predict(1, 64) and table.lookup(1, 70) == table.predict(1, 128)
-    manifest = timed_manifest([per_token])
     input_policy = make_policy("input", {})
     input_policy.bind(manifest)
 

@@ -16,29 +16,23 @@ from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 import numpy as np
-from tokenizers import Tokenizer
 
 from backend.config import RuntimeConfig
 from backend.engine import cpu_cores, load_engines
 from backend.manifest import LatencyTable, Manifest
 from backend.query import Query
 from backend.runtime import Runtime
-from tools.load.workload import glue_texts
+from tools.load.workload import ModelInterface, glue
 
 MODEL = Path("model_repository_real/minilm/1")
 TOKENIZER = Path.home() / ".cache/dvabatch/sources/minilm.tokenizer.json"
 
 
-def rte_inputs() -> list[dict[str, np.ndarray]]:
-    tokenizer = Tokenizer.from_file(str(TOKENIZER))
-    tokenizer.no_padding()
-    tokenizer.enable_truncation(128)
-    feeds = []
-    for texts in glue_texts("RTE"):
-        encoding = tokenizer.encode(*texts)
-        feeds.append({name: np.array([getattr(encoding, field)], np.int64) for name, field in
-                      (("input_ids", "ids"), ("attention_mask", "attention_mask"), ("token_type_ids", "type_ids"))})
-    return feeds
+def rte_inputs(manifest: Manifest) -> list[dict[str, np.ndarray]]:
+    """Every RTE dev query as the load generator sends it: tokenized, unpadded."""
+    interface = ModelInterface("minilm", manifest.max_batch_size, manifest.inputs,
+                               tuple(t.name for t in manifest.outputs))
+    return [request.inputs for request in glue(interface, "glue:RTE", TOKENIZER)]
 
 
 @contextmanager
@@ -58,8 +52,9 @@ def rounded_up_predictions():
         LatencyTable.predict = now
 
 
-def burst(runtime: Runtime, feeds: list[dict[str, np.ndarray]]) -> tuple[float, float]:
-    """Seconds until the last answer, mean latency in seconds."""
+def through_runtime(manifest: Manifest, engines: list, feeds: list[dict[str, np.ndarray]],
+                    rounded: bool) -> tuple[float, float]:
+    """Seconds until the last answer and mean latency, the burst submitted at once to ``auto``."""
     done, answered, lock = threading.Event(), [], threading.Lock()
 
     def respond(outputs, failure):
@@ -68,10 +63,21 @@ def burst(runtime: Runtime, feeds: list[dict[str, np.ndarray]]) -> tuple[float, 
             if len(answered) == len(feeds):
                 done.set()
 
-    start = time.monotonic()
-    runtime.submit([Query(dict(feed), respond, arrived=start) for feed in feeds])
-    done.wait(120)
+    with rounded_up_predictions() if rounded else nullcontext():
+        runtime = Runtime(manifest, engines, RuntimeConfig.from_parameters({"policy": "auto"}))
+        start = time.monotonic()
+        runtime.submit([Query(dict(feed), respond, arrived=start) for feed in feeds])
+        done.wait(120)
+        runtime.close()
     return max(answered) - start, statistics.mean(t - start for t in answered)
+
+
+def one_at_a_time(engines: list, feeds: list[dict[str, np.ndarray]]) -> tuple[float, float]:
+    start, ends = time.monotonic(), []
+    for feed in feeds:
+        engines[0].run(feed)
+        ends.append(time.monotonic() - start)
+    return ends[-1], statistics.mean(ends)
 
 
 def main() -> None:
@@ -80,23 +86,16 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
     manifest = Manifest.load(MODEL)
-    engine = load_engines(manifest, MODEL, threads=cpu_cores(), spinning=True, fused=True)
-    feeds, rng = rte_inputs(), random.Random(0)
+    engines = load_engines(manifest, MODEL, threads=cpu_cores(), spinning=True, fused=True)
+    feeds, rng = rte_inputs(manifest), random.Random(0)
     bursts = [rng.sample(feeds, args.burst) for _ in range(args.repeats)]
-    results: dict[str, list[tuple[float, float]]] = {"auto": [], "auto, lengths rounded up": [], "one at a time": []}
-    for chosen in bursts:
-        for name in results:
-            if name == "one at a time":
-                start, ends = time.monotonic(), []
-                for feed in chosen:
-                    engine[0].run(feed)
-                    ends.append(time.monotonic() - start)
-                results[name].append((ends[-1], statistics.mean(ends)))
-                continue
-            with rounded_up_predictions() if name != "auto" else nullcontext():
-                runtime = Runtime(manifest, engine, RuntimeConfig.from_parameters({"policy": "auto"}))
-                results[name].append(burst(runtime, chosen))
-                runtime.close()
+    modes = {"auto": lambda chosen: through_runtime(manifest, engines, chosen, rounded=False),
+             "auto, lengths rounded up": lambda chosen: through_runtime(manifest, engines, chosen, rounded=True),
+             "one at a time": lambda chosen: one_at_a_time(engines, chosen)}
+    results: dict[str, list[tuple[float, float]]] = {name: [] for name in modes}
+    for chosen in bursts:  # the modes take turns on each burst
+        for name, mode in modes.items():
+            results[name].append(mode(chosen))
     for name, values in results.items():
         drains, means = zip(*values)
         print(f"{name:26s} burst of {args.burst}: drained in {statistics.median(drains) * 1000:7.1f} ms "

@@ -8,18 +8,16 @@ import json
 import statistics
 from pathlib import Path
 
-from tokenizers import Tokenizer
-
-from backend.manifest import LatencyTable
-from tools.load.workload import glue_texts
+from backend.manifest import LatencyTable, TensorSpec
+from tools.load.workload import ModelInterface, glue
 
 profile = json.loads(Path("docs/profiles/bert_base_h100_2stages.json").read_text())
 stages = [LatencyTable.from_json(stage["latency"]) for stage in profile["stages"]]
 whole = LatencyTable.from_json(profile["whole"]["latency"])
-tokenizer = Tokenizer.from_file(str(Path.home() / ".cache/dvabatch/sources/minilm.tokenizer.json"))
-tokenizer.no_padding()
-tokenizer.enable_truncation(128)
-lengths = [len(tokenizer.encode(*texts).ids) for texts in glue_texts("RTE")]
+inputs = tuple(TensorSpec.from_json(t) for t in profile["inputs"])
+interface = ModelInterface("bert", profile["max_batch_size"], inputs, ())
+tokenizer = Path.home() / ".cache/dvabatch/sources/minilm.tokenizer.json"
+lengths = [request.length for request in glue(interface, "glue:RTE", tokenizer)]
 for name, read in (("read between lengths (now)", "predict"), ("rounded up (before)", "lookup")):
     pipeline = statistics.mean(sum(getattr(t, read)(1, n) for t in stages) for n in lengths)
     alone = statistics.mean(getattr(whole, read)(1, n) for n in lengths)
