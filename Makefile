@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test setup examples models clean
+.PHONY: demo test setup examples models analyzer clean
 
 demo: examples
 	$(PY) -m tools.demo
@@ -14,11 +14,13 @@ test: setup
 
 setup: $(STAMP)
 
-# Reinstall whenever the dependency list changes.
-$(STAMP): pyproject.toml
+# Reinstall whenever the dependency list changes. perf_analyzer (the real one, from the
+# tritonclient 2.51.0 wheel, with the two libraries it needs) goes into the virtualenv too.
+$(STAMP): pyproject.toml tools/perf_analyzer/install.py
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m tools.perf_analyzer.install
 	touch $@
 
 # Source ONNX models are generated into a cache outside git, then sliced into model_repository/.
@@ -30,6 +32,10 @@ examples: setup
 models: setup
 	$(PY) -m pip install -q -e '.[models]'
 	$(PY) -m tools.models
+
+# Triton's Model Analyzer 1.58, for python -m tools.analyzer.
+analyzer: setup
+	$(PY) -m pip install -q -e '.[analyzer]'
 
 clean:
 	rm -rf $(VENV) *.egg-info

@@ -1,9 +1,8 @@
 """Single-entry single-exit serving (``batching: triton``): what Triton's own batching does.
 
 Triton's dynamic batcher forms the batch; it runs through every stage in one go and every query
-is answered when the whole batch ends. The baselines ``<name>_zero`` and ``<name>_delay`` are
-served this way, with the same engines, validation and answering as the pipeline, so that a
-comparison measures the batching and nothing else.
+is answered when the whole batch ends, with the same engines, validation and answering as the
+pipeline, so that setting it against the pipeline measures the batching and nothing else.
 
 Requests whose inputs differ along a named axis arrive in one batch only when config.pbtxt
 allows ragged batches (``allow_ragged_batch``). They are then padded to the longest in the batch

@@ -33,7 +33,8 @@ def triton_dtype(dtype: str) -> str:
     return TRITON_DTYPES[name]
 
 
-def _tensor(spec: TensorSpec, ragged: bool = False) -> str:
+def tensor_line(spec: TensorSpec, ragged: bool = False) -> str:
+    """One tensor of config.pbtxt's ``input`` or ``output`` list (named and -1 dims vary)."""
     head = f'  {{ name: "{spec.name}" data_type: {triton_dtype(spec.dtype)}'
     if not spec.dims:  # one value per row: Triton wants dims [1], reshaped away
         return head + " dims: [ 1 ] reshape: { shape: [ ] } }"
@@ -64,8 +65,8 @@ def render(name: str, manifest: Manifest, parameters: Mapping[str, str] | None =
     both for the single-exit baselines, which Triton batches itself. ``comment`` replaces the
     note on what the slicer found.
     """
-    inputs = ",\n".join(_tensor(s, ragged_axis is not None and ragged_axis in s.dims) for s in manifest.inputs)
-    outputs = ",\n".join(_tensor(s) for s in manifest.outputs)
+    inputs = ",\n".join(tensor_line(s, ragged_axis is not None and ragged_axis in s.dims) for s in manifest.inputs)
+    outputs = ",\n".join(tensor_line(s) for s in manifest.outputs)
     kind = "KIND_GPU" if any(s.engine == "tensorrt" for s in manifest.stages) else "KIND_CPU"
     knobs = "".join(f'parameters: {{ key: "{key}" value: {{ string_value: "{value}" }} }}\n'
                     for key, value in (parameters or {}).items())

@@ -3,6 +3,7 @@ real runs are benchmarks (README); these check what the tools write and that it 
 
 from __future__ import annotations
 
+import ast
 import csv
 import json
 import os
@@ -18,8 +19,10 @@ import tritonclient.grpc as grpcclient
 from backend.engine import OnnxRuntimeEngine
 from backend.manifest import Manifest
 from slicer.sample import sample_inputs
+from slicer import triton_config
 from slicer.slicing import VERSION
 from tools import metrics as prom
+from tools.baselines import link_version
 from tools.client import infer
 from tools.gpu_profile import groups
 from tools.models import MODELS
@@ -50,29 +53,94 @@ def batches(server, model: str) -> dict[tuple[int, int], float]:
     return {(int(dict(k)["stage"]), int(dict(k)["rows"])): v for k, v in values.items()}
 
 
-def test_ragged_baseline_pads_to_the_longest_and_answers_each_query_its_own(run, client, server, repository,
-                                                                           sources):
-    """tools.baselines writes DelayBatch with ragged batches: four queries of different lengths
-    sent together become one batch, padded, and each answer equals the unsliced model on that
-    query alone, cut back to its own length."""
+def test_plain_peer_pads_ragged_batches_and_answers_each_query_its_own(run, client, server, repository, sources):
+    """tools.baselines writes the plain model a Triton user would (no dvabatch code): four queries
+    of different lengths sent together become one ragged batch, padded by the model, and each
+    answer equals the unsliced model on that query alone, cut back to its own length."""
     done = run("tools.baselines", str(repository / "bert_like"), "--source", str(sources["bert_like"]),
-               "--delay-us", "300000")
+               "--delay-us", "300000", "--ragged")
     assert done.returncode == 0, done.stdout + done.stderr
-    config = (repository / "bert_like_delay" / "config.pbtxt").read_text()
-    assert 'key: "batching" value: { string_value: "triton" }' in config and "allow_ragged_batch: true" in config
-    assert "max_queue_delay_microseconds: 300000" in config
-    client.load_model("bert_like_delay")
+    config = (repository / "bert_like_plain" / "config.pbtxt").read_text()
+    assert 'backend: "python"' in config and "allow_ragged_batch: true" in config
+    assert "max_queue_delay_microseconds: 300000" in config and "dvabatch" not in config
+    tree = ast.parse((repository / "bert_like_plain" / VERSION / "model.py").read_text())
+    imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    assert imported | {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)} <= {
+        "json", "time", "pathlib", "numpy", "onnxruntime", "triton_python_backend_utils"}, "no dvabatch code"
+    client.load_model("bert_like_plain")
     manifest = Manifest.load(repository / "bert_like" / VERSION)
     feeds = [sample_inputs(manifest.inputs, 1, {"sequence": n}, seed=n) for n in (3, 9, 5, 12)]
     with ThreadPoolExecutor(4) as pool:
-        answers = list(pool.map(lambda feed: infer(client, "bert_like_delay", feed), feeds))
+        answers = list(pool.map(lambda feed: infer(client, "bert_like_plain", feed), feeds))
     reference = OnnxRuntimeEngine(sources["bert_like"], [o.name for o in manifest.outputs])
     for feed, answer in zip(feeds, answers):
         for name, expected in reference.run(feed).items():
             assert answer[name].shape == expected.shape
             np.testing.assert_allclose(answer[name], expected, atol=1e-4)
-    assert batches(server, "bert_like_delay") == {(0, 4): 1.0}
-    client.unload_model("bert_like_delay")
+    stats = client.get_inference_statistics("bert_like_plain", as_json=True)["model_stats"][0]["batch_stats"]
+    assert [(int(b["batch_size"]), int(b["compute_infer"]["count"])) for b in stats] == [(4, 1)]
+    client.unload_model("bert_like_plain")
+
+
+def test_triton_batching_knob_runs_ragged_batches_to_completion(client, server, repository, sources):
+    """``batching: triton``: Triton's batcher forms a ragged batch of four lengths, the backend pads
+    it, runs every stage in one go and cuts each answer back to its query's own length."""
+    manifest = Manifest.load(repository / "bert_like" / VERSION)
+    link_version(repository / "bert_like", repository / "bert_like_triton")
+    (repository / "bert_like_triton" / "config.pbtxt").write_text(triton_config.render(
+        "bert_like_triton", manifest, {"batching": "triton"}, queue_delay_us=300000, ragged_axis="sequence"))
+    client.load_model("bert_like_triton")
+    feeds = [sample_inputs(manifest.inputs, 1, {"sequence": n}, seed=n) for n in (3, 9, 5, 12)]
+    with ThreadPoolExecutor(4) as pool:
+        answers = list(pool.map(lambda feed: infer(client, "bert_like_triton", feed), feeds))
+    reference = OnnxRuntimeEngine(sources["bert_like"], [o.name for o in manifest.outputs])
+    for feed, answer in zip(feeds, answers):
+        for name, expected in reference.run(feed).items():
+            np.testing.assert_allclose(answer[name], expected, atol=1e-4)
+    assert {rows for (stage, rows) in batches(server, "bert_like_triton")} == {4}
+    client.unload_model("bert_like_triton")
+
+
+def test_ensemble_peer_of_the_same_stages_answers_as_the_unsliced_model(run, client, repository, sources):
+    """The ensemble: each stage its own plain model with its own batcher, wired by Triton."""
+    done = run("tools.baselines", str(repository / "bert_like"), "--source", str(sources["bert_like"]),
+               "--no-spinning", "--repository", str(repository))
+    assert done.returncode == 0, done.stdout + done.stderr
+    manifest = Manifest.load(repository / "bert_like" / VERSION)
+    steps = [f"bert_like_ensemble_s{k}" for k in range(len(manifest.stages))]
+    assert 'platform: "ensemble"' in (repository / "bert_like_ensemble" / "config.pbtxt").read_text()
+    for step in steps:
+        config = (repository / step / "config.pbtxt").read_text()
+        assert 'key: "allow_spinning" value: { string_value: "false" }' in config
+        client.load_model(step)
+    client.load_model("bert_like_ensemble")
+    reference = OnnxRuntimeEngine(sources["bert_like"], [o.name for o in manifest.outputs])
+    feeds = [sample_inputs(manifest.inputs, rows, {"sequence": n}, seed=n) for rows, n in ((1, 4), (2, 17), (1, 64))]
+    with ThreadPoolExecutor(3) as pool:
+        answers = list(pool.map(lambda feed: infer(client, "bert_like_ensemble", feed), feeds))
+    for feed, answer in zip(feeds, answers):
+        for name, expected in reference.run(feed).items():
+            np.testing.assert_allclose(answer[name], expected, atol=1e-4)
+    for model in ("bert_like_ensemble", *steps):
+        client.unload_model(model)
+
+
+def test_peers_for_a_gpu_host_use_tritons_own_backends(repository, tmp_path):
+    """On a GPU host the plain model and each step can be Triton's onnxruntime backend."""
+    from tools.baselines import Peer, write_ensemble, write_plain
+
+    peer = Peer(delay_us=500, backend="onnxruntime", threads=1)
+    plain = write_plain(repository / "resnet_like", tmp_path, "plain", peer)
+    config = (plain / "config.pbtxt").read_text()
+    assert 'platform: "onnxruntime_onnx"' in config and "KIND_GPU" in config
+    assert 'key: "intra_op_thread_count" value: { string_value: "1" }' in config
+    assert sorted(p.name for p in (plain / VERSION).iterdir()) == ["model.onnx"]
+    *steps, ensemble = write_ensemble(repository / "resnet_like", tmp_path, "ens", peer)
+    assert [(s / VERSION / "model.onnx").is_file() for s in steps] == [True] * len(steps)
+    assert "max_queue_delay_microseconds: 500" in (steps[0] / "config.pbtxt").read_text()
+    assert "max_queue_delay_microseconds: 0" in (steps[1] / "config.pbtxt").read_text()
+    with pytest.raises(ValueError, match="--target tensorrt"):
+        write_ensemble(repository / "resnet_like", tmp_path, "trt", Peer(backend="tensorrt"))
 
 
 def test_backend_metrics_count_meta_operations_and_batches(client, server, repository):
@@ -95,46 +163,60 @@ def test_backend_metrics_count_meta_operations_and_batches(client, server, repos
     assert prom.select(prom.scrape(server.metrics_url), "dvabatch_queries_in_flight", model="resnet_like")
 
 
-def test_simulated_model_and_its_baseline_serve_the_tables_times(run, client, repository):
-    """tools.simulate turns a sliced model into timed stages; its baseline is one timed stage."""
+def test_simulated_model_and_its_peers_serve_the_tables_times(run, client, repository):
+    """tools.simulate turns a sliced model into timed stages; its plain peer is one timed model
+    with the whole table, its ensemble one timed step per stage: all pass their inputs through."""
     done = run("tools.simulate", str(repository / "bert_like"), "--out", str(repository), "--name", "bert_sim")
     assert done.returncode == 0, done.stdout + done.stderr
     done = run("tools.baselines", str(repository / "bert_sim"))
     assert done.returncode == 0, done.stdout + done.stderr
     sliced = Manifest.load(repository / "bert_like" / VERSION)
-    for model in ("bert_sim", "bert_sim_zero"):
+    steps = [f"bert_sim_ensemble_s{k}" for k in range(len(sliced.stages))]
+    for model in ("bert_sim", "bert_sim_plain", *steps, "bert_sim_ensemble"):
         client.load_model(model)
+    for model in ("bert_sim", "bert_sim_plain", "bert_sim_ensemble"):
         feed = sample_inputs(sliced.inputs, 2, {"sequence": 7})
         answer = infer(client, model, feed)
         for name, array in feed.items():
             np.testing.assert_array_equal(answer[f"{name}_out"], array)
+    for model in ("bert_sim", "bert_sim_plain", "bert_sim_ensemble", *steps):
         client.unload_model(model)
+    table = json.loads((repository / "bert_sim_plain" / VERSION / "latency_ms.json").read_text())
+    whole = Manifest.load(repository / "bert_sim" / VERSION).fused().stages[0].latency
+    assert table["axis"] == 0 and table["ms"][3][40] == pytest.approx(whole.predict(4, 40), abs=1e-4)
     timed = Manifest.load(repository / "bert_sim" / VERSION)
     assert [s.engine for s in timed.stages] == ["timed"] * len(sliced.stages)
     assert [s.latency for s in timed.stages] == [s.latency for s in sliced.stages]
 
 
-def test_compare_writes_tables_csv_and_plots(run, repository, sources, tokenizer, tmp_path):
+def test_compare_writes_ratios_with_intervals_an_aa_row_and_goodput(run, repository, sources, tokenizer, tmp_path):
     out = tmp_path / "out"
     done = run("tools.compare", str(repository / "bert_like"), "--source", str(sources["bert_like"]),
-               "--dataset", "glue:RTE", "--tokenizer", str(tokenizer),
-               "--max-length", "64", "--variant", "pass:policy=pass", "--rounds", "1", "--window", "0.5",
-               "--warmup", "0.3", "--step-seconds", "0.5", "--steps", "3", "--delays-us", "500", "--no-spinning",
-               "--loads", "0.5", "--out", str(out))
+               "--dataset", "glue:RTE", "--tokenizer", str(tokenizer), "--max-length", "64",
+               "--sendings", "exact,ragged", "--rounds", "2", "--window", "1", "--warmup", "0.3",
+               "--probe-seconds", "1", "--tolerance", "0.5", "--delays-us", "", "--no-spinning",
+               "--loads", "0.5", "--concurrency", "2", "--out", str(out))
     assert done.returncode == 0, done.stdout + done.stderr
     peaks = {r["config"]: r for r in csv.DictReader(open(out / "peaks.csv"))}
-    assert {"ZeroBatch", "ZeroBatch, ragged", "ZeroBatch, client pads", "DVABatch (bert_like)",
-            "DVABatch pass"} <= set(peaks)
+    assert set(peaks) == {"Plain delay 0, threads sleep", "Plain delay 0, ragged, threads sleep",
+                          "Ensemble delay 0, threads sleep", "DVABatch (bert_like)"}
     assert all(float(r["peak_rps"]) >= 0 for r in peaks.values())
-    loads = list(csv.DictReader(open(out / "loads.csv")))
-    assert len(loads) == 4 and {r["round"] for r in loads} == {"1"}  # best zero, best delay, ours, variant
-    assert all(int(r["requests"]) > 0 and r["failures"] == "0" for r in loads)
+    assert list(csv.DictReader(open(out / "probes.csv")))
+    windows = list(csv.DictReader(open(out / "windows.csv")))
+    measured = {r["config"] for r in windows}
+    assert len(measured) == 4 and any(c.startswith("A/A: ") for c in measured)  # plain, ensemble, copy, ours
+    assert {(r["level"], r["round"]) for r in windows} == {(lv, n) for lv in ("0.5 of the peak", "c=2")
+                                                          for n in ("1", "2")}
+    assert all(int(r["requests"]) > 0 for r in windows)
+    ratios = list(csv.DictReader(open(out / "ratios.csv")))
+    assert {r["statistic"] for r in ratios} == {"mean", "p99", "goodput", "throughput"}
+    assert all(r["verdict"] in ("better", "worse", "within noise") and float(r["low"]) <= float(r["high"])
+               for r in ratios)
     assert list(csv.DictReader(open(out / "batches.csv")))
-    stepping = list(csv.DictReader(open(out / "stepping.csv")))
-    assert {r["status"] for r in stepping} == {"OK"} and len({r["length"] for r in stepping}) > 1
     summary = (out / "summary.md").read_text()
-    assert "Peak throughput under the QoS" in summary and "(best baseline)" in summary
-    for plot in ("latency.png", "stepping.png", "batches.png"):
+    assert "(best baseline)" in summary and "A/A: " in summary and "goodput" in summary
+    assert "python -m tools.compare" in summary
+    for plot in ("latency.png", "peaks.png", "batches.png"):
         assert (out / plot).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
@@ -142,7 +224,7 @@ def test_tune_picks_a_stage_count_and_installs_it(run, sources, tmp_path):
     out = tmp_path / "repo" / "bert_tuned"
     report = tmp_path / "tune.csv"
     done = run("tools.tune", str(sources["bert_like"]), "--out", str(out), "--stages", "1,2", "--by", "latency",
-               "--rate", "30", "--window", "0.5", "--rounds", "1", "--warmup", "0.3", "--lengths", "8,16",
+               "--rate", "30", "--window", "0.5", "--rounds", "1", "--warmup", "0.3", "--slice-lengths", "8,16",
                "--shape", "input_ids:8", "--shape", "attention_mask:8", "--csv", str(report))
     assert done.returncode == 0, done.stdout + done.stderr
     tries = list(csv.DictReader(open(report)))

@@ -1,57 +1,57 @@
-"""Measurements that ``tools.compare`` and ``tools.tune`` share: several models of one repository
-served by one tritonserver, loaded side by side with the same requests.
+"""What ``tools.compare`` and ``tools.tune`` share: models of one repository served by one
+tritonserver and measured with the real perf_analyzer, the same data sent to each.
 
-- ``peak``: the paper's stepping load (Poisson, rising in steps) until a step's latency passes
-  the QoS; the peak is the last rate every step up to which stayed within it;
-- ``window``: Poisson arrivals at a rate for a while, after an unmeasured warm-up at that rate,
-  with the metrics the backend exported meanwhile (batch sizes formed, meta operations);
-- ``capacity``: closed-loop throughput, to place the stepping load's rates.
+- ``window``: one perf_analyzer window (closed loop, Poisson rate or intervals) after a warm-up,
+  with the batches each model formed meanwhile (Triton's statistics for models it batches, the
+  backend's metrics for dvabatch models);
+- ``capacity``: closed-loop throughput, to know where to look for the peak;
+- ``peak``: the highest Poisson rate whose p99 (``percentile``) stays within the QoS, found by
+  bisection: up by half while probes pass, down by half while they fail, then halving the bracket
+  until it is within ``tolerance`` of the rate (5 % by default).
 """
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from tools import metrics as prom
-from tools.load.runner import LoadGenerator, Phase, Run, fixed, stepping
-from tools.load.stats import Record, Summary
-from tools.load.transport import make_transport
-from tools.load.workload import ModelInterface, Request
+from tools.perf_analyzer import Load, Window, measure
 from tools.serve import Server
 
 METRICS_SETTLE_S = 1.3  # the backend exports its counters about once a second
 
 
-def stepping_rates(capacity: float, steps: int) -> list[float]:
-    """Requests/s of the stepping load: tenths of ``capacity`` up to it, then 15 % more each step,
-    so that a configuration batching far better than the one probed still meets its peak."""
-    rates = [capacity * (i + 1) / 10 for i in range(min(steps, 10))]
-    while len(rates) < steps:
-        rates.append(rates[-1] * 1.15)
-    return [round(r, 1) for r in rates]
+@dataclass(frozen=True)
+class Measured:
+    """A window and the batches formed during it: (stage, rows) -> batches."""
+
+    window: Window
+    batches: dict[tuple[int, int], float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
-class Stepping:
-    """One stepping load: every step's rate and numbers, every request, and the peak."""
-
-    rates: tuple[float, ...]
-    steps: tuple[Summary, ...]
-    records: tuple[Record, ...]
-    peak: float  # requests/s of the last step within the QoS (0: not even the first)
-    peak_throughput: float  # what came back per second during that step
-    capped: bool = False  # every step met the QoS: the peak is at least ``peak``
-
-
-@dataclass(frozen=True)
-class Window:
+class Probe:
     rate: float
-    summary: Summary
-    batches: dict[tuple[int, int], float] = field(default_factory=dict)  # (stage, rows) -> batch items
-    meta: dict[str, float] = field(default_factory=dict)  # meta operation -> count
+    window: Window
+    passed: bool
+
+
+@dataclass(frozen=True)
+class Peak:
+    """The last rate that met the QoS and the first above it that did not (inf: none failed)."""
+
+    rate: float
+    ceiling: float
+    probes: tuple[Probe, ...]
+
+    @property
+    def resolution(self) -> float:
+        """How far the true peak may lie above ``rate``, as a fraction of it."""
+        return (self.ceiling - self.rate) / self.rate if self.rate > 0 else math.inf
 
 
 def free_port() -> int:
@@ -66,22 +66,9 @@ class Bench:
     """A tritonserver on free local ports serving ``repository``, which loads models only when
     told to (``load``), so that candidates can be written while it runs; a context manager."""
 
-    def __init__(self, repository: Path, log: Path | None = None, timeout_s: float = 60.0):
+    def __init__(self, repository: Path, log: Path | None = None):
         self.server = Server(repository, grpc_port=free_port(), http_port=free_port(), metrics_port=free_port(),
                              log=log, extra_args=["--model-control-mode=explicit"])
-        self.timeout_s = timeout_s
-
-    def load(self, model: str) -> None:
-        import tritonclient.grpc as grpcclient
-
-        with grpcclient.InferenceServerClient(self.server.grpc_url) as client:
-            client.load_model(model)
-
-    def unload(self, model: str) -> None:
-        import tritonclient.grpc as grpcclient
-
-        with grpcclient.InferenceServerClient(self.server.grpc_url) as client:
-            client.unload_model(model)
 
     def __enter__(self) -> Bench:
         self.server.start()
@@ -91,54 +78,78 @@ class Bench:
         self.server.stop()
 
     @property
+    def url(self) -> str:
+        return self.server.grpc_url
+
+    @property
     def metrics_url(self) -> str:
         return f"http://{self.server.host}:{self.server.metrics_port}/metrics"
 
-    def interface(self, model: str) -> ModelInterface:
+    def _client(self):
         import tritonclient.grpc as grpcclient
 
-        with grpcclient.InferenceServerClient(self.server.grpc_url) as client:
-            return ModelInterface.from_config(client.get_model_config(model, as_json=True)["config"])
+        return grpcclient.InferenceServerClient(self.url)
 
-    def run(self, model: str, requests: Sequence[Request], plan, seed: int = 0, percentiles=(99,)) -> Run:
-        outputs = self.interface(model).outputs
-        transport = make_transport("grpc", self.server.grpc_url, model, "", requests, outputs)
-        generator = LoadGenerator(transport, requests, "poisson", timeout_s=self.timeout_s, seed=seed)
-        return generator.run(plan, percentiles=percentiles)
+    def load(self, model: str) -> None:
+        with self._client() as client:
+            client.load_model(model)
 
-    def capacity(self, model: str, requests: Sequence[Request], concurrency: int, seconds: float) -> float:
-        """Requests/s a closed loop of ``concurrency`` gets answered (after a warm-up of a third)."""
-        run = self.run(model, requests, fixed([Phase(seconds / 3, concurrency=concurrency),
-                                               Phase(seconds, concurrency=concurrency)]))
-        summary = run.summary(run.phases[1:])
-        return summary.throughput / max(1, requests[0].rows)
+    def unload(self, model: str) -> None:
+        with self._client() as client:
+            client.unload_model(model)
 
-    def peak(self, model: str, requests: Sequence[Request], rates: Sequence[float], step_s: float, qos_ms: float,
-             percentile: int | None = 99, seed: int = 0) -> Stepping:
-        run = self.run(model, requests, stepping(rates, step_s, qos_ms, percentile), seed)
-        steps = tuple(run.summary([p], (percentile,) if percentile else ()) for p in run.phases)
-        peak = throughput = 0.0
-        passed = 0
-        for rate, step in zip(rates, steps):
-            latency = step.latency(percentile)
-            if step.failures or not latency <= qos_ms:
+    def _triton_batches(self, models: Sequence[str]) -> dict[tuple[int, int], float]:
+        """Executions per (step, batch size) of models Triton batches, from its statistics."""
+        counts = {}
+        with self._client() as client:
+            for step, model in enumerate(models):
+                stats = client.get_inference_statistics(model, as_json=True)["model_stats"][0]
+                for entry in stats.get("batch_stats", []):
+                    counts[(step, int(entry["batch_size"]))] = float(entry["compute_infer"]["count"])
+        return counts
+
+    def _dvabatch_batches(self, model: str) -> dict[tuple[int, int], float]:
+        values = prom.select(prom.scrape(self.metrics_url), "dvabatch_batches_total", model=model)
+        return {(int(dict(k)["stage"]), int(dict(k)["rows"])): v for k, v in values.items()}
+
+    def window(self, model: str, load: Load, data: str | Path, seconds: float, warmup_s: float,
+               batched_by_triton: Sequence[str] = ()) -> Measured:
+        """One window of ``load``; ``batched_by_triton``: the models whose batches Triton forms (a
+        plain model, an ensemble's steps), else the backend's own batches of ``model`` are read."""
+        count = (lambda: self._triton_batches(batched_by_triton)) if batched_by_triton \
+            else (lambda: self._dvabatch_batches(model))
+        before = count()
+        window = measure(model, self.url, load, data, seconds, warmup_s)
+        if not batched_by_triton:
+            time.sleep(METRICS_SETTLE_S)
+        after = count()
+        grown = {key: value - before.get(key, 0.0) for key, value in after.items()}
+        return Measured(window, {key: value for key, value in grown.items() if value > 0})
+
+    def capacity(self, model: str, data: str | Path, concurrency: int, seconds: float) -> float:
+        """Answers per second of a closed loop of ``concurrency``."""
+        return measure(model, self.url, Load(concurrency=concurrency), data, seconds, warmup_s=1.0).throughput
+
+    def peak(self, model: str, data: str | Path, start: float, qos_ms: float, percentile: float = 99,
+             probe_s: float = 5.0, warmup_s: float = 1.0, tolerance: float = 0.05, max_probes: int = 12,
+             on_probe=None) -> Peak:
+        """The highest Poisson rate (requests/s) whose p``percentile`` latency is within
+        ``qos_ms``, by bisection from ``start``."""
+        low, high, rate, probes = 0.0, math.inf, start, []
+        while len(probes) < max_probes and rate >= 0.1:
+            window = measure(model, self.url, Load(rate=rate), data, probe_s, warmup_s)
+            passed = window.percentile_ms(percentile) <= qos_ms
+            probes.append(Probe(rate, window, passed))
+            if on_probe:
+                on_probe(probes[-1])
+            if passed:
+                low = rate
+            else:
+                high = rate
+            if low > 0 and high - low <= tolerance * low:
                 break
-            peak, throughput, passed = rate, step.throughput, passed + 1
-        return Stepping(tuple(rates[:len(steps)]), steps, tuple(run.records), peak, throughput,
-                        capped=passed == len(rates))
-
-    def window(self, model: str, requests: Sequence[Request], rate: float, seconds: float, warmup_s: float,
-               seed: int = 0) -> Window:
-        before = prom.scrape(self.metrics_url)
-        run = self.run(model, requests, fixed([Phase(warmup_s, rate=rate), Phase(seconds, rate=rate)]), seed)
-        time.sleep(METRICS_SETTLE_S)
-        grown = prom.delta(before, prom.scrape(self.metrics_url))
-        batches, meta = {}, {}
-        for labels, value in prom.select(grown, "dvabatch_batches_total", model=model).items():
-            labels = dict(labels)
-            if value:
-                batches[(int(labels["stage"]), int(labels["rows"]))] = value
-        for labels, value in prom.select(grown, "dvabatch_meta_operations_total", model=model).items():
-            if value:
-                meta[dict(labels)["kind"]] = value
-        return Window(rate, run.summary(run.phases[1:], (99,)), batches, meta)
+            rate = rate * 1.5 if high == math.inf else rate / 2 if low == 0 else (low + high) / 2
+            rate = float(f"{rate:.3g}")
+            if rate in (low, high):
+                break
+        return Peak(low, high, tuple(probes))

@@ -161,7 +161,7 @@ def save(model: onnx.ModelProto, path: Path) -> Path:
 def bert_like_tokenizer(path: Path, vocab: int = 100) -> Path:
     """A word-level tokenizer.json for ``bert_like``: its ids fit the model's vocabulary (the most
     common English words, the rest [UNK]) and it makes BERT's inputs, so real text drives the
-    small model with realistic lengths (``tools.load --dataset glue:RTE``)."""
+    small model with realistic lengths (``tools.input_data --dataset glue:RTE``)."""
     from tokenizers import Tokenizer
     from tokenizers.models import WordLevel
     from tokenizers.normalizers import Lowercase

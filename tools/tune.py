@@ -2,14 +2,14 @@
 
     python -m tools.tune SRC.onnx --out model_repository/NAME [--stages 1-8] [--max-batch-size 8]
         [--by peak | --by latency --rate R] [--dataset glue:RTE --tokenizer FILE | --input-data ...]
-        [--qos-ms 200] [--step-seconds 5] [--window 10] [--rounds 2] [--csv tune.csv]
+        [--qos-ms 200] [--probe-seconds 5] [--window 10] [--rounds 2] [--csv tune.csv]
 
 Slices the model into each stage count (the slicer's defaults otherwise, including its policy
-defaults), serves every slicing from one tritonserver, loads them with the same requests, and
-picks the best: the highest peak under the QoS with the stepping load (``--by peak``), or the
-lowest mean latency at ``--rate`` requests/s over ``--rounds`` interleaved windows (``--by
-latency``). The winner is written to ``--out`` (replacing an earlier slicing there); every try
-and the time tuning took are reported.
+defaults), serves every slicing from one tritonserver, loads them with perf_analyzer sending the
+same queries, and picks the best: the highest Poisson rate whose p99 stays within the QoS, found
+by bisection (``--by peak``), or the lowest mean latency at ``--rate`` requests/s (Poisson) over
+``--rounds`` interleaved windows (``--by latency``). The winner is written to ``--out``
+(replacing an earlier slicing there); every try and the time tuning took are reported.
 """
 
 from __future__ import annotations
@@ -32,8 +32,10 @@ from rich.table import Table
 from backend.manifest import Manifest
 from slicer.errors import SliceError
 from slicer.slicing import VERSION, SliceOptions, slice_model
-from tools.bench import Bench, stepping_rates
-from tools.load.workload import WorkloadError, add_workload_arguments, from_arguments
+from tools.bench import Bench
+from tools.input_data import interface_of
+from tools.perf_analyzer import Load, PerfAnalyzerError
+from tools.workload import WorkloadError, add_workload_arguments, from_arguments, write_input_data
 
 
 @dataclass
@@ -71,14 +73,14 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--out", type=Path, required=True, help="model directory for the winner (its name is the model's)")
     p.add_argument("--stages", type=_counts, default=tuple(range(1, 9)), help="stage counts to try (default 1-8)")
     p.add_argument("--max-batch-size", type=int, default=8)
-    p.add_argument("--lengths", default="16,32,64", help="slicer --lengths for models with a length axis")
+    p.add_argument("--slice-lengths", default="16,32,64",
+                   help="the slicer's --lengths for models with a length axis (default 16,32,64)")
     p.add_argument("--by", choices=("peak", "latency"), default="peak", help="what picks the winner (default peak)")
     p.add_argument("--rate", type=float, help="--by latency: the load, in requests/s (Poisson)")
     add_workload_arguments(p)
     p.add_argument("--qos-ms", type=float, default=200, help="--by peak: latency target (default 200)")
     p.add_argument("--percentile", type=int, default=99, help="--by peak: percentile held to the QoS (default 99)")
-    p.add_argument("--step-seconds", type=float, default=5, help="--by peak: seconds per step (default 5)")
-    p.add_argument("--steps", type=int, default=30, help="--by peak: steps of the stepping load (default 30)")
+    p.add_argument("--probe-seconds", type=float, default=5, help="--by peak: seconds per probe (default 5)")
     p.add_argument("--window", type=float, default=10, help="--by latency: seconds per window (default 10)")
     p.add_argument("--rounds", type=int, default=2, help="--by latency: windows per stage count (default 2)")
     p.add_argument("--warmup", type=float, default=2, help="unmeasured seconds before each measurement")
@@ -93,28 +95,34 @@ def main(argv: list[str] | None = None) -> int:
         console.print("[red]error:[/red] --by latency needs --rate")
         return 2
     try:
-        lengths = tuple(int(v) for v in args.lengths.split(","))
+        lengths = tuple(int(v) for v in args.slice_lengths.split(","))
     except ValueError:
-        console.print(f"[red]error:[/red] --lengths {args.lengths!r} is not a list of sizes")
+        console.print(f"[red]error:[/red] --slice-lengths {args.slice_lengths!r} is not a list of sizes")
         return 2
     began = time.monotonic()
     name = args.out.name
     with tempfile.TemporaryDirectory(prefix="dvabatch-tune-") as scratch:
-        repository = Path(scratch)
+        repository = Path(scratch) / "repository"
         tries = slice_all(args, repository, name, lengths, console)
         served = [t for t in tries if not t.error]
         if not served:
             console.print("[red]error:[/red] no stage count could be sliced")
             return 2
-        with Bench(repository, log=repository / "tritonserver.log") as bench:
-            for t in served:
-                bench.load(t.model)
-            try:
-                requests = from_arguments(args, bench.interface(served[0].model))
-            except WorkloadError as exc:
-                console.print(f"[red]error:[/red] {exc}")
-                return 2
-            measure(bench, served, requests, args, console)
+        try:
+            data = args.input_data if args.input_data not in ("random", "zero") and not args.dataset else \
+                write_input_data(from_arguments(args, interface_of(repository / served[0].model)),
+                                 Path(scratch) / "data.json")
+        except WorkloadError as exc:
+            console.print(f"[red]error:[/red] {exc}")
+            return 2
+        try:
+            with Bench(repository, log=repository / "tritonserver.log") as bench:
+                for t in served:
+                    bench.load(t.model)
+                measure(bench, served, data, args, console)
+        except PerfAnalyzerError as exc:
+            console.print(f"[red]error:[/red] {exc}")
+            return 1
         best = (max(served, key=lambda t: (t.peak, -t.stages)) if args.by == "peak"
                 else min(served, key=lambda t: (t.mean, t.stages)))
         install(repository / best.model, args.out)
@@ -146,26 +154,26 @@ def slice_all(args: argparse.Namespace, repository: Path, name: str, lengths: tu
     return tries
 
 
-def measure(bench: Bench, tries: list[Try], requests: list, args: argparse.Namespace, console: Console) -> None:
+def measure(bench: Bench, tries: list[Try], data, args: argparse.Namespace, console: Console) -> None:
     max_bs = Manifest.load(Path(bench.server.model_repository) / tries[0].model / VERSION).max_batch_size
     for t in tries:  # warm every slicing up
-        bench.capacity(t.model, requests, max_bs, args.warmup)
+        bench.capacity(t.model, data, max_bs, args.warmup)
     if args.by == "peak":
-        capacity = bench.capacity(tries[0].model, requests, 2 * max_bs, 2 * args.step_seconds)
-        rates = stepping_rates(capacity, args.steps)
+        start = 0.8 * bench.capacity(tries[0].model, data, 2 * max_bs, 2 * args.probe_seconds)
         for t in tries:
-            t.peak = bench.peak(t.model, requests, rates, args.step_seconds, args.qos_ms, args.percentile,
-                                seed=args.seed).peak
+            t.peak = bench.peak(t.model, data, float(f"{start:.3g}"), args.qos_ms, args.percentile,
+                                args.probe_seconds).rate
+            start = max(start, t.peak)
             console.print(f"  {t.stages} stages: peak {t.peak:g} requests/s", highlight=False)
         return
     for round_ in range(args.rounds):
         shift = round_ % len(tries)
         for t in tries[shift:] + tries[:shift]:
-            s = bench.window(t.model, requests, args.rate, args.window, args.warmup, seed=args.seed + round_).summary
-            t.mean_ms = (t.mean_ms or []) + [s.mean_ms]
-            t.p99_ms = (t.p99_ms or []) + [s.percentiles_ms[99]]
-            console.print(f"  round {round_ + 1}, {t.stages} stages: mean {s.mean_ms:.1f} ms, "
-                          f"p99 {s.percentiles_ms[99]:.1f} ms", highlight=False)
+            w = bench.window(t.model, Load(rate=args.rate), data, args.window, args.warmup).window
+            t.mean_ms = (t.mean_ms or []) + [w.mean_ms]
+            t.p99_ms = (t.p99_ms or []) + [w.percentile_ms(99)]
+            console.print(f"  round {round_ + 1}, {t.stages} stages: mean {w.mean_ms:.1f} ms, "
+                          f"p99 {w.percentile_ms(99):.1f} ms", highlight=False)
 
 
 def install(model_dir: Path, out: Path) -> None:

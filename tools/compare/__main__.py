@@ -1,29 +1,31 @@
-"""python -m tools.compare: the paper's comparison of DVABatch with Triton's own batcher, one command.
+"""python -m tools.compare: DVABatch against the peers a Triton user would deploy, with perf_analyzer.
 
-    python -m tools.compare MODEL_DIR [--dataset glue:RTE --tokenizer FILE | --input-data ...]
+    python -m tools.compare MODEL_DIR [--dataset glue:RTE --tokenizer FILE | --input-data FILE | --shape ...]
         [--variant NAME:key=value,...] [--qos-ms 200] [--percentile 99] [--loads 0.25,0.6,0.9]
-        [--rounds 3] [--window 10] [--step-seconds 3] [--out DIR]
+        [--concurrency 1,16] [--intervals FILE ...] [--rounds 4] [--window 10] [--out DIR]
 
 1. Serve, from one tritonserver, the sliced model (and ``--variant``s of its parameters) and the
-   baseline candidates: the unsliced model behind Triton's dynamic batcher at delay 0 (ZeroBatch)
-   and at several delays (DelayBatch), ONNX Runtime threads spinning or not; text sent unpadded
-   (Triton batching equal shapes only, or ragged batches padded by the server) or padded by the
-   client to ``--max-length``.
-2. Find every configuration's peak under the QoS with the stepping load (Poisson arrivals,
-   ``--step-seconds`` per step, rates rising by a tenth of the measured capacity up to it, then
-   by 15 % per step). Baselines are
-   tuned greedily: spinning or not on ZeroBatch, then for each way of sending, longer delays
-   while the peak still rises. The best ZeroBatch and DelayBatch are the candidates with the
-   highest peaks; the best of the two is *the* baseline.
-3. Run low, medium and high load (``--loads`` of the best baseline's peak, Poisson) for the best
-   ZeroBatch, the best DelayBatch and ours, interleaved, ``--rounds`` times, with the batch
-   sizes each formed (from the backend's metrics).
-4. Write ``summary.md``, CSV files and PNG plots into ``--out``.
+   peers (``tools.baselines``): the unsliced model as a plain Python-backend model behind Triton's
+   dynamic batcher, and the ensemble of the same stages, each its own model with its own batcher.
+2. Find every configuration's peak, the highest Poisson rate whose p99 (``--percentile``) stays
+   within ``--qos-ms``, by bisection to ``--tolerance``. The peers are tuned greedily on it:
+   ONNX Runtime's threads spinning or sleeping, then how text is sent (unpadded in batches of
+   equal shapes, in ragged batches the plain model pads, or padded by the client), then longer
+   batcher delays while the peak still rises. The peer with the highest peak is *the* baseline.
+3. Measure the best plain model, the best ensemble, a second copy of the best baseline (the A/A
+   row: the noise floor) and ours, in ``--rounds`` interleaved rounds: Poisson loads at
+   ``--loads`` of the baseline's peak, closed loops at ``--concurrency``, and ``--intervals``
+   files (recorded bursts), each a perf_analyzer window of ``--window`` seconds.
+4. Write ``summary.md`` (every ratio to the baseline with its 95 % interval and a verdict:
+   better, worse or within noise; goodput: answers per second within the QoS), CSV files and
+   plots into ``--out``.
 """
 
 from __future__ import annotations
 
 import argparse
+import shlex
+import shutil
 import sys
 import tempfile
 import time
@@ -35,22 +37,36 @@ from tritonclient.utils import InferenceServerException
 from backend.manifest import Manifest
 from slicer.errors import SliceError
 from slicer.slicing import VERSION
-from tools.baselines import whole_model
-from tools.bench import Bench, stepping_rates
+from tools.baselines import delay_candidates, find_source, timed
+from tools.bench import Bench, Peak, Probe
 from tools.compare import configs as cfg
 from tools.compare import output
 from tools.compare.results import Level, Results
-from tools.load.workload import WorkloadError, add_workload_arguments, from_arguments
+from tools.input_data import interface_of
+from tools.perf_analyzer import Load, PerfAnalyzerError
+from tools.workload import WorkloadError, add_workload_arguments, from_arguments, write_input_data
 
 
-def _fractions(text: str) -> tuple[float, ...]:
-    try:
-        values = tuple(float(v) for v in text.split(","))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected fractions such as 0.25,0.6,0.9, got {text!r}") from None
-    if not values or any(not 0 < v for v in values):
-        raise argparse.ArgumentTypeError(f"fractions must be positive, got {text!r}")
-    return values
+def _numbers(kind: type, positive: bool = True):
+    def parse(text: str) -> tuple:
+        try:
+            values = tuple(kind(v) for v in text.split(",") if v)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected numbers such as 1,16, got {text!r}") from None
+        if positive and any(v <= 0 for v in values):
+            raise argparse.ArgumentTypeError(f"expected positive numbers, got {text!r}")
+        return values
+    return parse
+
+
+SENDINGS = ("exact", "ragged", "client")
+
+
+def _sendings(text: str) -> tuple[str, ...]:
+    chosen = tuple(v for v in text.split(",") if v)
+    if not chosen or set(chosen) - set(SENDINGS):
+        raise argparse.ArgumentTypeError(f"expected some of {','.join(SENDINGS)}, got {text!r}")
+    return chosen
 
 
 def parser() -> argparse.ArgumentParser:
@@ -60,18 +76,26 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--source", type=Path, help="the unsliced ONNX model (default: found by its sha256)")
     p.add_argument("--variant", action="append", default=[], metavar="NAME:key=value,...",
                    help="also serve the model with these config.pbtxt parameters (e.g. pass:policy=pass)")
-    p.add_argument("--qos-ms", type=float, default=200, help="latency target of the peaks (default 200)")
+    p.add_argument("--qos-ms", type=float, default=200, help="latency target of the peaks and goodput (default 200)")
     p.add_argument("--percentile", type=int, default=99, help="latency percentile held to the QoS (default 99)")
-    p.add_argument("--loads", type=_fractions, default=(0.25, 0.6, 0.9),
-                   help="low, medium, high load as fractions of the best baseline's peak (default 0.25,0.6,0.9)")
-    p.add_argument("--rounds", type=int, default=3, help="times each load is measured for each configuration")
-    p.add_argument("--window", type=float, default=10, help="seconds measured per load and round (default 10)")
-    p.add_argument("--warmup", type=float, default=2, help="unmeasured seconds before each (default 2)")
-    p.add_argument("--step-seconds", type=float, default=5, help="seconds per step of the stepping load (default 5)")
-    p.add_argument("--steps", type=int, default=30, help="steps of the stepping load: tenths of the capacity "
-                                                         "up to it, then 15%% more each (default 30)")
-    p.add_argument("--delays-us", help="DelayBatch delays to try, comma-separated (default: from the model's times)")
+    p.add_argument("--loads", type=_numbers(float), default=(0.25, 0.6, 0.9),
+                   help="Poisson loads as fractions of the best baseline's peak (default 0.25,0.6,0.9)")
+    p.add_argument("--concurrency", type=_numbers(int), default=(1, 16),
+                   help="closed loops to measure, requests in flight (default 1,16; empty: none)")
+    p.add_argument("--intervals", type=Path, action="append", default=[],
+                   help="a file of microseconds between requests (perf_analyzer's --request-intervals) to measure")
+    p.add_argument("--rounds", type=int, default=4, help="interleaved windows of each configuration per load")
+    p.add_argument("--window", type=float, default=10, help="seconds measured per window (default 10)")
+    p.add_argument("--warmup", type=float, default=2, help="unmeasured seconds before each window (default 2)")
+    p.add_argument("--probe-seconds", type=float, default=5, help="seconds of each probe of the peak (default 5)")
+    p.add_argument("--tolerance", type=float, default=0.05, help="bisect the peak to this fraction (default 0.05)")
+    p.add_argument("--delays-us", type=_numbers(int),
+                   help="batcher delays to try after 0 (default: from the model's times; empty: none)")
+    p.add_argument("--sendings", type=_sendings, default=SENDINGS,
+                   help="ways to send text to try: exact (unpadded, batches of equal shapes), ragged (unpadded, "
+                        "batches the plain model pads), client (the client pads); default all")
     p.add_argument("--no-spinning", action="store_true", help="do not try ONNX Runtime threads that spin")
+    p.add_argument("--no-ensemble", action="store_true", help="leave the ensemble peer out")
     p.add_argument("--out", type=Path, help="folder for the results (default results/<model>)")
     return p
 
@@ -81,130 +105,177 @@ def main(argv: list[str] | None = None) -> int:
     console = Console(width=None if sys.stdout.isatty() else 150)
     model_dir = args.model_dir.resolve()
     out = args.out or Path("results") / model_dir.name
-    out.mkdir(parents=True, exist_ok=True)
     began = time.monotonic()
     try:
         manifest = Manifest.load(model_dir / VERSION)
-        console.print(f"[bold]{model_dir.name}[/bold]: the unsliced model as one stage for the baselines ...")
-        whole = whole_model(model_dir, args.source)
+        if not timed(manifest):
+            find_source(manifest, args.source)
     except (SliceError, FileNotFoundError, ValueError) as exc:
         console.print(f"[red]error:[/red] {exc}")
         return 2
-    sendings = ("exact", "ragged", "client") if args.dataset and manifest.length_axis else ("exact",)
-    on_cpu = all(s.engine == "onnxruntime" for s in manifest.stages)
-    spinning = (False, True) if on_cpu and not args.no_spinning else (False,)
-    delays = sorted(int(d) for d in args.delays_us.split(",")) if args.delays_us else cfg.delay_candidates(whole)
-    with tempfile.TemporaryDirectory(prefix="dvabatch-compare-") as scratch:
-        repository = Path(scratch)
-        try:
-            ours = cfg.ours(model_dir, repository, args.variant)
-        except ValueError as exc:
-            console.print(f"[red]error:[/red] {exc}")
-            return 2
-        console.print(f"baseline candidates: delays {', '.join(f'{d / 1000:g} ms' for d in delays)}, queries sent "
-                      f"{', '.join(sendings)}" + (", threads spinning or not" if len(spinning) > 1 else ""))
-        with Bench(repository, log=out / "tritonserver.log") as bench:
+    scratch = Path(tempfile.mkdtemp(prefix="dvabatch-compare-"))
+    try:
+        data = workload_files(args, model_dir, manifest, scratch)
+        ours = cfg.ours(model_dir, scratch / "repository", args.variant)
+    except (WorkloadError, ValueError) as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        shutil.rmtree(scratch, ignore_errors=True)
+        return 2
+    out.mkdir(parents=True, exist_ok=True)
+    try:
+        with Bench(scratch / "repository", log=out / "tritonserver.log") as bench:
             try:
                 for config in ours:
                     bench.load(config.model)
             except InferenceServerException as exc:
                 console.print(f"[red]error:[/red] {config.label} does not load: {exc.message()}")
                 return 2
-            try:
-                interface = bench.interface(ours[0].model)
-                requests = {False: from_arguments(args, interface)}
-                if "client" in sendings:
-                    requests[True] = from_arguments(args, interface, pad_to=args.max_length)
-            except WorkloadError as exc:
-                console.print(f"[red]error:[/red] {exc}")
-                return 2
-            search = Search(bench, whole, repository, model_dir.name, manifest.max_batch_size, requests, args, console)
-            results = search.run(ours, delays, spinning, sendings)
+            results = Search(bench, model_dir, manifest, data, args, console).run(ours)
+    except (PerfAnalyzerError, InferenceServerException) as exc:
+        console.print(f"[red]error:[/red] {exc} (server log: {out / 'tritonserver.log'})")
+        return 1
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
     results.seconds = time.monotonic() - began
+    results.command = "python -m tools.compare " + shlex.join(argv if argv is not None else sys.argv[1:])
     output.write(results, out)
     console.print(output.console_table(results))
     console.print(f"wrote {out}/summary.md, CSV files and plots in {results.seconds / 60:.1f} min")
     return 0
 
 
+def workload_files(args: argparse.Namespace, model_dir: Path, manifest: Manifest, scratch: Path) -> dict[bool, str]:
+    """perf_analyzer's input data, keyed by whether the client pads: a JSON file of the queries
+    (or the user's own file, sent as it is)."""
+    if args.input_data not in ("random", "zero") and not args.dataset:
+        if not Path(args.input_data).is_file():
+            raise WorkloadError(f"--input-data {args.input_data}: no such file")
+        return {False: str(Path(args.input_data).resolve())}
+    model = interface_of(model_dir)
+    files = {False: str(write_input_data(from_arguments(args, model), scratch / "data.json"))}
+    if args.dataset and manifest.length_axis:
+        files[True] = str(write_input_data(from_arguments(args, model, pad_to=args.max_length),
+                                           scratch / "padded.json"))
+    return files
+
+
 class Search:
-    """Peaks of the configurations (baselines tuned greedily), then the loads."""
+    """Peaks of the configurations (peers tuned greedily), then the interleaved windows."""
 
-    def __init__(self, bench: Bench, whole: Path, repository: Path, name: str, max_bs: int, requests: dict,
+    def __init__(self, bench: Bench, model_dir: Path, manifest: Manifest, data: dict[bool, str],
                  args: argparse.Namespace, console: Console):
-        self.bench, self.whole, self.repository, self.name, self.max_bs = bench, whole, repository, name, max_bs
-        self.requests, self.args, self.console = requests, args, console
-        self.rates: list[float] = []
-        self.results = Results(model=name, qos_ms=args.qos_ms, percentile=args.percentile, capacity=0.0,
-                               dataset=args.dataset)
+        self.bench, self.model_dir, self.manifest, self.data = bench, model_dir, manifest, data
+        self.args, self.console = args, console
+        self.repository = Path(bench.server.model_repository)
+        self.candidates: dict[tuple, cfg.Config] = {}
+        workload = args.dataset or (Path(args.input_data).name if args.input_data not in ("random", "zero")
+                                    else f"synthetic ({args.input_data})")
+        self.results = Results(model=model_dir.name, qos_ms=args.qos_ms, percentile=args.percentile, capacity=0.0,
+                               workload=workload)
 
-    def run(self, ours: list[cfg.Config], delays: list[int], spinning: tuple[bool, ...],
-            sendings: tuple[str, ...]) -> Results:
+    def run(self, ours: list[cfg.Config]) -> Results:
         results, args = self.results, self.args
-        first = self.candidate(0, False, "exact")
-        results.capacity = self.bench.capacity(first.model, self.requests[False], 2 * self.max_bs,
-                                               2 * args.step_seconds)
-        self.rates = stepping_rates(results.capacity, args.steps)
-        self.console.print(f"capacity of {first.label} in a closed loop: {results.capacity:.1f} requests/s; stepping "
-                           f"load {self.rates[0]:g} .. {self.rates[-1]:g} requests/s, {args.step_seconds:g} s per step")
-        spin = max((self.peak(self.candidate(0, s, "exact")) for s in spinning), key=lambda c: results.peaks[c].peak)
-        spin = spin.spinning
-        for sending in sendings:  # each delay in turn while the peak still rises
-            best = self.peak(self.candidate(0, spin, sending))
-            for delay in delays:
-                config = self.peak(self.candidate(delay, spin, sending))
-                if results.peaks[config].peak < results.peaks[best].peak:
+        first = self.candidate("plain", 0, True, "exact")
+        results.capacity = self.bench.capacity(first.model, self.data[False], 2 * self.manifest.max_batch_size,
+                                               2 * args.probe_seconds)
+        self.console.print(f"{first.label} answers {results.capacity:.1f} requests/s in a closed loop of "
+                           f"{2 * self.manifest.max_batch_size}; peaks by bisection to {args.tolerance:.0%}",
+                           highlight=False)
+        on_cpu = all(s.engine == "onnxruntime" for s in self.manifest.stages)
+        spins = ((False,) if args.no_spinning else (True, False)) if on_cpu else (True,)
+        delays = list(delay_candidates(self.manifest) if args.delays_us is None else args.delays_us)
+        kinds = ("plain",) if args.no_ensemble else ("plain", "ensemble")
+        best = {}
+        for kind in kinds:
+            sendings = [s for s in args.sendings if (s != "client" or True in self.data)
+                        and (s != "ragged" or (kind == "plain" and self.manifest.length_axis))] or ["exact"]
+            spin = self.best(self.candidate(kind, 0, s, sendings[0]) for s in spins).spinning
+            sending = self.best(self.candidate(kind, 0, spin, s) for s in sendings).sending
+            best[kind] = self.candidate(kind, 0, spin, sending)
+            for delay in delays:  # longer delays while the peak still rises
+                config = self.peak(self.candidate(kind, delay, spin, sending))
+                if results.peaks[config].rate < results.peaks[best[kind]].rate:
                     break
-                best = config
+                best[kind] = config
         for config in ours:
             self.peak(config)
-        best_zero = max((c for c in results.peaks if c.kind == "zero"), key=lambda c: results.peaks[c].peak)
-        best_delay = max((c for c in results.peaks if c.kind == "delay"), key=lambda c: results.peaks[c].peak)
-        results.best_baseline = max(best_zero, best_delay, key=lambda c: results.peaks[c].peak)
-        results.measured = [best_zero, best_delay, *ours]
-        for model in {c.model for c in results.peaks if c.baseline} - {c.model for c in results.measured}:
-            self.bench.unload(model)  # candidates that lost: their threads and memory go
-        self.loads()
+        results.best_baseline = self.best(best.values())
+        b = results.best_baseline
+        copy = cfg.baseline(self.model_dir, self.repository, b.kind, b.delay_us, b.spinning, b.sending,
+                            self.args.source, copy=True)
+        for model in copy.models:
+            self.bench.load(model)
+        results.measured = [*best.values(), copy, *ours]
+        kept = {m for c in results.measured for m in c.models}
+        for model in {m for c in self.candidates.values() for m in c.models} - kept:
+            self.bench.unload(model)  # candidates that lost: their stubs and memory go
+        self.windows()
         return results
 
-    def candidate(self, delay_us: int, spinning: bool, sending: str) -> cfg.Config:
-        config = cfg.baseline(self.whole, self.repository, self.name, delay_us, spinning, sending)
-        self.bench.load(config.model)
-        return config
+    def candidate(self, kind: str, delay_us: int, spinning: bool, sending: str) -> cfg.Config:
+        """A peer, written and loaded once."""
+        key = (kind, delay_us, spinning, sending)
+        if key not in self.candidates:
+            config = cfg.baseline(self.model_dir, self.repository, kind, delay_us, spinning, sending, self.args.source)
+            if not any(c.model == config.model for c in self.candidates.values()):
+                for model in config.models:
+                    self.bench.load(model)
+            self.candidates[key] = config
+        return self.candidates[key]
+
+    def best(self, configs) -> cfg.Config:
+        """The configuration with the highest peak (each bisected once)."""
+        return max((self.peak(c) for c in configs), key=lambda c: self.results.peaks[c].rate)
 
     def peak(self, config: cfg.Config) -> cfg.Config:
-        """Step ``config`` up to the QoS (once) after a second of warm-up."""
-        if config not in self.results.peaks:
-            requests = self.requests[config.padded]
-            self.bench.capacity(config.model, requests, self.max_bs, self.args.warmup)
-            stepping = self.bench.peak(config.model, requests, self.rates, self.args.step_seconds, self.args.qos_ms,
-                                       self.args.percentile, seed=self.args.seed)
-            self.results.peaks[config] = stepping
-            self.console.print(f"  peak of {config.label}: {'>= ' if stepping.capped else ''}{stepping.peak:g} "
-                               "requests/s", highlight=False)
+        """Bisect ``config``'s peak (once), starting from the best peak so far."""
+        if config in self.results.peaks:
+            return config
+        args, found = self.args, [p.rate for p in self.results.peaks.values() if p.rate > 0]
+        start = float(f"{max(found) if found else 0.8 * self.results.capacity:.3g}")
+        data = self.data[config.padded]
+        self.bench.capacity(config.model, data, self.manifest.max_batch_size, args.warmup)  # warm up
+
+        def shown(probe: Probe) -> None:
+            w = probe.window
+            self.console.print(f"    {config.label}: {probe.rate:g}/s -> p{args.percentile} "
+                               f"{w.percentile_ms(args.percentile):.1f} ms, mean {w.mean_ms:.1f} ms "
+                               f"({'within' if probe.passed else 'past'} the QoS)", highlight=False)
+
+        peak: Peak = self.bench.peak(config.model, data, start, args.qos_ms, args.percentile, args.probe_seconds,
+                                     min(args.warmup, 1.0), args.tolerance, on_probe=shown)
+        self.results.peaks[config] = peak
+        self.console.print(f"  peak of {config.label}: {peak.rate:g} requests/s "
+                           f"(+{peak.resolution:.0%} at most)", highlight=False)
         return config
 
-    def loads(self) -> None:
+    def windows(self) -> None:
         results, args = self.results, self.args
-        peak = results.peaks[results.best_baseline].peak
+        peak = results.peaks[results.best_baseline].rate
         if peak <= 0:
-            self.console.print(f"[yellow]no baseline met the QoS of {args.qos_ms:g} ms at the lowest rate; the loads "
-                               "use the lowest step instead[/yellow]")
-            peak = self.rates[0]
-        names = ("low", "medium", "high") if len(args.loads) == 3 else tuple(f"{f:g}" for f in args.loads)
-        results.levels = [Level(n, f, round(peak * f, 1)) for n, f in zip(names, args.loads)]
+            peak = min(p.rate for p in results.peaks[results.best_baseline].probes)
+            self.console.print(f"[yellow]no baseline met the QoS of {args.qos_ms:g} ms; the loads are fractions of "
+                               f"its lowest probe, {peak:g}/s[/yellow]")
+        names = ("low", "medium", "high") if len(args.loads) == 3 else tuple(f"{f:g} of the peak" for f in args.loads)
+        results.levels = [Level(n, Load(rate=float(f"{peak * f:.3g}")), f) for n, f in zip(names, args.loads)]
+        results.levels += [Level(f"c={c}", Load(concurrency=c)) for c in args.concurrency]
+        results.levels += [Level(path.name, Load(intervals=path.resolve())) for path in args.intervals]
         measured = results.measured
+        for config in measured:  # unmeasured: the first window must not find stubs that idled during the peaks
+            self.bench.window(config.model, results.levels[0].load, self.data[config.padded], args.warmup,
+                              args.warmup, config.steps)
         for round_ in range(args.rounds):
-            for index, level in enumerate(results.levels):
+            for level in results.levels:
                 shift = round_ % len(measured)  # each round starts with another configuration
                 for config in measured[shift:] + measured[:shift]:
-                    window = self.bench.window(config.model, self.requests[config.padded], level.rate, args.window,
-                                               args.warmup, seed=args.seed + 100 * round_ + index)
-                    results.windows.setdefault((config, level.name), []).append(window)
-                    s = window.summary
-                    self.console.print(f"  round {round_ + 1}, {level.name} load {level.rate:g}/s, {config.label}: "
-                                       f"mean {s.mean_ms:.1f} ms, p99 {s.percentiles_ms[99]:.1f} ms"
-                                       + (f", {sum(s.failures.values())} failed" if s.failures else ""),
+                    m = self.bench.window(config.model, level.load, self.data[config.padded], args.window,
+                                          args.warmup, config.steps)
+                    results.windows.setdefault((config, level.name), []).append(m)
+                    w = m.window
+                    self.console.print(f"  round {round_ + 1}, {level.name} ({level.load.label}), {config.label}: "
+                                       f"mean {w.mean_ms:.1f} ms, p99 {w.percentile_ms(99):.1f} ms, "
+                                       f"{w.throughput:.1f} answers/s"
+                                       + (f", {w.delayed_percent:.0f} % sent late" if w.delayed_percent > 10 else ""),
                                        highlight=False)
 
 

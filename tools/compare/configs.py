@@ -2,12 +2,14 @@
 
 - ours: the sliced model as its config.pbtxt says, and variants of it with other parameters
   (``--variant NAME:key=value,...``; setting ``policy`` drops the old policy's settings);
-- ZeroBatch and DelayBatch: the unsliced model behind Triton's dynamic batcher (``tools.baselines``)
-  at delay 0 and at several delays, ONNX Runtime's threads spinning or not; for a model with a
-  length axis, three ways to send text: unpadded with Triton batching only equal shapes (its
-  default), unpadded with ragged batches padded to their longest query by the server (the
-  paper's baseline), or padded by the client to a fixed length. The best of each is chosen by
-  its peak.
+- plain: the unsliced model as a plain Python-backend model behind Triton's dynamic batcher
+  (``tools.baselines``), at delay 0 and tuned delays, ONNX Runtime's threads spinning (its
+  default) or sleeping; for a model with a length axis, three ways to send text: unpadded with
+  Triton batching equal shapes only (its default), unpadded in ragged batches padded by the model,
+  or padded by the client to a fixed length;
+- ensemble: the sliced model's stages, each its own plain model with its own dynamic batcher,
+  wired by Triton's ensemble scheduler; unpadded (equal shapes) or padded by the client;
+- the A/A copy: the best baseline again under another name, measured beside it.
 """
 
 from __future__ import annotations
@@ -18,10 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from backend.manifest import Manifest
-from slicer.triton_config import PARAMETER, parameters_of
 from slicer.slicing import VERSION
-from tools.baselines import link_version, write_baseline
-
+from slicer.triton_config import PARAMETER, parameters_of
+from tools.baselines import Peer, link_version, write_ensemble, write_plain
 
 
 @dataclass(frozen=True)
@@ -30,10 +31,12 @@ class Config:
 
     label: str
     model: str
-    kind: str  # "ours", "zero" or "delay"
-    sending: str = "exact"  # "exact" shapes batch together, "ragged" batches padded by the server, "client" pads
+    kind: str  # "ours", "plain" or "ensemble"
+    sending: str = "exact"  # "exact" shapes batch together, "ragged" batches padded by the model, "client" pads
     delay_us: int = 0
-    spinning: bool = False
+    spinning: bool = True
+    steps: tuple[str, ...] = ()  # models whose batches Triton forms: the plain model, an ensemble's steps
+    copy: bool = False  # the A/A copy of another configuration
 
     @property
     def baseline(self) -> bool:
@@ -43,6 +46,11 @@ class Config:
     def padded(self) -> bool:
         """The client pads every query to a fixed length."""
         return self.sending == "client"
+
+    @property
+    def models(self) -> tuple[str, ...]:
+        """Every model to load, the one requests go to last."""
+        return (*[s for s in self.steps if s != self.model], self.model)
 
 
 def parse_variant(text: str) -> tuple[str, dict[str, str]]:
@@ -89,20 +97,25 @@ def ours(model_dir: Path, repository: Path, variants: Sequence[str]) -> list[Con
 SENDING_LABELS = {"exact": "", "ragged": ", ragged", "client": ", client pads"}
 
 
-def baseline(whole: Path, repository: Path, name: str, delay_us: int, spinning: bool, sending: str) -> Config:
-    """One baseline candidate, written into ``repository`` (a model per delay, spinning and raggedness)."""
-    model = f"{name}_{'zero' if delay_us == 0 else f'delay{delay_us}us'}" + ("_spin" if spinning else "") \
-        + ("_ragged" if sending == "ragged" else "")
-    if not (repository / model).is_dir():
-        write_baseline(whole, repository, model, delay_us, spinning, ragged=sending == "ragged")
-    label = ("ZeroBatch" if delay_us == 0 else f"DelayBatch {delay_us / 1000:g} ms") + SENDING_LABELS[sending] \
-        + (", spinning" if spinning else "")
-    return Config(label, model, "zero" if delay_us == 0 else "delay", sending, delay_us, spinning)
+def _label(kind: str, delay_us: int, sending: str, spinning: bool) -> str:
+    return (f"{'Plain' if kind == 'plain' else 'Ensemble'} {'delay 0' if not delay_us else f'{delay_us / 1000:g} ms'}"
+            + SENDING_LABELS[sending] + ("" if spinning else ", threads sleep"))
 
 
-def delay_candidates(whole: Path) -> list[int]:
-    """Delays worth trying (us): half and all of one query's time, and half and all of a full
-    batch's time on the whole model (longest length): DelayBatch's window is tuned for its peak."""
-    table = Manifest.load(whole / VERSION).stages[0].latency
-    row = table.row(table.lengths[-1] if table.lengths else None)
-    return sorted({max(100, round(ms * 1000 / 100) * 100) for ms in (row[0] / 2, row[0], row[-1] / 2, row[-1])})
+def baseline(model_dir: Path, repository: Path, kind: str, delay_us: int, spinning: bool, sending: str,
+             source: Path | None = None, copy: bool = False) -> Config:
+    """One plain or ensemble candidate (or, with ``copy``, a second copy of it: the A/A row),
+    written into ``repository`` unless an earlier candidate wrote the same model (the client
+    pads its queries for the same model as sends them unpadded)."""
+    model = f"{model_dir.name}_{kind}_{delay_us}us" + ("" if spinning else "_sleep") \
+        + ("_ragged" if sending == "ragged" else "") + ("_copy" if copy else "")
+    peer = Peer(delay_us=delay_us, spinning=spinning, ragged=sending == "ragged")
+    stages = len(Manifest.load(model_dir / VERSION).stages)
+    steps = (model,) if kind == "plain" else tuple(f"{model}_s{k}" for k in range(stages))
+    if not (repository / model / "config.pbtxt").is_file():
+        if kind == "plain":
+            write_plain(model_dir, repository, model, peer, source)
+        else:
+            write_ensemble(model_dir, repository, model, peer)
+    label = _label(kind, delay_us, sending, spinning)
+    return Config(f"A/A: {label} (copy)" if copy else label, model, kind, sending, delay_us, spinning, steps, copy)

@@ -2,19 +2,27 @@
 
 from __future__ import annotations
 
-import math
-import statistics
 from dataclasses import dataclass, field
 
-from tools.bench import Stepping, Window
+from tools.bench import Measured, Peak
 from tools.compare.configs import Config
+from tools.intervals import Ratio, pooled, ratio
+from tools.perf_analyzer import Load, Window
+
+# What each kind of load is judged on: latency under an open loop, throughput under a closed one.
+OPEN_STATISTICS = ("mean", "p99", "goodput")
+CLOSED_STATISTICS = ("throughput", "mean")
 
 
 @dataclass(frozen=True)
 class Level:
-    name: str  # low, medium, high
-    fraction: float  # of the best baseline's peak
-    rate: float  # requests/s
+    name: str  # low, medium, high, c=16, a file's name
+    load: Load
+    fraction: float | None = None  # of the best baseline's peak (Poisson levels)
+
+    @property
+    def statistics(self) -> tuple[str, ...]:
+        return CLOSED_STATISTICS if self.load.closed else OPEN_STATISTICS
 
 
 @dataclass
@@ -22,18 +30,26 @@ class Results:
     model: str
     qos_ms: float
     percentile: int
-    capacity: float  # requests/s of ZeroBatch in a closed loop
-    dataset: str | None
-    peaks: dict[Config, Stepping] = field(default_factory=dict)
-    measured: list[Config] = field(default_factory=list)  # best ZeroBatch, best DelayBatch, ours
+    capacity: float  # answers/s of the first plain candidate in a closed loop
+    workload: str
+    peaks: dict[Config, Peak] = field(default_factory=dict)
+    measured: list[Config] = field(default_factory=list)  # best plain, best ensemble, A/A copy, ours
     best_baseline: Config | None = None
     levels: list[Level] = field(default_factory=list)
-    windows: dict[tuple[Config, str], list[Window]] = field(default_factory=dict)  # one per round
+    windows: dict[tuple[Config, str], list[Measured]] = field(default_factory=dict)  # one per round
     seconds: float = 0.0
+    command: str = ""
 
-    def spread(self, config: Config, level: str, statistic) -> tuple[float, float, float]:
-        """(median, min, max) over the rounds of ``statistic(summary)``."""
-        values = [v for w in self.windows.get((config, level), []) if not math.isnan(v := statistic(w.summary))]
-        if not values:
-            return math.nan, math.nan, math.nan
-        return statistics.median(values), min(values), max(values)
+    def of(self, config: Config, level: str) -> list[Window]:
+        return [m.window for m in self.windows.get((config, level), [])]
+
+    def value(self, config: Config, level: str, statistic: str) -> float:
+        return pooled(self.of(config, level), statistic, self.qos_ms)
+
+    def ratio(self, config: Config, level: str, statistic: str) -> Ratio:
+        """``config`` against the best baseline, with its interval."""
+        return ratio(self.of(config, level), self.of(self.best_baseline, level), statistic, self.qos_ms)
+
+    @property
+    def aa(self) -> Config | None:
+        return next((c for c in self.measured if c.copy), None)

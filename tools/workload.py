@@ -1,22 +1,20 @@
-"""What the load generator sends: one list of requests, cycled through in order.
+"""What a load sends: one list of queries, written as perf_analyzer's ``--input-data`` JSON.
 
-A request holds its input tensors with the batch axis first, as a client would send them. Three
-sources, as with perf_analyzer:
+A query holds its input tensors with the batch axis first, as a client sends them. Two sources:
 
-- synthetic data (``random`` or ``zero``) shaped by the model's config and ``--shape`` for the
-  variable dimensions; integers are 0 or 1, which every embedding table and mask accepts;
-- perf_analyzer's ``--input-data`` JSON: ``{"data": [{"INPUT": [...] | {"content": [...],
-  "shape": [...]} | {"b64": "..."}}, ...]}``, one query per entry (``-b`` rows stack consecutive
-  entries);
-- real text: ``--dataset glue:TASK[:SPLIT]`` tokenized with the model's tokenizer (a
-  ``tokenizer.json``), one query per example, sent unpadded (or padded to ``--pad-to``, the common
-  deployment that pads every query to a fixed length).
+- real text: ``--dataset glue:TASK[:SPLIT]`` tokenized with the model's ``tokenizer.json``, one
+  query per example, sent unpadded (each its own length) or padded by the client to ``--pad-to``;
+- synthetic data (``random`` or ``zero``) shaped by the model's dims, ``--shape`` for the variable
+  ones and ``--lengths`` to give the variable dims of successive queries different sizes;
+  integers are 0 or 1, which every embedding table and mask accepts.
+
+perf_analyzer sends the entries of ``{"data": [...]}`` in turn, one per request at ``-b 1``; each
+entry gives every input its ``content`` and its own ``shape`` (without the batch axis).
 """
 
 from __future__ import annotations
 
 import argparse
-import base64
 import csv
 import json
 import os
@@ -30,7 +28,7 @@ from backend.manifest import TensorSpec
 from slicer.sample import sample_inputs
 from slicer.triton_config import TRITON_DTYPES
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 GLUE_DIR = Path(os.environ.get("DVABATCH_GLUE", ROOT.parent / "shared" / "data" / "glue"))
 NUMPY_DTYPES = {triton: numpy for numpy, triton in TRITON_DTYPES.items()}
 
@@ -59,7 +57,7 @@ class Request:
 
 @dataclass(frozen=True)
 class ModelInterface:
-    """A served model as its config.pbtxt describes it: inputs without the batch axis."""
+    """A served model's inputs (without the batch axis) and outputs."""
 
     name: str
     max_batch_size: int
@@ -72,72 +70,40 @@ class ModelInterface:
         def spec(tensor: Mapping) -> TensorSpec:
             dtype = tensor.get("data_type", "TYPE_FP32")
             if dtype not in NUMPY_DTYPES:
-                raise WorkloadError(f"input '{tensor['name']}' has type {dtype}, which the load generator cannot fill")
+                raise WorkloadError(f"input '{tensor['name']}' has type {dtype}, which no workload here can fill")
             return TensorSpec(tensor["name"], NUMPY_DTYPES[dtype], tuple(int(d) for d in tensor.get("dims", ())))
         return cls(name=config["name"], max_batch_size=int(config.get("max_batch_size", 0)),
                    inputs=tuple(spec(t) for t in config.get("input", ())),
                    outputs=tuple(t["name"] for t in config.get("output", ())))
 
+    @classmethod
+    def from_server(cls, url: str, model: str) -> ModelInterface:
+        import tritonclient.grpc as grpcclient
+
+        with grpcclient.InferenceServerClient(url) as client:
+            return cls.from_config(client.get_model_config(model, as_json=True)["config"])
+
 
 def synthetic(model: ModelInterface, rows: int, shapes: Mapping[str, Sequence[int]], zero: bool = False,
-              count: int = 16, seed: int = 0) -> list[Request]:
-    """``count`` requests of ``rows`` rows of random (or zero) data; ``shapes`` fixes variable dims."""
-    specs = []
-    for spec in model.inputs:
-        dims = tuple(shapes.get(spec.name, spec.dims))
-        if len(dims) != len(spec.dims) or any(d < 0 for d in dims):
-            raise WorkloadError(f"input '{spec.name}' has dims {list(spec.dims)}; give its shape with "
-                                f"--shape {spec.name}:" + ",".join(str(d if d >= 0 else 16) for d in spec.dims))
-        specs.append(TensorSpec(spec.name, spec.dtype, dims))
+              count: int = 16, seed: int = 0, lengths: Sequence[int] = ()) -> list[Request]:
+    """``count`` requests of ``rows`` rows of random (or zero) data. ``shapes`` fixes variable
+    dims; with ``lengths``, request i gives every variable dim ``lengths[i % len(lengths)]``."""
     requests = []
     for i in range(count):
-        feed = sample_inputs(specs, rows, seed=seed + i)
-        requests.append(Request({k: np.zeros_like(v) if zero else v for k, v in feed.items()}, rows))
-    return requests
-
-
-def from_input_data(path: Path, model: ModelInterface, rows: int) -> list[Request]:
-    """perf_analyzer's JSON input data: each entry is one query; ``rows`` entries make a request."""
-    try:
-        entries = json.loads(Path(path).read_text())["data"]
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise WorkloadError(f"--input-data {path}: not perf_analyzer's JSON ({{\"data\": [...]}}): {exc}") from None
-    queries = []
-    for number, entry in enumerate(entries):
-        feed = {}
+        specs = []
         for spec in model.inputs:
-            if spec.name not in entry:
-                raise WorkloadError(f"--input-data {path}: entry {number} has no input '{spec.name}'")
-            feed[spec.name] = _tensor(entry[spec.name], spec, f"--input-data {path}: entry {number}")
-        queries.append(feed)
-    if len(queries) < rows:
-        raise WorkloadError(f"--input-data {path} has {len(queries)} entries, fewer than the {rows} rows of a request")
-    requests = []
-    for start in range(0, len(queries) - rows + 1, rows):
-        group = queries[start:start + rows]
-        try:
-            requests.append(Request({n: np.stack([q[n] for q in group]) for n in group[0]}, rows))
-        except ValueError:
-            raise WorkloadError(f"--input-data {path}: entries {start}..{start + rows - 1} differ in shape and "
-                                f"cannot share a request of {rows} rows") from None
+            dims = tuple(shapes.get(spec.name, spec.dims))
+            if lengths:
+                dims = tuple(lengths[i % len(lengths)] if d < 0 else d for d in dims)
+            if len(dims) != len(spec.dims) or any(d < 0 for d in dims):
+                raise WorkloadError(f"input '{spec.name}' has dims {list(spec.dims)}; give its shape with "
+                                    f"--shape {spec.name}:" + ",".join(str(d if d >= 0 else 16) for d in spec.dims)
+                                    + " or the variable dims' sizes with --lengths")
+            specs.append(TensorSpec(spec.name, spec.dtype, dims))
+        feed = sample_inputs(specs, rows, seed=seed + i)
+        requests.append(Request({k: np.zeros_like(v) if zero else v for k, v in feed.items()}, rows,
+                                lengths[i % len(lengths)] if lengths else None))
     return requests
-
-
-def _tensor(value, spec: TensorSpec, where: str) -> np.ndarray:
-    dtype = np.dtype(spec.dtype)
-    if isinstance(value, Mapping) and "b64" in value:
-        flat = np.frombuffer(base64.b64decode(value["b64"]), dtype)
-        shape = value.get("shape", spec.dims)
-    elif isinstance(value, Mapping):
-        flat, shape = np.asarray(value.get("content", []), dtype), value.get("shape", spec.dims)
-    else:
-        flat, shape = np.asarray(value, dtype).reshape(-1), spec.dims
-    if any(d < 0 for d in shape):
-        raise WorkloadError(f"{where}: input '{spec.name}' needs a \"shape\" (its dims are {list(spec.dims)})")
-    if flat.size != int(np.prod(shape)):
-        raise WorkloadError(f"{where}: input '{spec.name}' has {flat.size} values, shape {list(shape)} needs "
-                            f"{int(np.prod(shape))}")
-    return flat.reshape(shape)
 
 
 def glue_texts(task: str, split: str = "dev", folder: Path = GLUE_DIR) -> list[tuple[str, ...]]:
@@ -194,6 +160,22 @@ def glue(model: ModelInterface, dataset: str, tokenizer: Path, max_length: int =
     return requests
 
 
+def input_data(requests: Sequence[Request]) -> dict:
+    """perf_analyzer's ``--input-data`` JSON: one entry per row, each input with its own shape."""
+    entries = []
+    for request in requests:
+        for row in range(request.rows):
+            entries.append({name: {"content": tensor[row].reshape(-1).tolist(), "shape": list(tensor.shape[1:])}
+                            for name, tensor in request.inputs.items()})
+    return {"data": entries}
+
+
+def write_input_data(requests: Sequence[Request], path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(input_data(requests), separators=(",", ":")))
+    return path
+
+
 def _shape(text: str) -> tuple[str, tuple[int, ...]]:
     name, _, dims = text.rpartition(":")
     try:
@@ -202,26 +184,38 @@ def _shape(text: str) -> tuple[str, tuple[int, ...]]:
         raise argparse.ArgumentTypeError(f"expected NAME:D1,D2,..., got {text!r}") from None
 
 
+def _sizes(text: str) -> tuple[int, ...]:
+    try:
+        sizes = tuple(int(v) for v in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected sizes such as 16,64,128, got {text!r}") from None
+    if not sizes or min(sizes) < 1:
+        raise argparse.ArgumentTypeError(f"sizes must be positive, got {text!r}")
+    return sizes
+
+
 def add_workload_arguments(p: argparse.ArgumentParser) -> None:
     """The flags that choose what is sent (perf_analyzer's names where it has them)."""
-    p.add_argument("-b", dest="rows", type=int, default=1, help="rows (batch size) per request (default 1)")
-    p.add_argument("--input-data", default="random", help="random, zero, or perf_analyzer's JSON file")
+    p.add_argument("--input-data", default="random", help="random, zero, or a perf_analyzer JSON file to send as is")
     p.add_argument("--shape", type=_shape, action="append", default=[], metavar="NAME:D1,D2",
-                   help="shape of an input with variable dimensions (without the batch axis)")
+                   help="synthetic data: shape of an input with variable dims (without the batch axis)")
+    p.add_argument("--lengths", type=_sizes, default=(), metavar="L1,L2,...",
+                   help="synthetic data: successive queries give every variable dim these sizes in turn")
+    p.add_argument("--count", type=int, default=64, help="synthetic data: distinct queries (default 64)")
     p.add_argument("--dataset", help="glue:TASK[:SPLIT] (e.g. glue:RTE): real text, one query per request")
     p.add_argument("--tokenizer", type=Path, help="the model's tokenizer.json, for --dataset")
     p.add_argument("--max-length", type=int, default=128, help="--dataset: truncate queries to this many tokens")
-    p.add_argument("--seed", type=int, default=0, help="seed of the random arrivals and synthetic data")
+    p.add_argument("--seed", type=int, default=0, help="seed of the synthetic data")
 
 
 def from_arguments(args: argparse.Namespace, model: ModelInterface, pad_to: int | None = None) -> list[Request]:
-    """The requests those flags describe, for ``model``; ``pad_to``: the client pads text queries."""
+    """The queries those flags describe, for ``model`` (not for a JSON file, sent as is);
+    ``pad_to``: the client pads text queries."""
     if args.dataset:
-        if args.rows != 1:
-            raise WorkloadError("--dataset sends one query per request; -b must be 1")
         if args.tokenizer is None:
             raise WorkloadError("--dataset needs the model's tokenizer: --tokenizer path/to/tokenizer.json")
         return glue(model, args.dataset, args.tokenizer, args.max_length, pad_to)
-    if args.input_data in ("random", "zero"):
-        return synthetic(model, args.rows, dict(args.shape), zero=args.input_data == "zero", seed=args.seed)
-    return from_input_data(Path(args.input_data), model, args.rows)
+    if args.input_data not in ("random", "zero"):
+        raise WorkloadError(f"--input-data {args.input_data} is a file: it is sent as it is")
+    return synthetic(model, 1, dict(args.shape), zero=args.input_data == "zero", count=args.count, seed=args.seed,
+                     lengths=args.lengths)

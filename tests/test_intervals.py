@@ -1,0 +1,60 @@
+"""The interval arithmetic of comparisons: pooled statistics, paired bootstrap ratios, verdicts."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tools.intervals import Ratio, pooled, ratio
+from tools.perf_analyzer import Load, Window
+
+RATE = Load(rate=100)
+
+
+def window(latency_ms, seconds: float = 1.0, load: Load = RATE) -> Window:
+    latency = np.asarray(latency_ms, dtype=float)
+    return Window(load, np.arange(len(latency)) / len(latency), latency, seconds,
+                  seconds if load.closed else len(latency) / load.offered())
+
+
+def test_pooled_statistics_take_every_request_of_every_window():
+    a, b = window([1, 2, 3, 4]), window([5, 5, 5, 5, 5, 5], seconds=2)
+    assert pooled([a, b], "mean") == pytest.approx(4.0)
+    assert pooled([a, b], "p99") == 5
+    assert pooled([a, b], "throughput") == pytest.approx(10 / 3)
+    assert pooled([a, b], "goodput", qos_ms=3) == pytest.approx(3 / 0.1)  # 3 in time over 10 requests at 100/s
+    assert np.isnan(pooled([], "mean"))
+
+
+def test_a_real_difference_is_better_or_worse_and_noise_is_within_noise():
+    rng = np.random.default_rng(1)
+    base = [window(rng.exponential(10, 400)) for _ in range(4)]
+    slower = [window(w.latency_ms * 1.5) for w in base]
+    same = [window(rng.exponential(10, 400)) for _ in range(4)]
+    r = ratio(slower, base, "mean")
+    assert r.value == pytest.approx(1.5) and r.verdict == "worse" and r.low > 1.3
+    assert ratio(base, slower, "mean").verdict == "better"
+    noise = ratio(same, base, "mean")
+    assert noise.low < 1 < noise.high and noise.verdict == "within noise"
+    assert noise.high - noise.low < 0.3, "400 requests in each of 4 rounds pin a mean to a few percent"
+
+
+def test_rounds_are_paired_and_unequal_counts_use_the_common_rounds():
+    base = [window([10.0] * 50), window([20.0] * 50)]
+    ours = [window([5.0] * 50), window([10.0] * 50), window([999.0] * 50)]
+    r = ratio(ours, base, "mean")
+    assert r.value == pytest.approx(0.5) and r.low == pytest.approx(0.5) and r.high == pytest.approx(0.5)
+    assert r.verdict == "better"
+
+
+def test_throughput_is_better_when_higher_and_identical_schedules_tie_on_goodput():
+    closed = Load(concurrency=4)
+    faster = [window([1.0] * 200, seconds=1.0, load=closed) for _ in range(3)]
+    slower = [window([1.0] * 100, seconds=1.0, load=closed) for _ in range(3)]
+    assert ratio(faster, slower, "throughput").verdict == "better"
+    on_time = [window(np.full(100, 5.0)) for _ in range(3)]
+    also = [window(np.full(100, 50.0)) for _ in range(3)]
+    tie = ratio(also, on_time, "goodput", qos_ms=200)
+    assert (tie.value, tie.low, tie.high, tie.verdict) == (1.0, 1.0, 1.0, "within noise")
+    assert str(Ratio(0.8, 0.7, 0.9, True)) == "0.80x [0.70, 0.90]"
+    assert ratio([], on_time, "mean").verdict == "within noise"

@@ -1,0 +1,103 @@
+"""The real perf_analyzer (installed by ``make setup``) against the demo models through a real
+tritonserver: every answer checked, its CSV and profile export read, its failures reported."""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import tarfile
+
+import numpy as np
+import pytest
+
+from backend.engine import OnnxRuntimeEngine
+from backend.manifest import Manifest
+from slicer.slicing import VERSION
+from tools.input_data import interface_of
+from tools.perf_analyzer import Load, PerfAnalyzerError, command, measure, read_csv, read_export
+from tools.perf_analyzer.install import VERSION as PA_VERSION
+from tools.perf_analyzer.install import _deb_member, install, installed_version
+from tools.workload import glue, write_input_data
+
+
+def test_installed_into_the_virtualenv_and_installing_again_does_nothing():
+    wrapper = install()
+    assert installed_version(wrapper) == PA_VERSION
+    assert install() == wrapper
+
+
+def test_a_library_comes_out_of_a_debian_package():
+    body = io.BytesIO()
+    with tarfile.open(fileobj=body, mode="w:xz") as tar:
+        for name, data in (("./usr/lib/x86_64-linux-gnu/libb64.so.0d", b"\x7fELF lib"), ("./usr/share/doc/x", b"doc")):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    data = body.getvalue()
+
+    def entry(name: str, payload: bytes) -> bytes:
+        header = f"{name:<16}{0:<12}{0:<6}{0:<6}{100644:<8}{len(payload):<10}`\n".encode()
+        return header + payload + (b"\n" if len(payload) % 2 else b"")
+    deb = b"!<arch>\n" + entry("debian-binary", b"2.0\n") + entry("control.tar.xz", b"") + entry("data.tar.xz", data)
+    assert _deb_member(deb, "libb64.so.0d") == b"\x7fELF lib"
+
+
+@pytest.fixture(scope="module")
+def rte(repository, tokenizer, tmp_path_factory):
+    """GLUE RTE for bert_like as perf_analyzer's input data, and the unsliced model to check against."""
+    requests = glue(interface_of(repository / "bert_like"), "glue:RTE", tokenizer, max_length=64)
+    return write_input_data(requests, tmp_path_factory.mktemp("data") / "rte.json")
+
+
+@pytest.mark.parametrize("load", [Load(concurrency=2), Load(rate=40)], ids=["closed", "poisson"])
+def test_every_answer_is_the_unsliced_models(server, repository, sources, rte, load, tmp_path):
+    """perf_analyzer drives the sliced bert_like for two seconds; each response in its profile
+    export equals ONNX Runtime on the unsliced model for that request's own inputs."""
+    csv_path, export = tmp_path / "pa.csv", tmp_path / "export.json"
+    done = subprocess.run(command("bert_like", server.url, load, rte, 2.0, 0.5, csv_path, export),
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    requests = json.loads(export.read_text())["experiments"][0]["requests"]
+    assert len(requests) >= 16
+    manifest = Manifest.load(repository / "bert_like" / VERSION)
+    reference = OnnxRuntimeEngine(sources["bert_like"], [o.name for o in manifest.outputs])
+    lengths = set()
+    for request in requests:
+        feed = {name: np.atleast_1d(np.array(values, dtype=np.int64))[None] for name, values in
+                request["request_inputs"].items()}
+        lengths.add(feed["input_ids"].shape[1])
+        (answer,) = request["response_outputs"]
+        for name, expected in reference.run(feed).items():
+            np.testing.assert_allclose(np.array(answer[name], dtype=np.float32).reshape(expected.shape), expected,
+                                       atol=1e-4)
+    assert len(lengths) > 5, "queries keep their own lengths"
+    row = read_csv(csv_path)
+    assert row["Inferences/Second"] > 0 and row["p99 latency"] >= row["p50 latency"] > 0
+    assert row["Server Compute Infer"] > 0
+    sent, answered = read_export(export)
+    assert len(sent) == len(requests) and (answered > sent).all()
+
+
+def test_windows_of_each_load(server, rte, tmp_path):
+    closed = measure("bert_like", server.url, Load(concurrency=2), rte, seconds=1.5, warmup_s=0.5)
+    assert closed.requests > 10 and closed.seconds > 1 and closed.schedule_s == closed.seconds
+    assert closed.throughput == pytest.approx(closed.requests / closed.seconds)
+    poisson = measure("bert_like", server.url, Load(rate=30), rte, seconds=1.0, warmup_s=0.3)
+    assert poisson.requests == 30 and poisson.schedule_s == pytest.approx(1.0)
+    assert poisson.goodput(1e9) == pytest.approx(30.0) and poisson.goodput(0) == 0
+    assert poisson.percentile_ms(99) >= poisson.percentile_ms(50) > 0
+    assert (np.diff(poisson.sent_s) >= 0).all()
+    intervals = tmp_path / "burst.txt"  # a burst of 8 requests 1 ms apart, then 200 ms of quiet
+    intervals.write_text("\n".join(["1000"] * 7 + ["200000"]) + "\n")
+    burst = measure("bert_like", server.url, Load(intervals=intervals), rte, seconds=1.0, warmup_s=0.3)
+    assert burst.load.offered() == pytest.approx(8 / 0.207) and burst.requests >= 16
+
+
+def test_a_failing_request_stops_perf_analyzer_with_its_reason(server, tmp_path):
+    data = tmp_path / "bad.json"  # token ids far beyond bert_like's vocabulary: the model cannot run them
+    data.write_text(json.dumps({"data": [{"input_ids": {"content": [5000] * 6, "shape": [6]},
+                                          "attention_mask": {"content": [1] * 6, "shape": [6]}}]}))
+    with pytest.raises(PerfAnalyzerError, match="perf_analyzer \\(20/s Poisson on bert_like\\) failed: .*"
+                                                "inference failed"):
+        measure("bert_like", server.url, Load(rate=20), data, seconds=1.0, warmup_s=0.5)

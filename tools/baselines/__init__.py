@@ -1,0 +1,258 @@
+"""The peers a Triton user deploys instead of dvabatch, written from a sliced model.
+
+- **plain**: the unsliced source model as one plain model: ``plain_model.py`` (Python backend, one
+  ONNX Runtime session, no dvabatch code) behind Triton's dynamic batcher, at delay 0 or tuned;
+  text either batched by equal shapes only (Triton's default), padded by the model to the longest
+  of a ragged batch (``allow_ragged_batch``), or padded by the client.
+- **ensemble**: the sliced model's own stages, each its own plain model with its own dynamic
+  batcher (``<name>_s0``, ``<name>_s1``, ...), wired by Triton's ensemble scheduler in C++. Every
+  step batches again and a request leaves when its own last step ends: stage-level entry and exit
+  without the paper's policies. The steps batch equal shapes only: an intermediate tensor padded
+  with zeros is not what the padded model computes (an attention bias of 0 attends the padding).
+
+On a GPU host each plain model or step can be Triton's ``onnxruntime`` (``model.onnx``) or
+``tensorrt`` backend (``model.plan``, from a model sliced with ``--target tensorrt``) instead of the
+Python one. A simulated model (timed stages, ``tools.simulate``) gets timed plain models: they
+sleep for their table's time, the whole model's for the plain model and each stage's for a step.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from backend.manifest import LatencyTable, Manifest, StageSpec, TensorSpec
+from slicer import triton_config
+from slicer.errors import SliceError
+from slicer.slicing import VERSION, sha256
+from tools.build_examples import SOURCES
+from tools.simulate import timed_whole
+
+PLAIN_MODEL = Path(__file__).with_name("plain_model.py")
+BACKENDS = ("python", "onnxruntime", "tensorrt")
+
+
+@dataclass(frozen=True)
+class Peer:
+    """How a plain model (or each step of an ensemble) is served."""
+
+    delay_us: int = 0  # max_queue_delay_microseconds (of the first step, for an ensemble)
+    spinning: bool = True  # ONNX Runtime's default; False: idle threads sleep
+    ragged: bool = False  # plain only: requests of different lengths share a batch, padded
+    backend: str = "python"
+    threads: int = 0  # intra_op_thread_count; 0: ONNX Runtime's default
+
+
+def find_source(manifest: Manifest, given: Path | None) -> Path:
+    """The unsliced source of ``manifest``, checked by its sha256."""
+    candidates = [given] if given else [Path(manifest.source_file), SOURCES / Path(manifest.source_file).name]
+    for path in candidates:
+        if path is not None and path.is_file() and sha256(path) == manifest.source_sha256:
+            return path
+    if given:
+        raise SliceError(f"{given} is not the model this one was sliced from (sha256 differs, or it is missing)")
+    raise SliceError(f"the source model {manifest.source_file!r} was not found; pass it with --source")
+
+
+def link(source: Path, target: Path) -> None:
+    """``target`` as a hard link to ``source`` where the file system allows (model files can be
+    large), else a copy."""
+    target.unlink(missing_ok=True)
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copy2(source, target)
+
+
+def link_version(model_dir: Path, out: Path) -> None:
+    """``out`` afresh with the version folder of ``model_dir``, its files linked."""
+    shutil.rmtree(out, ignore_errors=True)
+    (out / VERSION).mkdir(parents=True)
+    for item in (model_dir / VERSION).iterdir():
+        link(item, out / VERSION / item.name)
+
+
+def timed(manifest: Manifest) -> bool:
+    return all(s.engine == "timed" for s in manifest.stages)
+
+
+def whole_table(manifest: Manifest) -> LatencyTable | None:
+    """The unsliced model's latency: a simulated model's own whole table, else the stages' sum."""
+    if timed(manifest):
+        return Manifest.load(timed_whole(manifest) / VERSION).stages[0].latency
+    return manifest.fused().stages[0].latency
+
+
+def delay_candidates(manifest: Manifest) -> list[int]:
+    """Batcher delays worth trying (us): half and all of one query's time and of a full batch's
+    time on the whole model at its longest length."""
+    table = whole_table(manifest)
+    if table is None:
+        return [1000, 4000]
+    row = table.row(table.lengths[-1] if table.lengths else None)
+    return sorted({max(100, round(ms * 1000 / 100) * 100) for ms in (row[0] / 2, row[0], row[-1] / 2, row[-1])})
+
+
+def dense_table(table: LatencyTable, max_batch_size: int, length_index: int | None) -> dict:
+    """``latency_ms.json`` of a timed plain model: the table's prediction for every row count up
+    to ``max_batch_size`` and every length up to the longest tabulated one."""
+    if table.axis is None or length_index is None:
+        return {"axis": None, "ms": [round(table.predict(rows), 4) for rows in range(1, max_batch_size + 1)]}
+    return {"axis": length_index, "ms": [[round(table.predict(rows, length), 4) if length else 0.0
+                                          for length in range(table.lengths[-1] + 1)]
+                                         for rows in range(1, max_batch_size + 1)]}
+
+
+def _engine_files(peer: Peer, source: Path, version: Path) -> None:
+    """The engine file of a plain model or step (and the plain model itself for the Python backend)."""
+    name = "model.plan" if peer.backend == "tensorrt" else "model.onnx"
+    link(source, version / name)
+    if peer.backend == "python":
+        shutil.copy(PLAIN_MODEL, version / "model.py")
+    if source.suffix == ".onnx":  # weights kept beside an ONNX file go along
+        import onnx
+
+        model = onnx.load(str(source), load_external_data=False)
+        for location in {e.value for t in model.graph.initializer for e in t.external_data if e.key == "location"}:
+            link(source.parent / location, version / location)
+
+
+def _timed_files(table: LatencyTable, spec_inputs: tuple[TensorSpec, ...], max_batch_size: int,
+                 version: Path) -> None:
+    index = next((s.dims.index(table.axis) for s in spec_inputs[:1] if table.axis in s.dims), None)
+    (version / "latency_ms.json").write_text(json.dumps(dense_table(table, max_batch_size, index)))
+    shutil.copy(PLAIN_MODEL, version / "model.py")
+
+
+def _parameters(peer: Peer, ragged_inputs: dict[str, int], ragged_outputs: dict[str, int]) -> dict[str, str]:
+    parameters = {}
+    if peer.threads:
+        parameters["intra_op_thread_count"] = str(peer.threads)
+    if not peer.spinning:
+        parameters["allow_spinning"] = "false"
+    if ragged_inputs:
+        parameters["ragged_inputs"] = ",".join(f"{n}:{a}" for n, a in ragged_inputs.items())
+        parameters["ragged_outputs"] = ",".join(f"{n}:{a}" for n, a in ragged_outputs.items())
+    return parameters
+
+
+def _check(peer: Peer, manifest: Manifest) -> None:
+    if peer.backend not in BACKENDS:
+        raise ValueError(f"backend {peer.backend!r} is not one of {', '.join(BACKENDS)}")
+    if timed(manifest) and peer.backend != "python":
+        raise ValueError("a simulated model's peers are timed plain models: backend python")
+    if peer.backend == "tensorrt" and any(s.engine != "tensorrt" for s in manifest.stages):
+        raise ValueError("the tensorrt backend needs a model sliced with --target tensorrt")
+    if peer.ragged and peer.backend != "python":
+        raise ValueError("ragged batches are padded by the Python plain model: backend python")
+
+
+def write_plain(model_dir: Path, repository: Path, name: str, peer: Peer = Peer(), source: Path | None = None) -> Path:
+    """``repository/name``: the unsliced model of the sliced ``model_dir`` as one plain model."""
+    manifest = Manifest.load(model_dir / VERSION)
+    _check(peer, manifest)
+    if peer.backend == "tensorrt":
+        raise ValueError("a plain TensorRT model is the whole model as one engine: python -m slicer SRC --stages 1 "
+                         "--target tensorrt")
+    out = repository / name
+    shutil.rmtree(out, ignore_errors=True)
+    (out / VERSION).mkdir(parents=True)
+    if timed(manifest):
+        whole = Manifest.load(timed_whole(manifest) / VERSION)
+        inputs, outputs = whole.inputs, whole.outputs
+        _timed_files(whole.stages[0].latency, inputs, manifest.max_batch_size, out / VERSION)
+    else:
+        inputs, outputs = manifest.inputs, manifest.outputs
+        _engine_files(peer, find_source(manifest, source), out / VERSION)
+    axis = manifest.length_axis if peer.ragged else None
+    ragged_inputs = {s.name: s.dims.index(axis) for s in inputs if axis in s.dims} if axis else {}
+    ragged_outputs = {s.name: s.dims.index(axis) for s in outputs if axis in s.dims} if axis else {}
+    if peer.ragged and not ragged_inputs:
+        raise ValueError(f"{model_dir.name} has no length axis to pad along")
+    note = ("# Peer: the unsliced model as one plain model behind Triton's dynamic batcher"
+            + (f"; requests of different '{axis}' padded to the longest" if ragged_inputs else "") + ".\n")
+    (out / "config.pbtxt").write_text(_config(name, peer, manifest.max_batch_size, inputs, outputs, peer.delay_us,
+                                              _parameters(peer, ragged_inputs, ragged_outputs), note,
+                                              ragged=set(ragged_inputs)))
+    return out
+
+
+def _tensors(specs, ragged: set[str] = frozenset()) -> str:
+    return ",\n".join(triton_config.tensor_line(s, s.name in ragged) for s in specs)
+
+
+def _config(name: str, peer: Peer, max_batch_size: int, inputs, outputs, delay_us: int,
+            parameters: dict[str, str], note: str, ragged: set[str] = frozenset()) -> str:
+    engine = {"python": 'backend: "python"', "onnxruntime": 'platform: "onnxruntime_onnx"',
+              "tensorrt": 'platform: "tensorrt_plan"'}[peer.backend]
+    kind = "KIND_CPU" if peer.backend == "python" else "KIND_GPU"
+    return (
+        f'name: "{name}"\n{engine}\nmax_batch_size: {max_batch_size}\n'
+        f"input [\n{_tensors(inputs, ragged)}\n]\noutput [\n{_tensors(outputs)}\n]\n"
+        f"dynamic_batching {{ max_queue_delay_microseconds: {delay_us} }}\n"
+        f"instance_group [ {{ kind: {kind} count: 1 }} ]\n" + note
+        + "".join(f'parameters: {{ key: "{k}" value: {{ string_value: "{v}" }} }}\n' for k, v in parameters.items())
+    )
+
+
+def ensemble_tensors(manifest: Manifest) -> list[tuple[dict[str, str], dict[str, str]]]:
+    """Per stage, (input -> ensemble tensor, output -> ensemble tensor). A stage output keeps its
+    name where it is a model output no later stage writes again, else it is named after its
+    stage (timed stages write the same names at every stage; an ensemble tensor has one producer)."""
+    model_outputs = {s.name for s in manifest.outputs}
+    producer: dict[str, str] = {s.name: s.name for s in manifest.inputs}
+    maps = []
+    for k, stage in enumerate(manifest.stages):
+        inputs = {s.name: producer[s.name] for s in stage.inputs}
+        outputs = {}
+        for spec in stage.outputs:
+            last = not any(spec.name in {o.name for o in later.outputs} for later in manifest.stages[k + 1:])
+            outputs[spec.name] = spec.name if spec.name in model_outputs and last else f"{spec.name}__s{k}"
+            producer[spec.name] = outputs[spec.name]
+        maps.append((inputs, outputs))
+    return maps
+
+
+def write_ensemble(model_dir: Path, repository: Path, name: str, peer: Peer = Peer()) -> list[Path]:
+    """``repository/name`` (the ensemble) and ``repository/name_s<k>`` (one plain model per stage
+    of the sliced ``model_dir``); returns the steps, then the ensemble."""
+    manifest = Manifest.load(model_dir / VERSION)
+    _check(peer, manifest)
+    if peer.ragged:
+        raise ValueError("an ensemble's steps batch equal shapes only (see tools.baselines)")
+    written = [_step(model_dir, repository, f"{name}_s{stage.index}", stage, manifest, peer)
+               for stage in manifest.stages]
+    steps = ",\n".join(
+        f'    {{ model_name: "{name}_s{k}" model_version: -1\n'
+        + "".join(f'      input_map {{ key: "{key}" value: "{value}" }}\n' for key, value in inputs.items())
+        + "".join(f'      output_map {{ key: "{key}" value: "{value}" }}\n' for key, value in outputs.items())
+        + "    }" for k, (inputs, outputs) in enumerate(ensemble_tensors(manifest)))
+    out = repository / name
+    shutil.rmtree(out, ignore_errors=True)
+    (out / VERSION).mkdir(parents=True)
+    (out / "config.pbtxt").write_text(
+        f'name: "{name}"\nplatform: "ensemble"\nmax_batch_size: {manifest.max_batch_size}\n'
+        f"# Peer: the {len(manifest.stages)} stages of {model_dir.name}, each its own model with its own dynamic "
+        "batcher, wired by Triton's ensemble scheduler.\n"
+        f"input [\n{_tensors(manifest.inputs)}\n]\noutput [\n{_tensors(manifest.outputs)}\n]\n"
+        f"ensemble_scheduling {{\n  step [\n{steps}\n  ]\n}}\n")
+    return [*written, out]
+
+
+def _step(model_dir: Path, repository: Path, name: str, stage: StageSpec, manifest: Manifest, peer: Peer) -> Path:
+    """One stage as a plain model; later steps take their batches without waiting (delay 0)."""
+    out = repository / name
+    shutil.rmtree(out, ignore_errors=True)
+    (out / VERSION).mkdir(parents=True)
+    if stage.engine == "timed":
+        _timed_files(stage.latency, stage.inputs, manifest.max_batch_size, out / VERSION)
+    else:
+        _engine_files(peer, model_dir / VERSION / stage.file, out / VERSION)
+    delay = peer.delay_us if stage.index == 0 else 0
+    (out / "config.pbtxt").write_text(_config(name, peer, manifest.max_batch_size, stage.inputs, stage.outputs, delay,
+                                              _parameters(peer, {}, {}),
+                                              f"# Step {stage.index} of the ensemble of {model_dir.name}.\n"))
+    return out

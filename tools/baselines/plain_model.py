@@ -1,0 +1,125 @@
+"""A plain Triton Python-backend model: the baseline a Triton user writes by hand.
+
+``tools.baselines`` copies this file as ``<model>/1/model.py`` beside the engine it runs, and
+nothing of the dvabatch backend is on its path. Triton's dynamic batcher forms each batch;
+``execute`` runs it and returns every response at once, as the Python backend's examples do.
+
+The engine is ``model.onnx`` in the version folder (one ONNX Runtime session), or, for a
+simulated model, ``latency_ms.json``: it computes nothing, sleeps for the batch's tabulated time
+(``ms[rows - 1][length]``, proportionally longer past the last length) and answers input i as
+output i. config.pbtxt parameters:
+
+- ``intra_op_thread_count``: ONNX Runtime's threads (the name Triton's onnxruntime backend uses;
+  default: ONNX Runtime's own choice); ``allow_spinning``: ``false`` makes idle threads sleep
+  (default: ONNX Runtime's, they spin);
+- ``ragged_inputs`` / ``ragged_outputs`` (``name:axis,...``, axes without the batch axis): with
+  ``allow_ragged_batch`` on those inputs, requests of different lengths share a batch, padded with
+  zeros to the longest, and those outputs are cut back to each request's own length.
+
+Without ragged inputs Triton batches only requests of equal shapes. A batch that fails runs
+again request by request, so that only a request that cannot run gets an error.
+"""
+
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+def _axes(text: str) -> dict:
+    return {name: int(axis) for name, _, axis in (item.partition(":") for item in text.split(",") if item)}
+
+
+class TritonPythonModel:
+    def initialize(self, args: dict) -> None:
+        config = json.loads(args["model_config"])
+        parameters = {k: v["string_value"] for k, v in config.get("parameters", {}).items()}
+        folder = Path(args["model_repository"]) / args["model_version"]
+        self.inputs = [t["name"] for t in config["input"]]
+        self.outputs = [t["name"] for t in config["output"]]
+        self.ragged_inputs = _axes(parameters.get("ragged_inputs", ""))
+        self.ragged_outputs = _axes(parameters.get("ragged_outputs", ""))
+        if (folder / "latency_ms.json").is_file():
+            self.session, self.table = None, json.loads((folder / "latency_ms.json").read_text())
+            return
+        import onnxruntime as ort
+
+        options = ort.SessionOptions()
+        if int(parameters.get("intra_op_thread_count", "0")):
+            options.intra_op_num_threads = int(parameters["intra_op_thread_count"])
+        if parameters.get("allow_spinning", "").lower() == "false":
+            options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        self.session = ort.InferenceSession(str(folder / "model.onnx"), options, providers=["CPUExecutionProvider"])
+
+    def execute(self, requests: list) -> list:
+        feeds = [{name: pb_utils.get_input_tensor_by_name(r, name).as_numpy() for name in self.inputs}
+                 for r in requests]
+        responses = [None] * len(requests)
+        for group in self._groups(feeds):
+            try:
+                answers = self._run([feeds[i] for i in group])
+            except Exception:  # noqa: BLE001 - run each request alone: only one that cannot run fails
+                answers = []
+                for i in group:
+                    try:
+                        answers += self._run([feeds[i]])
+                    except Exception as exc:  # noqa: BLE001
+                        answers.append(pb_utils.TritonError(f"inference failed: {type(exc).__name__}: {exc}"))
+            for i, answer in zip(group, answers):
+                responses[i] = pb_utils.InferenceResponse(error=answer) if isinstance(answer, pb_utils.TritonError) \
+                    else pb_utils.InferenceResponse([pb_utils.Tensor(n, a) for n, a in answer.items()])
+        return responses
+
+    def _groups(self, feeds: list) -> list:
+        """Requests that run as one batch: all of them where ragged inputs are padded, else
+        those of equal shapes."""
+        if self.ragged_inputs:
+            return [list(range(len(feeds)))]
+        groups = {}
+        for i, feed in enumerate(feeds):
+            groups.setdefault(tuple(feed[n].shape for n in self.inputs), []).append(i)
+        return list(groups.values())
+
+    def _run(self, feeds: list) -> list:
+        """Outputs of each request of one batch."""
+        longest = {n: max(f[n].shape[1 + a] for f in feeds) for n, a in self.ragged_inputs.items()}
+        batch = {n: np.concatenate([self._pad(f[n], n, longest) for f in feeds]) for n in self.inputs}
+        outputs = dict(zip(self.outputs, self._engine(batch)))
+        answers, start = [], 0
+        for feed in feeds:
+            rows = feed[self.inputs[0]].shape[0]
+            own = {n: feed[n].shape[1 + a] for n, a in self.ragged_inputs.items()}
+            length = next(iter(own.values()), None)
+            answer = {}
+            for name, array in outputs.items():
+                part = array[start:start + rows]
+                if name in self.ragged_outputs and length is not None:
+                    part = np.take(part, range(length), axis=1 + self.ragged_outputs[name])
+                answer[name] = np.ascontiguousarray(part)
+            answers.append(answer)
+            start += rows
+        return answers
+
+    def _pad(self, array: np.ndarray, name: str, longest: dict) -> np.ndarray:
+        if name not in self.ragged_inputs:
+            return array
+        axis = 1 + self.ragged_inputs[name]
+        width = [(0, 0)] * array.ndim
+        width[axis] = (0, longest[name] - array.shape[axis])
+        return np.pad(array, width)
+
+    def _engine(self, batch: dict) -> list:
+        if self.session is not None:
+            return self.session.run(self.outputs, batch)
+        first = batch[self.inputs[0]]
+        rows, axis = first.shape[0], self.table["axis"]
+        times = self.table["ms"][min(rows, len(self.table["ms"])) - 1]
+        if axis is None:
+            ms = times
+        else:
+            length = first.shape[1 + axis]
+            ms = times[length] if length < len(times) else times[-1] * length / (len(times) - 1)
+        time.sleep(ms / 1000)
+        return [batch[name].copy() for name in self.inputs]

@@ -1,0 +1,96 @@
+"""Ratios of two configurations with 95 % confidence intervals, from interleaved windows.
+
+A comparison measures every configuration once per round, the rounds interleaved, so round i of
+two configurations ran at nearly the same time (and, with perf_analyzer's fixed Poisson seed,
+with the same arrivals). A configuration's statistic pools the requests of all its windows. The
+interval of a ratio comes from a two-level bootstrap: rounds drawn with replacement, the same
+rounds for both configurations (they are paired), then the requests of each drawn window drawn
+with replacement; the 2.5th and 97.5th percentiles of the ratio over the draws bound it. With one
+round only the noise within a window is seen, which is why every comparison also measures a
+configuration against a copy of itself (the A/A row): its interval is the noise floor.
+
+A ratio whose interval lies wholly on one side of 1 is ``better`` or ``worse``; one that holds 1
+is ``within noise``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from tools.perf_analyzer import Window
+
+DRAWS = 2000
+LOWER_IS_BETTER = {"mean": True, "p99": True, "throughput": False, "goodput": False}
+
+
+def statistic(name: str, qos_ms: float) -> Callable[[np.ndarray, float], float]:
+    """``f(latencies_ms, seconds)`` for ``mean``, ``p99``, ``throughput`` (answers per second) or
+    ``goodput`` (answers within ``qos_ms`` per second); ``seconds`` as ``seconds_of`` gives them."""
+    return {
+        "mean": lambda lat, s: float(lat.mean()) if len(lat) else math.nan,
+        "p99": lambda lat, s: float(np.percentile(lat, 99, method="inverted_cdf")) if len(lat) else math.nan,
+        "throughput": lambda lat, s: len(lat) / s if s > 0 else math.nan,
+        "goodput": lambda lat, s: int((lat <= qos_ms).sum()) / s if s > 0 else math.nan,
+    }[name]
+
+
+def seconds_of(window: Window, name: str) -> float:
+    """Throughput counts until the last answer; goodput per second of the load (``Window.goodput``)."""
+    return window.schedule_s if name == "goodput" else window.seconds
+
+
+def pooled(windows: Sequence[Window], name: str, qos_ms: float = 200.0) -> float:
+    """``name`` over every request of ``windows`` together."""
+    if not windows:
+        return math.nan
+    f = statistic(name, qos_ms)
+    return f(np.concatenate([w.latency_ms for w in windows]), sum(seconds_of(w, name) for w in windows))
+
+
+@dataclass(frozen=True)
+class Ratio:
+    """``value`` = statistic of one configuration over another's, with its 95 % interval."""
+
+    value: float
+    low: float
+    high: float
+    lower_is_better: bool
+
+    @property
+    def verdict(self) -> str:
+        if math.isnan(self.low) or self.low <= 1 <= self.high:
+            return "within noise"
+        return "better" if (self.high < 1) == self.lower_is_better else "worse"
+
+    def __str__(self) -> str:
+        if math.isnan(self.value):
+            return "-"
+        return f"{self.value:.2f}x [{self.low:.2f}, {self.high:.2f}]"
+
+
+def ratio(a: Sequence[Window], b: Sequence[Window], name: str, qos_ms: float = 200.0, draws: int = DRAWS,
+          seed: int = 0) -> Ratio:
+    """``name`` of ``a`` over ``name`` of ``b``, windows paired by round (``a[i]`` beside ``b[i]``)."""
+    rounds = min(len(a), len(b))
+    if rounds == 0:
+        return Ratio(math.nan, math.nan, math.nan, LOWER_IS_BETTER[name])
+    a, b = list(a[:rounds]), list(b[:rounds])
+    f = statistic(name, qos_ms)
+    value = pooled(a, name, qos_ms) / pooled(b, name, qos_ms)
+    rng = np.random.default_rng(seed)
+    found = np.empty(draws)
+    for d in range(draws):
+        chosen = rng.integers(0, rounds, rounds)
+        pair = []
+        for side in (a, b):
+            lat = np.concatenate([side[i].latency_ms[rng.integers(0, side[i].requests, side[i].requests)]
+                                  for i in chosen])
+            pair.append(f(lat, sum(seconds_of(side[i], name) for i in chosen)))
+        found[d] = pair[0] / pair[1] if pair[1] else math.nan
+    found = found[~np.isnan(found)]
+    low, high = (np.percentile(found, (2.5, 97.5)) if len(found) else (math.nan, math.nan))
+    return Ratio(float(value), float(low), float(high), LOWER_IS_BETTER[name])
