@@ -53,6 +53,18 @@ def batches(server, model: str) -> dict[tuple[int, int], float]:
     return {(int(dict(k)["stage"]), int(dict(k)["rows"])): v for k, v in values.items()}
 
 
+def assert_answers_are_the_unsliced_models(client, model: str, manifest: Manifest, source, feeds) -> None:
+    """``feeds`` sent to ``model`` at once; each answer equals ONNX Runtime on ``source`` for that
+    feed alone (so a padded batch was cut back to each query's own length)."""
+    with ThreadPoolExecutor(len(feeds)) as pool:
+        answers = list(pool.map(lambda feed: infer(client, model, feed), feeds))
+    reference = OnnxRuntimeEngine(source, [o.name for o in manifest.outputs])
+    for feed, answer in zip(feeds, answers):
+        for name, expected in reference.run(feed).items():
+            assert answer[name].shape == expected.shape
+            np.testing.assert_allclose(answer[name], expected, atol=1e-4)
+
+
 def test_plain_peer_pads_ragged_batches_and_answers_each_query_its_own(run, client, server, repository, sources):
     """tools.baselines writes the plain model a Triton user would (no dvabatch code): four queries
     of different lengths sent together become one ragged batch, padded by the model, and each
@@ -70,13 +82,7 @@ def test_plain_peer_pads_ragged_batches_and_answers_each_query_its_own(run, clie
     client.load_model("bert_like_plain")
     manifest = Manifest.load(repository / "bert_like" / VERSION)
     feeds = [sample_inputs(manifest.inputs, 1, {"sequence": n}, seed=n) for n in (3, 9, 5, 12)]
-    with ThreadPoolExecutor(4) as pool:
-        answers = list(pool.map(lambda feed: infer(client, "bert_like_plain", feed), feeds))
-    reference = OnnxRuntimeEngine(sources["bert_like"], [o.name for o in manifest.outputs])
-    for feed, answer in zip(feeds, answers):
-        for name, expected in reference.run(feed).items():
-            assert answer[name].shape == expected.shape
-            np.testing.assert_allclose(answer[name], expected, atol=1e-4)
+    assert_answers_are_the_unsliced_models(client, "bert_like_plain", manifest, sources["bert_like"], feeds)
     stats = client.get_inference_statistics("bert_like_plain", as_json=True)["model_stats"][0]["batch_stats"]
     assert [(int(b["batch_size"]), int(b["compute_infer"]["count"])) for b in stats] == [(4, 1)]
     client.unload_model("bert_like_plain")
@@ -91,12 +97,7 @@ def test_triton_batching_knob_runs_ragged_batches_to_completion(client, server, 
         "bert_like_triton", manifest, {"batching": "triton"}, queue_delay_us=300000, ragged_axis="sequence"))
     client.load_model("bert_like_triton")
     feeds = [sample_inputs(manifest.inputs, 1, {"sequence": n}, seed=n) for n in (3, 9, 5, 12)]
-    with ThreadPoolExecutor(4) as pool:
-        answers = list(pool.map(lambda feed: infer(client, "bert_like_triton", feed), feeds))
-    reference = OnnxRuntimeEngine(sources["bert_like"], [o.name for o in manifest.outputs])
-    for feed, answer in zip(feeds, answers):
-        for name, expected in reference.run(feed).items():
-            np.testing.assert_allclose(answer[name], expected, atol=1e-4)
+    assert_answers_are_the_unsliced_models(client, "bert_like_triton", manifest, sources["bert_like"], feeds)
     assert {rows for (stage, rows) in batches(server, "bert_like_triton")} == {4}
     client.unload_model("bert_like_triton")
 
@@ -114,13 +115,8 @@ def test_ensemble_peer_of_the_same_stages_answers_as_the_unsliced_model(run, cli
         assert 'key: "allow_spinning" value: { string_value: "false" }' in config
         client.load_model(step)
     client.load_model("bert_like_ensemble")
-    reference = OnnxRuntimeEngine(sources["bert_like"], [o.name for o in manifest.outputs])
     feeds = [sample_inputs(manifest.inputs, rows, {"sequence": n}, seed=n) for rows, n in ((1, 4), (2, 17), (1, 64))]
-    with ThreadPoolExecutor(3) as pool:
-        answers = list(pool.map(lambda feed: infer(client, "bert_like_ensemble", feed), feeds))
-    for feed, answer in zip(feeds, answers):
-        for name, expected in reference.run(feed).items():
-            np.testing.assert_allclose(answer[name], expected, atol=1e-4)
+    assert_answers_are_the_unsliced_models(client, "bert_like_ensemble", manifest, sources["bert_like"], feeds)
     for model in ("bert_like_ensemble", *steps):
         client.unload_model(model)
 

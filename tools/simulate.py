@@ -131,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    print(f"wrote {args.out / name} ({len(tables)} timed stages; whole model for the baselines in {whole_dir})")
+    print(f"wrote {args.out / name} ({len(tables)} timed stages; whole model for the peers in {whole_dir})")
     return 0
 
 

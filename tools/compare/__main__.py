@@ -261,6 +261,8 @@ class Search:
         results.levels += [Level(f"c={c}", Load(concurrency=c)) for c in args.concurrency]
         results.levels += [Level(path.name, Load(intervals=path.resolve())) for path in args.intervals]
         measured = results.measured
+        if not results.levels:
+            return
         for config in measured:  # unmeasured: the first window must not find stubs that idled during the peaks
             self.bench.window(config.model, results.levels[0].load, self.data[config.padded], args.warmup,
                               args.warmup, config.steps)

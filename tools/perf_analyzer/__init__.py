@@ -31,7 +31,6 @@ from pathlib import Path
 
 import numpy as np
 
-from tools.perf_analyzer.install import VERSION, installed_version, wrapper_path
 
 DELAYED = re.compile(r"(\d+(?:\.\d+)?)% of the requests were delayed")
 _REQUEST = re.compile(rb'\{"timestamp":(\d+),(?:"sequence_id":\d+,)?"request_inputs":')
@@ -43,7 +42,10 @@ class PerfAnalyzerError(RuntimeError):
 
 
 def binary() -> Path:
-    """The installed perf_analyzer, or an error saying how to install it."""
+    """The installed perf_analyzer, or an error saying how to install it. (The installer is imported
+    here, not at the top, so that ``python -m tools.perf_analyzer.install`` runs it only once.)"""
+    from tools.perf_analyzer.install import VERSION, installed_version, wrapper_path
+
     path = wrapper_path()
     if installed_version(path) != VERSION:
         raise PerfAnalyzerError(f"perf_analyzer {VERSION} is not installed at {path}: run `make setup` "
@@ -132,7 +134,7 @@ def read_export(path: Path) -> tuple[np.ndarray, np.ndarray]:
     answers = [m.group(1) for m in _ANSWERS.finditer(data)]
     if len(sent) != len(answers):
         raise PerfAnalyzerError(f"{path}: {len(sent)} requests but {len(answers)} answer lists; not the export "
-                                f"format of perf_analyzer {VERSION}")
+                                f"format of perf_analyzer 2.51")
     if any(not a for a in answers):
         raise PerfAnalyzerError(f"{path}: {sum(not a for a in answers)} requests were never answered")
     return np.array(sent, dtype=np.int64), np.array([int(a.rsplit(b",", 1)[-1]) for a in answers], dtype=np.int64)
