@@ -34,6 +34,7 @@ import numpy as np
 
 DELAYED = re.compile(r"(\d+(?:\.\d+)?)% of the requests were delayed")
 _REQUEST = re.compile(rb'\{"timestamp":(\d+),(?:"sequence_id":\d+,)?"request_inputs":')
+HANG_AFTER_S, HANG_FACTOR, ATTEMPTS = 30.0, 4.0, 3  # a window runs past 30 s + 4 x its length only if hung
 _ANSWERS = re.compile(rb'"response_timestamps":\[([0-9,]*)\]')
 
 
@@ -166,6 +167,20 @@ def command(model: str, url: str, load: Load, data: str | Path, seconds: float, 
     return args
 
 
+def _run(args: list[str], limit: float, what: str) -> subprocess.CompletedProcess:
+    """Run perf_analyzer, again if it hangs. perf_analyzer 2.51 sometimes stops sending in the
+    middle of a window and never ends (the server has answered everything it was sent; about one
+    Poisson window in 20 here, with or without a warm-up): such a run is killed after ``limit`` and
+    repeated, up to ``ATTEMPTS`` times in all."""
+    for attempt in range(1, ATTEMPTS + 1):
+        try:
+            return subprocess.run(args, capture_output=True, text=True, timeout=limit)
+        except subprocess.TimeoutExpired:
+            print(f"    perf_analyzer ({what}) hung for {limit:.0f} s (attempt {attempt} of {ATTEMPTS})",
+                  file=sys.stderr, flush=True)
+    raise PerfAnalyzerError(f"perf_analyzer ({what}) did not finish in {limit:.0f} s, {ATTEMPTS} times")
+
+
 def measure(model: str, url: str, load: Load, data: str | Path, seconds: float, warmup_s: float = 1.0,
             timeout_s: float | None = None) -> Window:
     """One window of ``load`` against ``model`` at the gRPC address ``url``, sending the entries of
@@ -174,12 +189,7 @@ def measure(model: str, url: str, load: Load, data: str | Path, seconds: float, 
     try:
         csv_path, export = folder / "window.csv", folder / "export.json"
         args = command(model, url, load, data, seconds, warmup_s, csv_path, export)
-        limit = timeout_s or 120 + 10 * (seconds + warmup_s)
-        try:
-            done = subprocess.run(args, capture_output=True, text=True, timeout=limit)
-        except subprocess.TimeoutExpired:
-            raise PerfAnalyzerError(f"perf_analyzer ({load.label} on {model}) did not finish in {limit:.0f} s") \
-                from None
+        done = _run(args, timeout_s or HANG_AFTER_S + HANG_FACTOR * (seconds + warmup_s), f"{load.label} on {model}")
         output = done.stdout + done.stderr
         if done.returncode != 0 or not export.is_file():
             said = [line.strip() for line in output.splitlines() if "rror" in line or "ailed" in line]
