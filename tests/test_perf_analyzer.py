@@ -15,7 +15,8 @@ from backend.engine import OnnxRuntimeEngine
 from backend.manifest import Manifest
 from slicer.slicing import VERSION
 from tools.input_data import interface_of
-from tools.perf_analyzer import Load, PerfAnalyzerError, command, measure, read_csv, read_export
+from tools.perf_analyzer import (ATTEMPTS, Load, PerfAnalyzerError, command, measure, read_csv, read_export,
+                                 run_until_done)
 from tools.perf_analyzer.install import VERSION as PA_VERSION
 from tools.perf_analyzer.install import _deb_member, install, installed_version
 from tools.workload import glue, write_input_data
@@ -101,3 +102,14 @@ def test_a_failing_request_stops_perf_analyzer_with_its_reason(server, tmp_path)
     with pytest.raises(PerfAnalyzerError, match="perf_analyzer \\(20/s Poisson on bert_like\\) failed: .*"
                                                 "inference failed"):
         measure("bert_like", server.url, Load(rate=20), data, seconds=1.0, warmup_s=0.5)
+
+
+def test_a_run_that_hangs_is_repeated_then_reported(tmp_path):
+    """perf_analyzer 2.51 sometimes stops sending mid-window and never ends: such a run is killed
+    and repeated, and a run that hangs every time is reported (a real process that never ends
+    stands in for it)."""
+    counter = tmp_path / "attempts"
+    script = f"echo x >> {counter}; sleep 30"
+    with pytest.raises(PerfAnalyzerError, match="did not finish in 0 s, 3 times"):
+        run_until_done(["bash", "-c", script], 0.3, "a hanging window")
+    assert len(counter.read_text().split()) == ATTEMPTS == 3

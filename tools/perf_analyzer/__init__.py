@@ -167,7 +167,7 @@ def command(model: str, url: str, load: Load, data: str | Path, seconds: float, 
     return args
 
 
-def _run(args: list[str], limit: float, what: str) -> subprocess.CompletedProcess:
+def run_until_done(args: list[str], limit: float, what: str) -> subprocess.CompletedProcess:
     """Run perf_analyzer, again if it hangs. perf_analyzer 2.51 sometimes stops sending in the
     middle of a window and never ends (the server has answered everything it was sent; about one
     Poisson window in 20 here, with or without a warm-up): such a run is killed after ``limit`` and
@@ -189,7 +189,8 @@ def measure(model: str, url: str, load: Load, data: str | Path, seconds: float, 
     try:
         csv_path, export = folder / "window.csv", folder / "export.json"
         args = command(model, url, load, data, seconds, warmup_s, csv_path, export)
-        done = _run(args, timeout_s or HANG_AFTER_S + HANG_FACTOR * (seconds + warmup_s), f"{load.label} on {model}")
+        limit = timeout_s or HANG_AFTER_S + HANG_FACTOR * (seconds + warmup_s)
+        done = run_until_done(args, limit, f"{load.label} on {model}")
         output = done.stdout + done.stderr
         if done.returncode != 0 or not export.is_file():
             said = [line.strip() for line in output.splitlines() if "rror" in line or "ailed" in line]
