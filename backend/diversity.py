@@ -31,8 +31,9 @@ paper combines them; ``auto`` (what the slicer writes) takes Policy I where the 
 length axis, Policy II where its stages prefer different batch sizes, and Policy III always.
 Every decision is a prediction from the tables, so where they say splitting, stretching or
 waiting cannot pay, none happens and the model batches as Triton's batcher would. ``auto`` goes
-one step further on stages that share the CPU's cores and never split: one executor runs them
-back to back (``fuses``), so the pipeline's handoffs cost nothing where they cannot buy overlap.
+one step further on stages that share the CPU's cores and never split (``fuses``): the model
+then serves as one session, as a plain model does (``serving.py``), so neither the pipeline's
+handoffs nor its per-response sends cost anything where they cannot buy overlap.
 """
 
 from __future__ import annotations

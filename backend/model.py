@@ -1,9 +1,12 @@
 """Triton's entry point for every model whose config.pbtxt says ``backend: "dvabatch"``.
 
-Only Triton glue lives here: requests become ``Query`` objects answered from their own response
-senders, and ``execute`` returns None at once, so Triton can hand over the next batch while
-earlier ones are still running (Triton 24.06+ allows this in the default, non-decoupled mode).
-With ``batching: triton`` (the baselines) ``execute`` runs its batch to completion first. The
+Only Triton glue lives here. Through the pipeline, requests become ``Query`` objects answered
+from their own response senders, and ``execute`` returns None at once, so Triton can hand over
+the next batch while earlier ones are still running (Triton 24.06+ allows this in the default,
+non-decoupled mode). Where the policy fuses the stages (the pipeline cannot pay on this model)
+and with ``batching: triton``, the model serves as a plain Python model does: ``execute`` runs
+the batch Triton formed and returns every response in its list, which goes back in the one
+message ``execute`` sends anyway, where each ``send()`` is a round trip of its own. The
 runtime's counters reach Triton's metrics endpoint through the custom metrics API.
 """
 
@@ -30,11 +33,11 @@ if not __package__:
 
 from .config import QueuePolicy, RuntimeConfig, triton_parameters  # noqa: E402
 from .device import make_device  # noqa: E402
-from .engine import cpu_cores, load_engines  # noqa: E402
 from .manifest import Manifest  # noqa: E402
 from .metrics import FAMILIES, Metrics  # noqa: E402
 from .query import Query  # noqa: E402
 from .runtime import Runtime  # noqa: E402
+from .serving import Mode, serve  # noqa: E402
 from .whole import WholeBatch  # noqa: E402
 
 METRICS_INTERVAL_S = 1.0
@@ -100,23 +103,15 @@ class TritonPythonModel:
         runtime_config = dataclasses.replace(RuntimeConfig.from_parameters(triton_parameters(config)),
                                              queue=self._queue)
         device = make_device(args.get("model_instance_kind", "CPU"), int(args.get("model_instance_device_id", 0)))
-        whole = runtime_config.batching == "triton"
-        threads = runtime_config.intra_op_thread_count or cpu_cores()
-        fused = not whole and runtime_config.policy.fuses(self._manifest)
-        if fused:
+        metrics = Metrics()
+        chosen, server = serve(self._manifest, version_dir, runtime_config, device, metrics, on_death=self._died)
+        if chosen is Mode.FUSED:
             pb_utils.Logger.log_info(
                 f"{args['model_name']}: policy {runtime_config.policy.name} runs the {len(self._manifest.stages)} "
-                "stages back to back in one executor (the pipeline cannot pay on this model; backend/diversity.py)")
-        alone = whole or fused or len(self._manifest.stages) == 1  # one session runs at a time
-        engines = load_engines(self._manifest, version_dir, device, threads, runtime_config.spins(alone), fused)
-        metrics = Metrics()
-        if whole:
-            runtime_config.bind(self._manifest)
-            self._whole, self._runtime = WholeBatch(self._manifest, engines, device, metrics, runtime_config.pad_values,
-                                                    runtime_config.size_limits(self._manifest)), None
-        else:
-            self._whole, self._runtime = None, Runtime(self._manifest, engines, runtime_config, device,
-                                                       metrics=metrics, on_death=self._died)
+                "stages as one session inside execute, as a plain model does (the pipeline cannot pay on this "
+                "model; backend/diversity.py)")
+        self._whole = server if isinstance(server, WholeBatch) else None
+        self._runtime = server if isinstance(server, Runtime) else None
         gauges = self._runtime.gauges if self._runtime is not None else dict
         labels = {"model": args["model_name"], "version": args["model_version"]}
         self._exporter = MetricsExporter(metrics, gauges, labels)
@@ -131,12 +126,15 @@ class TritonPythonModel:
         pb_utils.Logger.log_error(f"dvabatch: {reason}; this model's stub exits so that it can be loaded again")
         threading.Timer(1.0, os._exit, args=(1,)).start()
 
-    def execute(self, requests: list) -> None:
-        queries = [self._query(request) for request in requests]
-        if self._whole is not None:
-            self._whole.run(queries)
-        else:
-            self._runtime.submit(queries)
+    def execute(self, requests: list) -> list | None:
+        if self._whole is not None:  # every query is answered before run() returns
+            responses: list = [None] * len(requests)
+            self._whole.run([self._query(request, lambda response, i=i: responses.__setitem__(i, response))
+                             for i, request in enumerate(requests)])
+            # A response that could not be built (logged by Query.answer) must not leave its request hanging.
+            return [r if r is not None else pb_utils.InferenceResponse(error=pb_utils.TritonError(
+                "the response could not be built (see the server log)")) for r in responses]
+        self._runtime.submit([self._query(request, self._sender(request)) for request in requests])
         return None
 
     def finalize(self) -> None:
@@ -144,22 +142,26 @@ class TritonPythonModel:
             self._runtime.close()
         self._exporter.stop()
 
-    def _query(self, request) -> Query:
+    @staticmethod
+    def _sender(request):
+        sender = request.get_response_sender()
+        return lambda response: sender.send(response, flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+
+    def _query(self, request, deliver) -> Query:
+        """The request as a Query whose answer becomes a response handed to ``deliver``."""
         inputs = {}
         for spec in self._manifest.inputs:
             tensor = pb_utils.get_input_tensor_by_name(request, spec.name)
             if tensor is not None:
-                # Copy out of Triton's shared memory: the batch runs after execute() returns.
-                inputs[spec.name] = tensor.as_numpy().copy()
-        sender = request.get_response_sender()
+                # Through the pipeline, copied out of Triton's shared memory: the batch runs after execute().
+                inputs[spec.name] = tensor.as_numpy().copy() if self._runtime is not None else tensor.as_numpy()
 
         def respond(outputs, failure):
             if failure is not None:
                 code = getattr(pb_utils.TritonError, failure.code.name, pb_utils.TritonError.INTERNAL)
-                response = pb_utils.InferenceResponse(error=pb_utils.TritonError(failure.message, code))
+                deliver(pb_utils.InferenceResponse(error=pb_utils.TritonError(failure.message, code)))
             else:
-                response = pb_utils.InferenceResponse([pb_utils.Tensor(n, a) for n, a in outputs.items()])
-            sender.send(response, flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+                deliver(pb_utils.InferenceResponse([pb_utils.Tensor(n, a) for n, a in outputs.items()]))
 
         arrived = time.monotonic()
         timeout_us = self._queue.timeout_us(request.timeout())  # 0: none

@@ -205,12 +205,6 @@ class Runtime:
         config = config or RuntimeConfig()
         self.dead: str | None = None
         self._on_death = on_death
-        self.fused = config.policy.fuses(manifest)
-        if self.fused:
-            if len(engines) != 1:
-                raise ValueError(f"policy {config.policy.name!r} runs this model's stages fused: load its one "
-                                 "engine with load_engines(..., fused=True)")
-            manifest = manifest.fused()
         self.manifest = manifest
         self.device = device or CpuDevice()
         stages = len(manifest.stages)

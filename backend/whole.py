@@ -1,8 +1,9 @@
-"""Single-entry single-exit serving (``batching: triton``): what Triton's own batching does.
+"""Single-entry single-exit serving: what a plain Python model with Triton's batching does.
 
+Serves a model whose policy fuses its stages (``serving.Mode.FUSED``) and ``batching: triton``.
 Triton's dynamic batcher forms the batch; it runs through every stage in one go and every query
-is answered when the whole batch ends, with the same engines, validation and answering as the
-pipeline, so that setting it against the pipeline measures the batching and nothing else.
+is answered before ``run`` returns (so the backend returns the responses from ``execute``), with
+the same engines and validation as the pipeline.
 
 Requests whose inputs differ along a named axis arrive in one batch only when config.pbtxt
 allows ragged batches (``allow_ragged_batch``). They are then padded to the longest in the batch

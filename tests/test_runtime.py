@@ -10,11 +10,15 @@ import numpy as np
 import pytest
 
 from backend.config import RuntimeConfig, make_policy
+from backend.device import CpuDevice
 from backend.engine import OnnxRuntimeEngine, load_engines
 from backend.manifest import LatencyTable, Manifest
+from backend.metrics import Metrics
 from backend.policy import FixedPolicy, RandomPolicy
 from backend.query import Failure, Query, take_batch, validate
 from backend.runtime import Runtime
+from backend.serving import Mode, mode, serve
+from backend.whole import WholeBatch
 from slicer.sample import sample_inputs
 from slicer.slicing import VERSION
 
@@ -249,11 +253,12 @@ def with_tables(manifest: Manifest, tables: list[dict]) -> Manifest:
     return dataclasses.replace(manifest, stages=stages)
 
 
-def test_auto_runs_cpu_stages_back_to_back_where_the_pipeline_cannot_pay(repository, sources):
-    """ONNX Runtime stages whose time grows with the rows: ``auto`` runs them in one executor
-    (a split would save nothing, and stages on shared cores only take turns); answers for mixed
-    lengths still equal the unsliced model. With a first stage that batching pays for and later
-    ones that it does not (operator diversity: splitting saves), the pipeline stays."""
+def test_auto_serves_as_a_plain_model_where_the_pipeline_cannot_pay(repository, sources):
+    """ONNX Runtime stages whose time grows with the rows: ``auto`` serves the stages as one
+    session that runs each batch as it comes (a split would save nothing, and stages on shared
+    cores only take turns): no runtime threads, answered before ``run`` returns, and answers
+    for mixed lengths still equal the unsliced model. With a first stage that batching pays for
+    and later ones that it does not (operator diversity: splitting saves), the pipeline stays."""
     version_dir = repository / "bert_like" / VERSION
     source = Manifest.load(version_dir)
     sizes = source.stages[0].latency.batch_sizes
@@ -261,21 +266,20 @@ def test_auto_runs_cpu_stages_back_to_back_where_the_pipeline_cannot_pay(reposit
     fixed = {"batch_sizes": list(sizes), "mean": [1.0] * len(sizes)}
     manifest = with_tables(source, [per_row] * len(source.stages))
     config = lambda: RuntimeConfig(policy=make_policy("auto", {}))  # noqa: E731
-    assert not make_policy("auto", {}).fuses(with_tables(source, [fixed] + [per_row] * (len(source.stages) - 1)))
-    assert not make_policy("input+load", {}).fuses(manifest)  # the paper's policies, asked by name: a pipeline
-    with pytest.raises(ValueError, match="fused=True"):
-        Runtime(manifest, load_engines(manifest, version_dir), config())
-    runtime = Runtime(manifest, load_engines(manifest, version_dir, fused=True), config())
-    assert runtime.fused and len(runtime.executors) == 1
-    assert runtime.manifest.stages[0].latency.mean == tuple(len(source.stages) * b for b in sizes)
+    assert mode(with_tables(source, [fixed] + [per_row] * (len(source.stages) - 1)), config()) is Mode.PIPELINE
+    assert mode(manifest, RuntimeConfig(policy=make_policy("input+load", {}))) is Mode.PIPELINE  # asked by name
+    assert mode(manifest, RuntimeConfig(batching="triton")) is Mode.TRITON
+    chosen, server = serve(manifest, version_dir, config(), CpuDevice(), Metrics())
+    assert chosen is Mode.FUSED and isinstance(server, WholeBatch) and len(server.engines) == 1
+    assert server.manifest.stages[0].latency.mean == tuple(len(source.stages) * b for b in sizes)
     inbox = Inbox()
     feeds = [sample_inputs(manifest.inputs, 1 + i % 2, {"sequence": 3 + i}, seed=i) for i in range(10)]
-    for feed in feeds:  # Policy I pads each cluster to its longest: the padding is masked out
+    for feed in feeds:  # a batch of mixed lengths is padded to its longest: the padding is masked out
         feed["attention_mask"][:] = 1
-    runtime.submit([inbox.query(i, f) for i, f in enumerate(feeds)])
-    inbox.wait(len(feeds))
-    runtime.close()
+    for first in range(0, len(feeds), 4):
+        server.run([inbox.query(i, feeds[i]) for i in range(first, min(first + 4, len(feeds)))])
+        assert len(inbox.answers) == min(first + 4, len(feeds))  # answered inside run, as inside execute
     assert all(len(answers) == 1 for answers in inbox.answers.values())
     assert_like_reference(inbox, feeds, OnnxRuntimeEngine(sources["bert_like"], [o.name for o in manifest.outputs]))
-    assert {labels for (family, labels) in runtime.metrics.snapshot() if family == "dvabatch_stage_busy_us_total"} \
+    assert {labels for (family, labels) in server.metrics.snapshot() if family == "dvabatch_stage_busy_us_total"} \
         == {(("stage", "0"),)}

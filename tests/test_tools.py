@@ -102,6 +102,41 @@ def test_triton_batching_knob_runs_ragged_batches_to_completion(client, server, 
     client.unload_model("bert_like_triton")
 
 
+def test_auto_serves_a_fused_model_inside_execute_as_a_plain_model_does(client, server, repository, sources):
+    """Stage tables where the pipeline cannot pay (every stage's time grows with its rows): with
+    ``policy: auto`` the backend runs the batch Triton formed as one session inside ``execute``
+    and returns the responses. Five queries sent together are one Triton batch; four answers
+    equal the unsliced model, and the fifth (token ids beyond the vocabulary) gets its own error."""
+    link_version(repository / "bert_like", repository / "bert_like_fused")
+    version_dir = repository / "bert_like_fused" / VERSION
+    data = json.loads((version_dir / "manifest.json").read_text())
+    for stage in data["stages"]:
+        sizes = stage["latency"]["batch_sizes"]
+        stage["latency"] = {"batch_sizes": sizes, "mean": [float(b) for b in sizes], "unit": "ms"}
+    (version_dir / "manifest.json").unlink()  # a link to bert_like's own
+    (version_dir / "manifest.json").write_text(json.dumps(data))
+    manifest = Manifest.load(version_dir)
+    (repository / "bert_like_fused" / "config.pbtxt").write_text(triton_config.render(
+        "bert_like_fused", manifest, {"policy": "auto"}, queue_delay_us=300000))
+    client.load_model("bert_like_fused")
+    feeds = [sample_inputs(manifest.inputs, 1, {"sequence": 9}, seed=n) for n in range(5)]
+    feeds[2]["input_ids"][:] = 5000
+    with ThreadPoolExecutor(len(feeds)) as pool:
+        futures = [pool.submit(infer, client, "bert_like_fused", feed) for feed in feeds]
+    reference = OnnxRuntimeEngine(sources["bert_like"], [o.name for o in manifest.outputs])
+    for k, (feed, future) in enumerate(zip(feeds, futures)):
+        if k == 2:
+            with pytest.raises(grpcclient.InferenceServerException, match="inference failed"):
+                future.result()
+            continue
+        for name, expected in reference.run(feed).items():
+            np.testing.assert_allclose(future.result()[name], expected, atol=1e-4)
+    stats = client.get_inference_statistics("bert_like_fused", as_json=True)["model_stats"][0]["batch_stats"]
+    assert [(int(b["batch_size"]), int(b["compute_infer"]["count"])) for b in stats] == [(5, 1)]
+    assert len(manifest.stages) > 1 and {stage for (stage, rows) in batches(server, "bert_like_fused")} == {0}
+    client.unload_model("bert_like_fused")
+
+
 def test_ensemble_peer_of_the_same_stages_answers_as_the_unsliced_model(run, client, repository, sources):
     """The ensemble: each stage its own plain model with its own batcher, wired by Triton."""
     done = run("tools.baselines", str(repository / "bert_like"), "--source", str(sources["bert_like"]),
