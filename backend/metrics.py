@@ -14,7 +14,9 @@ Families (every metric also carries Triton's ``model`` and ``version`` labels):
 - ``dvabatch_entry_queries_total``, ``dvabatch_entry_wait_us_total``: queries admitted and the time
   they waited at the entry (the pipeline's queue; Triton's own queue is ``nv_inference_queue_*``);
 - ``dvabatch_queries_waiting``, ``dvabatch_queries_in_flight``: queries at the entry, and queries
-  handed to the backend and not yet answered.
+  handed to the backend and not yet answered;
+- ``dvabatch_serving{mode}``: 1 for the way the model serves, decided when it loaded (``pipeline``,
+  ``fused``: one session inside ``execute`` as a plain model, or ``triton``; ``serving.py``).
 """
 
 from __future__ import annotations
@@ -43,7 +45,10 @@ ENTRY_WAIT = Family("dvabatch_entry_wait_us_total", "counter",
                     "Microseconds admitted queries waited at the entry of the pipeline")
 WAITING = Family("dvabatch_queries_waiting", "gauge", "Queries waiting at the entry of the pipeline")
 IN_FLIGHT = Family("dvabatch_queries_in_flight", "gauge", "Queries handed to the backend and not yet answered")
-FAMILIES = {f.name: f for f in (META_OPERATIONS, BATCHES, STAGE_BUSY, ENTRY_QUERIES, ENTRY_WAIT, WAITING, IN_FLIGHT)}
+SERVING = Family("dvabatch_serving", "gauge",
+                 "1 for how the model serves: pipeline, fused (one session inside execute) or triton")
+FAMILIES = {f.name: f for f in (META_OPERATIONS, BATCHES, STAGE_BUSY, ENTRY_QUERIES, ENTRY_WAIT, WAITING, IN_FLIGHT,
+                                SERVING)}
 
 
 class Metrics:
@@ -65,6 +70,10 @@ class Metrics:
         waits = list(waits)
         self._add(ENTRY_QUERIES, (), len(waits))
         self._add(ENTRY_WAIT, (), sum(waits) * 1e6)
+
+    def serving(self, mode: str) -> None:
+        with self._lock:
+            self._counters[(SERVING.name, (("mode", mode),))] = 1.0
 
     def snapshot(self) -> dict[tuple[str, Labels], float]:
         """Every counter's total, keyed by (family name, labels)."""

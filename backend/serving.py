@@ -44,6 +44,7 @@ def serve(manifest: Manifest, version_dir: Path, config: RuntimeConfig, device: 
     """The model's engines loaded and its server built: a ``WholeBatch`` (``execute`` runs each
     batch) or a ``Runtime`` (``execute`` hands over and returns)."""
     chosen = mode(manifest, config)
+    metrics.serving(chosen.value)
     fused = chosen is Mode.FUSED
     alone = chosen is not Mode.PIPELINE or len(manifest.stages) == 1  # one session runs at a time
     engines = load_engines(manifest, version_dir, device, config.intra_op_thread_count or cpu_cores(),

@@ -283,3 +283,4 @@ def test_auto_serves_as_a_plain_model_where_the_pipeline_cannot_pay(repository, 
     assert_like_reference(inbox, feeds, OnnxRuntimeEngine(sources["bert_like"], [o.name for o in manifest.outputs]))
     assert {labels for (family, labels) in server.metrics.snapshot() if family == "dvabatch_stage_busy_us_total"} \
         == {(("stage", "0"),)}
+    assert server.metrics.snapshot()[("dvabatch_serving", (("mode", "fused"),))] == 1

@@ -134,6 +134,8 @@ def test_auto_serves_a_fused_model_inside_execute_as_a_plain_model_does(client, 
     stats = client.get_inference_statistics("bert_like_fused", as_json=True)["model_stats"][0]["batch_stats"]
     assert [(int(b["batch_size"]), int(b["compute_infer"]["count"])) for b in stats] == [(5, 1)]
     assert len(manifest.stages) > 1 and {stage for (stage, rows) in batches(server, "bert_like_fused")} == {0}
+    serving = prom.select(prom.scrape(server.metrics_url), "dvabatch_serving", model="bert_like_fused")
+    assert {dict(k)["mode"]: v for k, v in serving.items()} == {"fused": 1.0}
     client.unload_model("bert_like_fused")
 
 
