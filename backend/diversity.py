@@ -259,7 +259,7 @@ class DiversityPolicy(Policy):
     # The pipeline itself.
 
     def fuses(self, manifest: Manifest) -> bool:
-        """``auto`` runs the stages back to back where the pipeline cannot pay: every engine
+        """``auto`` serves the stages as one session where the pipeline cannot pay: every engine
         computes on the CPU's cores (ONNX Runtime stages each use all of them, so stages running
         at once only take turns, which the tables cannot show), and nowhere in the tables does
         splitting a batch after a stage (Policy II) answer its rows sooner, in sum, than both

@@ -67,7 +67,7 @@ class Policy:
         return None
 
     def fuses(self, manifest: Manifest) -> bool:
-        """Should one executor run every stage in turn (the model as a single stage), because
+        """Should the stages serve as one session, as a plain model (``serving.Mode.FUSED``), because
         the pipeline cannot pay on this model? Asked before ``bind``."""
         return False
 
