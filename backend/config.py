@@ -11,8 +11,8 @@
     parameters: { key: "allow_spinning"  value: { string_value: "auto" } }      # ONNX Runtime threads
 
 ``batching: triton`` serves the model single-entry single-exit: Triton's dynamic batcher forms
-each batch and ``execute`` runs it through every stage to completion, on the same engines,
-validation and answering as the pipeline (``whole.py``).
+each batch and ``execute`` runs it through every stage to completion and returns the responses,
+on the same engines and validation as the pipeline (``whole.py``).
 
 Anything else, or a value of the wrong kind, fails the model load with a message naming the
 parameter, so a typo never silently falls back to a default.

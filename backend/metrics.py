@@ -72,6 +72,7 @@ class Metrics:
         self._add(ENTRY_WAIT, (), sum(waits) * 1e6)
 
     def serving(self, mode: str) -> None:
+        """Set once, when the model loads: a gauge kept beside the counters, exported with them."""
         with self._lock:
             self._counters[(SERVING.name, (("mode", mode),))] = 1.0
 

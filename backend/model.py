@@ -36,9 +36,7 @@ from .device import make_device  # noqa: E402
 from .manifest import Manifest  # noqa: E402
 from .metrics import FAMILIES, Metrics  # noqa: E402
 from .query import Query  # noqa: E402
-from .runtime import Runtime  # noqa: E402
 from .serving import Mode, serve  # noqa: E402
-from .whole import WholeBatch  # noqa: E402
 
 METRICS_INTERVAL_S = 1.0
 log = logging.getLogger(__name__)
@@ -110,9 +108,9 @@ class TritonPythonModel:
                 f"{args['model_name']}: policy {runtime_config.policy.name} runs the {len(self._manifest.stages)} "
                 "stages as one session inside execute, as a plain model does (the pipeline cannot pay on this "
                 "model; backend/diversity.py)")
-        self._whole = server if isinstance(server, WholeBatch) else None
-        self._runtime = server if isinstance(server, Runtime) else None
-        gauges = self._runtime.gauges if self._runtime is not None else dict
+        # Inside execute (fused, batching: triton) every query is answered before execute returns.
+        self._inline, self._server = chosen is not Mode.PIPELINE, server
+        gauges = dict if self._inline else server.gauges
         labels = {"model": args["model_name"], "version": args["model_version"]}
         self._exporter = MetricsExporter(metrics, gauges, labels)
         self._exporter.start()
@@ -127,19 +125,19 @@ class TritonPythonModel:
         threading.Timer(1.0, os._exit, args=(1,)).start()
 
     def execute(self, requests: list) -> list | None:
-        if self._whole is not None:  # every query is answered before run() returns
+        if self._inline:
             responses: list = [None] * len(requests)
-            self._whole.run([self._query(request, lambda response, i=i: responses.__setitem__(i, response))
+            self._server.run([self._query(request, lambda response, i=i: responses.__setitem__(i, response))
                              for i, request in enumerate(requests)])
             # A response that could not be built (logged by Query.answer) must not leave its request hanging.
             return [r if r is not None else pb_utils.InferenceResponse(error=pb_utils.TritonError(
                 "the response could not be built (see the server log)")) for r in responses]
-        self._runtime.submit([self._query(request, self._sender(request)) for request in requests])
+        self._server.submit([self._query(request, self._sender(request)) for request in requests])
         return None
 
     def finalize(self) -> None:
-        if self._runtime is not None:
-            self._runtime.close()
+        if not self._inline:
+            self._server.close()
         self._exporter.stop()
 
     @staticmethod
@@ -154,7 +152,7 @@ class TritonPythonModel:
             tensor = pb_utils.get_input_tensor_by_name(request, spec.name)
             if tensor is not None:
                 # Through the pipeline, copied out of Triton's shared memory: the batch runs after execute().
-                inputs[spec.name] = tensor.as_numpy().copy() if self._runtime is not None else tensor.as_numpy()
+                inputs[spec.name] = tensor.as_numpy() if self._inline else tensor.as_numpy().copy()
 
         def respond(outputs, failure):
             if failure is not None:
