@@ -39,9 +39,10 @@ POLICIES: dict[str, type[Policy]] = {"pass": Policy, "fixed": FixedPolicy, "rand
 @dataclass(frozen=True)
 class QueuePolicy:
     """config.pbtxt's ``dynamic_batching { default_queue_policy { ... } }``. Triton applies it in
-    its own queue, which our ``execute`` empties at once, so the entry applies it instead: a full
-    queue refuses (UNAVAILABLE), a query still waiting when its timeout expires is refused
-    (timeout action REJECT) or kept (DELAY)."""
+    its own queue, which our ``execute`` empties whenever stage 0 asks for more, so the entry
+    applies it too, to the queries waiting for stage 0: a full queue refuses (UNAVAILABLE), a
+    query still waiting when its timeout expires is refused (timeout action REJECT) or kept
+    (DELAY)."""
 
     max_queue_size: int = 0
     default_timeout_us: int = 0

@@ -31,22 +31,31 @@ paper combines them; ``auto`` (what the slicer writes) takes Policy I where the 
 length axis, Policy II where its stages prefer different batch sizes, and Policy III always.
 Every decision is a prediction from the tables, so where they say splitting, stretching or
 waiting cannot pay, none happens and the model batches as Triton's batcher would. ``auto`` goes
-one step further on stages that share the CPU's cores and never split (``fuses``): the model
-then serves as one session, as a plain model does (``serving.py``), so neither the pipeline's
-handoffs nor its per-response sends cost anything where they cannot buy overlap.
+one step further and steps aside where the pipeline cannot pay at all (``choose``): on stages
+that share the CPU's cores and never split, and where the engines are so fast that the
+pipeline's own serving cost per request caps it below a plain model. The model then serves as a
+plain model does (``serving.py``), so neither the pipeline's handoffs nor its per-response
+sends cost anything where they cannot buy overlap.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from .batch_table import BatchRow
 from .manifest import LatencyTable, Manifest
-from .policy import ConfigError, Policy
+from .policy import Choice, ConfigError, Policy
 from .query import BatchShape, Query
 
-PIPELINE_GAIN = 0.05  # how much sooner a split must answer, in sum, for ``auto`` to keep a CPU pipeline
+SPLIT_GAIN = 0.05  # how much sooner a split must answer, in sum, for ``auto`` to keep a CPU pipeline
+CAPACITY_GAIN = 0.1  # how much more the pipeline must be predicted to answer for ``auto`` to keep it
+# CPU time (tritonserver + stub) per request near the peak, at near-zero compute: measured with
+# ``python -m tools.bench_cost`` on the 2-core host (docs/results/cost-*); config.pbtxt's
+# ``policy.plain_cost_us`` / ``policy.pipeline_cost_us`` give another host's.
+PLAIN_COST_US = 160.0
+PIPELINE_COST_US = 400.0
 LOAD_WAITS = 2 / 3  # the share of time the pipeline is busy unbatched beyond which the load's window is waited
 BATCHING_PAYS = 0.9  # two rows must cost under this share of two single rows for the load's window
 MISSED = 3600.0  # seconds a missed deadline costs a query when clusters are compared
@@ -72,6 +81,8 @@ class DiversityPolicy(Policy):
     max_in_flight: int = -1  # rows admitted and not yet answered; -1: a full batch per stage with Policy I; 0: none
     statistic: str = "mean"  # mean | p99: which column of the tables predictions read
     deadline_ms: float = 0.0  # a query's deadline after it arrived when its request sets no timeout; 0: none
+    plain_cost_us: float = PLAIN_COST_US  # serving cost per request of a plain model (``choose``)
+    pipeline_cost_us: float = PIPELINE_COST_US  # and of the pipeline
     _tables: list[LatencyTable] = field(init=False, repr=False, default_factory=list)
     _axis: str | None = field(init=False, repr=False, default=None)
     _max: int = field(init=False, repr=False, default=0)
@@ -258,18 +269,49 @@ class DiversityPolicy(Policy):
 
     # The pipeline itself.
 
-    def fuses(self, manifest: Manifest) -> bool:
-        """``auto`` serves the stages as one session where the pipeline cannot pay: every engine
-        computes on the CPU's cores (ONNX Runtime stages each use all of them, so stages running
-        at once only take turns, which the tables cannot show), and nowhere in the tables does
-        splitting a batch after a stage (Policy II) answer its rows sooner, in sum, than both
-        the whole batch and the two halves formed at the entry, by ``PIPELINE_GAIN``. Where every
-        stage's time grows alike with the rows, forming smaller batches to begin with is as good
-        as splitting later; only operator diversity needs a split in the middle."""
-        if not self.auto or len(manifest.stages) < 2 or any(s.engine != "onnxruntime" or s.latency is None
-                                                             for s in manifest.stages):
-            return False
+    def choose(self, manifest: Manifest, cores: int) -> Choice:
+        """``auto`` steps aside where the pipeline cannot pay (otherwise, and for every other
+        policy, it pipelines):
+
+        - stages that compute on the CPU's cores (ONNX Runtime: each uses all of them, so stages
+          running at once only take turns, which the tables cannot show) pay only where splitting
+          a batch after a stage (Policy II) answers its rows sooner, in sum, than both the whole
+          batch and the two halves formed at the entry, by ``SPLIT_GAIN`` (``_split_pays``);
+        - stages on their own engines (a GPU; timed) overlap, and the pipeline pays where its
+          predicted capacity beats the plain model's by ``CAPACITY_GAIN`` (``_capacities``)."""
+        if not self.auto or len(manifest.stages) < 2 or any(s.latency is None for s in manifest.stages):
+            return Choice(True, "auto pipelines a model of one stage or without latency tables")
         tables = [s.latency for s in manifest.stages]
+        if all(s.engine == "onnxruntime" for s in manifest.stages):
+            if self._split_pays(tables):
+                return Choice(True, "splitting a batch after a stage answers its rows sooner (Policy II)")
+            return Choice(False, "the stages share the CPU's cores and no split after a stage pays")
+        capacity = self._capacities(tables, cores)
+        pays = capacity["pipeline"] >= (1 + CAPACITY_GAIN) * capacity["plain"]
+        return Choice(pays, f"predicted capacity {capacity['pipeline']:.0f} requests/s pipelined, "
+                            f"{capacity['plain']:.0f} as a plain model (serving costs {self.pipeline_cost_us:.0f} / "
+                            f"{self.plain_cost_us:.0f} us of CPU per request on {cores} cores)", capacity)
+
+    def _capacities(self, tables: Sequence[LatencyTable], cores: int) -> dict[str, float]:
+        """Requests/s each way can answer at most, at a typical length (the middle tabulated
+        one): a plain model runs the stages of a batch one after another, the pipeline is held
+        by its slowest stage, each at its best batch size; and neither answers more than the
+        host's cores can serve at its CPU cost per request (tritonserver and the stub together,
+        ``plain_cost_us`` / ``pipeline_cost_us``), which at GPU engine speed is what decides."""
+        lengths = tables[0].lengths
+        length = lengths[len(lengths) // 2] if lengths else None
+
+        def best(took: Callable[[int], float]) -> float:
+            """Requests/s at the best batch size, of ``took(rows)`` milliseconds per batch."""
+            return max(rows * 1000 / ms if ms > 0 else math.inf
+                       for rows in range(1, tables[0].batch_sizes[-1] + 1) for ms in (took(rows),))
+
+        plain = best(lambda rows: sum(t.predict(rows, length, self.statistic) for t in tables))
+        pipeline = best(lambda rows: max(t.predict(rows, length, self.statistic) for t in tables))
+        return {"plain": min(plain, cores * 1e6 / self.plain_cost_us),
+                "pipeline": min(pipeline, cores * 1e6 / self.pipeline_cost_us)}
+
+    def _split_pays(self, tables: Sequence[LatencyTable]) -> bool:
         for length in tables[0].lengths or (None,):
             def took(stages: Sequence[LatencyTable], rows: int) -> float:
                 return sum(t.predict(rows, length, self.statistic) for t in stages)
@@ -281,9 +323,9 @@ class DiversityPolicy(Policy):
                 for stage in range(1, len(tables)):
                     early, late = took(tables[:stage], bs), tables[stage:]
                     split = big * (early + took(late, big)) + small * (early + took(late, big) + took(late, small))
-                    if split < (1 - PIPELINE_GAIN) * min(whole, at_entry):
-                        return False
-        return True
+                    if split < (1 - SPLIT_GAIN) * min(whole, at_entry):
+                        return True
+        return False
 
 
 def _halves(rows: int, remain: Callable[[int], float]) -> list[int]:

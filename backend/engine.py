@@ -163,16 +163,25 @@ class TensorRTEngine:
         return outputs
 
 
+def fusable(manifest: Manifest) -> bool:
+    """Whether the stages can run as one engine: ONNX Runtime stages (one session), or timed ones
+    (one sleep for the summed tables, as stages queued on one GPU stream make the host wait once)."""
+    return {stage.engine for stage in manifest.stages} in ({"onnxruntime"}, {"timed"})
+
+
 def load_engines(manifest: Manifest, version_dir: Path, device: Device | None = None, threads: int = 0,
                  spinning: bool = False, fused: bool = False) -> list[Engine]:
     """Every stage's engine, as the backend serves them (``threads`` 0: every core); with
     ``fused``, the one engine of ``manifest.fused()``: ONNX Runtime stages merged back into one
-    session (one run instead of one per stage, and the optimiser sees across the cuts)."""
+    session (one run instead of one per stage, and the optimiser sees across the cuts), or one
+    timed engine for timed stages."""
     threads = threads or cpu_cores()
     if not fused:
         return [load_engine(stage, version_dir, device, threads, spinning) for stage in manifest.stages]
-    if any(stage.engine != "onnxruntime" for stage in manifest.stages):
-        raise ValueError("only onnxruntime stages run fused")
+    if not fusable(manifest):
+        raise ValueError("only onnxruntime stages, or timed ones, run fused")
+    if manifest.stages[0].engine == "timed":
+        return [TimedEngine(manifest.fused().stages[0], device or CpuDevice())]
     files = [_stage_file(stage, version_dir) for stage in manifest.stages]
     merged = merge_stages(files, [t.name for t in manifest.inputs], [t.name for t in manifest.outputs])
     return [OnnxRuntimeEngine(merged, [t.name for t in manifest.outputs], threads, spinning)]

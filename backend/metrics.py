@@ -15,14 +15,17 @@ Families (every metric also carries Triton's ``model`` and ``version`` labels):
   they waited at the entry (the pipeline's queue; Triton's own queue is ``nv_inference_queue_*``);
 - ``dvabatch_queries_waiting``, ``dvabatch_queries_in_flight``: queries at the entry, and queries
   handed to the backend and not yet answered;
-- ``dvabatch_serving{mode}``: 1 for the way the model serves, decided when it loaded (``pipeline``,
-  ``fused``: one session inside ``execute`` as a plain model, or ``triton``; ``serving.py``).
+- ``dvabatch_serving{mode}``: 1 for the way the model serves, decided when it loaded (``pipeline``;
+  ``fused``: one session inside ``execute`` as a plain model; ``in_turn``: the stages one after
+  another inside ``execute``; ``serving.py``);
+- ``dvabatch_predicted_capacity{serving}``: the requests/s that decision predicted for ``plain``
+  and ``pipeline`` serving, where it compared them (``Policy.choose``).
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 Labels = tuple[tuple[str, str], ...]
@@ -46,9 +49,11 @@ ENTRY_WAIT = Family("dvabatch_entry_wait_us_total", "counter",
 WAITING = Family("dvabatch_queries_waiting", "gauge", "Queries waiting at the entry of the pipeline")
 IN_FLIGHT = Family("dvabatch_queries_in_flight", "gauge", "Queries handed to the backend and not yet answered")
 SERVING = Family("dvabatch_serving", "gauge",
-                 "1 for how the model serves: pipeline, fused (one session inside execute) or triton")
+                 "1 for how the model serves: pipeline, fused (one session inside execute) or in_turn")
+CAPACITY = Family("dvabatch_predicted_capacity", "gauge",
+                  "Requests/s predicted at load for plain and pipeline serving, where the policy compared them")
 FAMILIES = {f.name: f for f in (META_OPERATIONS, BATCHES, STAGE_BUSY, ENTRY_QUERIES, ENTRY_WAIT, WAITING, IN_FLIGHT,
-                                SERVING)}
+                                SERVING, CAPACITY)}
 
 
 class Metrics:
@@ -71,10 +76,12 @@ class Metrics:
         self._add(ENTRY_QUERIES, (), len(waits))
         self._add(ENTRY_WAIT, (), sum(waits) * 1e6)
 
-    def serving(self, mode: str) -> None:
-        """Set once, when the model loads: a gauge kept beside the counters, exported with them."""
+    def serving(self, mode: str, capacity: Mapping[str, float]) -> None:
+        """Set once, when the model loads: gauges kept beside the counters, exported with them."""
         with self._lock:
             self._counters[(SERVING.name, (("mode", mode),))] = 1.0
+            for way, rate in capacity.items():
+                self._counters[(CAPACITY.name, (("serving", way),))] = rate
 
     def snapshot(self) -> dict[tuple[str, Labels], float]:
         """Every counter's total, keyed by (family name, labels)."""

@@ -1,13 +1,16 @@
 """Triton's entry point for every model whose config.pbtxt says ``backend: "dvabatch"``.
 
-Only Triton glue lives here. Through the pipeline, requests become ``Query`` objects answered
-from their own response senders, and ``execute`` returns None at once, so Triton can hand over
-the next batch while earlier ones are still running (Triton 24.06+ allows this in the default,
-non-decoupled mode). Where the policy fuses the stages (the pipeline cannot pay on this model)
-and with ``batching: triton``, the model serves as a plain Python model does: ``execute`` runs
-the batch Triton formed and returns every response in its list, which goes back in the one
-message ``execute`` sends anyway, where each ``send()`` is a round trip of its own. The
-runtime's counters reach Triton's metrics endpoint through the custom metrics API.
+Only Triton glue lives here. Through the pipeline, requests become ``Query`` objects handed to
+the runtime, and ``execute`` returns as soon as stage 0 asks for more (not before: meanwhile
+Triton gathers the requests that arrive into its next batch), so Triton hands over the next
+batch while earlier ones are still running (Triton 24.06+ allows this in the default,
+non-decoupled mode). Responses ready by then go back in the list ``execute`` returns, the rest
+from their requests' own response senders (``query.Handover``). Where the policy steps aside
+(the pipeline cannot pay on this model and host) and with ``batching: triton``, the model
+serves as a plain Python model does: ``execute`` runs the batch Triton formed and returns every
+response in its list, which goes back in the one message ``execute`` sends anyway, where each
+``send()`` is a round trip of its own. The runtime's counters reach Triton's metrics endpoint
+through the custom metrics API.
 """
 
 import dataclasses
@@ -35,10 +38,11 @@ from .config import QueuePolicy, RuntimeConfig, triton_parameters  # noqa: E402
 from .device import make_device  # noqa: E402
 from .manifest import Manifest  # noqa: E402
 from .metrics import FAMILIES, Metrics  # noqa: E402
-from .query import Query  # noqa: E402
+from .query import Handover, Query  # noqa: E402
 from .serving import Mode, serve  # noqa: E402
 
 METRICS_INTERVAL_S = 1.0
+BACKPRESSURE_MAX_S = 5.0  # execute waits for stage 0 to ask for more at most this long (Runtime.submit)
 log = logging.getLogger(__name__)
 
 
@@ -102,14 +106,11 @@ class TritonPythonModel:
                                              queue=self._queue)
         device = make_device(args.get("model_instance_kind", "CPU"), int(args.get("model_instance_device_id", 0)))
         metrics = Metrics()
-        chosen, server = serve(self._manifest, version_dir, runtime_config, device, metrics, on_death=self._died)
-        if chosen is Mode.FUSED:
-            pb_utils.Logger.log_info(
-                f"{args['model_name']}: policy {runtime_config.policy.name} runs the {len(self._manifest.stages)} "
-                "stages as one session inside execute, as a plain model does (the pipeline cannot pay on this "
-                "model; backend/diversity.py)")
-        # Inside execute (fused, batching: triton) every query is answered before execute returns.
-        self._inline, self._server = chosen is not Mode.PIPELINE, server
+        decision, server = serve(self._manifest, version_dir, runtime_config, device, metrics, on_death=self._died)
+        pb_utils.Logger.log_info(f"{args['model_name']}: serves {decision.mode.value} "
+                                 f"({decision.choice.why}; backend/serving.py)")
+        # Inside execute (fused, in turn) every query is answered before execute returns.
+        self._inline, self._server = decision.mode is not Mode.PIPELINE, server
         gauges = dict if self._inline else server.gauges
         labels = {"model": args["model_name"], "version": args["model_version"]}
         self._exporter = MetricsExporter(metrics, gauges, labels)
@@ -132,8 +133,10 @@ class TritonPythonModel:
             # A response that could not be built (logged by Query.answer) must not leave its request hanging.
             return [r if r is not None else pb_utils.InferenceResponse(error=pb_utils.TritonError(
                 "the response could not be built (see the server log)")) for r in responses]
-        self._server.submit([self._query(request, self._sender(request)) for request in requests])
-        return None
+        handover = Handover([self._sender(request) for request in requests])
+        self._server.submit([self._query(request, lambda response, i=i: handover.deliver(i, response))
+                             for i, request in enumerate(requests)], wait_s=BACKPRESSURE_MAX_S)
+        return handover.close()
 
     def finalize(self) -> None:
         if not self._inline:
@@ -142,8 +145,8 @@ class TritonPythonModel:
 
     @staticmethod
     def _sender(request):
-        sender = request.get_response_sender()
-        return lambda response: sender.send(response, flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        return lambda response: request.get_response_sender().send(
+            response, flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
 
     def _query(self, request, deliver) -> Query:
         """The request as a Query whose answer becomes a response handed to ``deliver``."""

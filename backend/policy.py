@@ -27,6 +27,16 @@ class ConfigError(ValueError):
     """A model's config.pbtxt parameter is invalid; the message names it."""
 
 
+@dataclass(frozen=True)
+class Choice:
+    """Whether a model pipelines, why, and the requests/s predicted for each way of serving
+    (``plain``, ``pipeline``) where the choice compared them: for the log and the metrics."""
+
+    pipeline: bool
+    why: str
+    capacity: dict[str, float] = field(default_factory=dict)
+
+
 class Policy:
     """Pass-through: every admission is a new batch, nothing is stretched or split."""
 
@@ -66,10 +76,11 @@ class Policy:
         """Sizes to split ``batch`` into after ``stage`` finished all of it, or None to pass it on."""
         return None
 
-    def fuses(self, manifest: Manifest) -> bool:
-        """Should the stages serve as one session, as a plain model (``serving.Mode.FUSED``), because
-        the pipeline cannot pay on this model? Asked before ``bind``."""
-        return False
+    def choose(self, manifest: Manifest, cores: int) -> Choice:
+        """Pipeline, or step aside and serve as a plain model does (``serving.py``) because the
+        pipeline cannot pay on this model and host (``cores``: the CPU cores this process may
+        use)? Asked before ``bind``."""
+        return Choice(True, f"policy {self.name!r} always pipelines")
 
 
 @dataclass

@@ -6,6 +6,7 @@ Nothing here imports Triton: the backend's entry file turns requests into ``Quer
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -94,6 +95,11 @@ class Query:
             log.exception("could not send a response")
 
 
+@functools.cache
+def _dtype(name: str) -> np.dtype:
+    return np.dtype(name)
+
+
 def validate(manifest: Manifest, query: Query, limits: Mapping[str, int] | None = None) -> str | None:
     """Why ``query`` cannot run, or None. Names the tensor and what was expected. ``limits``: the
     largest size of each named axis (by default what the model was profiled for; see
@@ -106,12 +112,11 @@ def validate(manifest: Manifest, query: Query, limits: Mapping[str, int] | None 
         array = query.inputs.get(spec.name)
         if array is None:
             return f"input '{spec.name}' is missing"
-        if array.dtype != np.dtype(spec.dtype):
+        if array.dtype != _dtype(spec.dtype):
             return f"input '{spec.name}' has dtype {array.dtype.name}, expected {spec.dtype}"
-        expected = ["batch", *(str(d) for d in spec.dims)]
-        if array.ndim != len(expected):
+        if array.ndim != 1 + len(spec.dims):
             return (f"input '{spec.name}' has shape {list(array.shape)}, expected "
-                    f"[{', '.join(expected)}]")
+                    f"[{', '.join(['batch', *(str(d) for d in spec.dims)])}]")
         if rows is None:
             rows = array.shape[0]
         elif array.shape[0] != rows:
@@ -202,3 +207,30 @@ def take_batch(waiting: Sequence[Query], max_rows: int) -> list[Query]:
             batch.append(query)
             rows += query.rows
     return batch
+
+
+class Handover:
+    """The responses of one ``execute`` call through the pipeline. Those ready while ``execute``
+    still waits (``Runtime.submit``'s back-pressure) go back in the list it returns, in the one
+    message ``execute`` sends anyway; later ones through their requests' own senders, each a
+    round trip of its own. Triton takes ``None`` in that list for a request answered through its
+    sender (python_backend's ``ProcessReturnedResponses``)."""
+
+    def __init__(self, senders: Sequence[Callable[[object], None]]):
+        self._senders = senders
+        self._responses: list[object] = [None] * len(senders)
+        self._open = True
+        self._lock = threading.Lock()
+
+    def deliver(self, index: int, response: object) -> None:
+        with self._lock:
+            if self._open:
+                self._responses[index] = response
+                return
+        self._senders[index](response)
+
+    def close(self) -> list[object]:
+        """The responses delivered so far (None for the rest); later ones are sent."""
+        with self._lock:
+            self._open = False
+            return self._responses

@@ -39,6 +39,7 @@ SCAN = 64  # waiting queries an admission looks at, from the oldest
 CANCEL_AFTER_S = 0.02  # a waiting query is asked whether it was cancelled once it has waited this long
 CANCEL_IN_FLIGHT_S = 0.1  # a query in the pipeline is asked once it is this old, then at most this often
 CANCELLED = Failure("the request was cancelled", Code.CANCELLED)
+ANSWERING_THREADS = 4
 
 
 class Entry:
@@ -60,6 +61,8 @@ class Entry:
         self._arrivals: deque[float] = deque(maxlen=32)
         self._changed = threading.Condition()
         self._closed = False
+        self._ready = True  # stage 0 is done with its item, or waits here: it takes queries next
+        self._windowing = False  # stage 0 waits in its batch window for more queries
 
     def put(self, queries: Sequence[Query]) -> None:
         """Queue the queries; those beyond ``max_queue`` are refused at once, as Triton's queue
@@ -96,13 +99,40 @@ class Entry:
         with self._changed:
             self._changed.notify_all()
 
+    def ready(self) -> None:
+        """Stage 0 finished computing its item: it takes queries next, once it has an output buffer."""
+        with self._changed:
+            self._ready = True
+            self._changed.notify_all()
+
+    def wait_ready(self, timeout: float) -> None:
+        """Back-pressure for Triton's batcher, in the backend's ``execute``: return once stage 0
+        took every waiting query and finished computing them (it takes queries next), or waits
+        in its batch window for more, or the entry closed; at most after ``timeout``. Meanwhile
+        Triton gathers the requests that arrive into its next batch: one ``execute`` and one
+        admission for many, as a plain model batches. Returning when stage 0 finished computing,
+        not when it asks (after it got an output buffer), lets that batch travel from Triton
+        while stage 0 waits for the next stage; and not when its queries were taken, so that
+        Triton's next batch holds everything that arrived meanwhile, not a few stragglers (a
+        slow timed pipeline, emulated: stages 73 % and 69 % busy that way, ...)."""
+        with self._changed:
+            self._changed.wait_for(lambda: (self._ready and not self._waiting) or self._windowing or self._closed,
+                                   timeout)
+
+    def _hand(self, item: BatchItem) -> BatchItem:
+        self._ready = False
+        return item
+
     def get(self) -> BatchItem | None:
         """The next item for stage 0, or None once closed and drained."""
         with self._changed:
             while True:
+                if not self._ready:
+                    self._ready = True
+                    self._changed.notify_all()
                 self._changed.wait_for(lambda: self._waiting or self._formed or self._closed)
                 if self._formed:
-                    return self._scheduler.new(*self._formed.popleft())
+                    return self._hand(self._scheduler.new(*self._formed.popleft()))
                 if not self._waiting:
                     return None
                 room = self._room()
@@ -113,7 +143,10 @@ class Entry:
                 deadline = self._waiting[0].arrived + window
                 while (not self._closed and self._joining_rows() < room
                        and (left := deadline - time.monotonic()) > 0):
+                    self._windowing = True
+                    self._changed.notify_all()
                     self._changed.wait(left)
+                self._windowing = False
                 head = self._head()
                 if not head:
                     continue
@@ -125,7 +158,7 @@ class Entry:
                 gone = {id(q) for q in taken}
                 self._waiting.extendleft(reversed([q for q in head if id(q) not in gone]))
                 self._formed.extend(formed)
-                return item
+                return self._hand(item)
 
     def _joining_rows(self) -> int:
         """Rows among the oldest ``SCAN`` that can share a batch with the oldest: what the window
@@ -173,27 +206,36 @@ class Entry:
             return left
 
 
-class Exit(threading.Thread):
-    """Answers queries off the last stage's thread: sending a response through Triton costs far
-    more than a cheap stage computes (about 1 ms of wall time per query), and the last stage must
-    not wait for it before running its next batch. Answers are copies, never views of buffers a
-    later batch may overwrite."""
+class Exit:
+    """Answers queries off the last stage's thread, from ``ANSWERING_THREADS`` threads. A response
+    sent through its response sender is a round trip to Triton's process that blocks the sending
+    thread (the GIL released) for 130-200 us here, far longer than a cheap stage computes: the
+    last stage must not wait for it, and one thread sending one answer after another became a
+    queue (the hand-off wait grew to 1.4-6.8 ms at 8-32 requests in flight). Four senders
+    answered 1.4-1.7x as many requests per second as one (issue 20's measurements). Answers are
+    copies, never views of buffers a later batch may overwrite."""
 
-    def __init__(self):
-        super().__init__(name="dvabatch-exit", daemon=True)
+    def __init__(self, threads: int = ANSWERING_THREADS):
         self._answers: queue.SimpleQueue[tuple[Query, dict[str, np.ndarray]] | None] = queue.SimpleQueue()
+        self._threads = [threading.Thread(target=self._run, name=f"dvabatch-exit-{i}", daemon=True)
+                         for i in range(threads)]
+        for thread in self._threads:
+            thread.start()
 
     def answer(self, query: Query, outputs: dict[str, np.ndarray]) -> None:
         self._answers.put((query, {name: np.array(array) for name, array in outputs.items()}))
 
-    def run(self) -> None:
+    def _run(self) -> None:
         while (item := self._answers.get()) is not None:
             query, outputs = item
             query.answer(outputs)
 
     def close(self, timeout: float) -> None:
-        self._answers.put(None)
-        self.join(timeout)
+        for _ in self._threads:
+            self._answers.put(None)
+        deadline = time.monotonic() + timeout
+        for thread in self._threads:
+            thread.join(max(deadline - time.monotonic(), 0))
 
 
 class Runtime:
@@ -225,7 +267,6 @@ class Runtime:
         self._filled: dict[Query, int] = {}
         self._lock = threading.Lock()
         self.exit = Exit()
-        self.exit.start()
         self.executors = [
             StageExecutor(spec, engine, self.device, self.scheduler,
                           inbox=self.entry if i == 0 else self.queues[i - 1],
@@ -238,13 +279,16 @@ class Runtime:
         for executor in self.executors:
             executor.start()
 
-    def submit(self, queries: Sequence[Query]) -> None:
-        """Validate and hand over; never waits for inference."""
+    def submit(self, queries: Sequence[Query], wait_s: float = 0.0) -> None:
+        """Validate and hand over; never waits for inference. With ``wait_s``, return once stage 0
+        has computed them (``Entry.wait_ready``), at most after that long."""
         if self.dead:
             for query in queries:
                 query.answer(failure=Failure(self.dead, Code.UNAVAILABLE))
             return
         self.entry.put(refuse_invalid(self.manifest, queries, self.size_limits))
+        if wait_s > 0:
+            self.entry.wait_ready(wait_s)
 
     def executor_died(self, stage: int, error: BaseException) -> None:
         """An executor thread ended on an error nothing could recover from: every query held
@@ -329,6 +373,11 @@ class Runtime:
 
     def boundary(self, stage: int) -> Boundary:
         return self.boundaries[stage]
+
+    def computed(self, stage: int) -> None:
+        """Stage 0 takes queries next: ``execute`` may return, for Triton to send its next batch."""
+        if stage == 0:
+            self.entry.ready()
 
     def drop_cancelled(self, row: BatchRow, item: BatchItem) -> None:
         """At a stage boundary: answer the item's queries whose clients gave up (the executor then

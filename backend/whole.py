@@ -1,6 +1,6 @@
 """Single-entry single-exit serving: what a plain Python model with Triton's batching does.
 
-Serves a model whose policy fuses its stages (``serving.Mode.FUSED``) and ``batching: triton``.
+Serves a model whose policy stepped aside (``serving.Mode.FUSED``, ``IN_TURN``) and ``batching: triton``.
 Triton's dynamic batcher forms the batch; it runs through every stage in one go and every query
 is answered before ``run`` returns (so the backend returns the responses from ``execute``), with
 the same engines and validation as the pipeline.
@@ -53,14 +53,23 @@ class WholeBatch:
     def _run(self, queries: Sequence[Query]) -> None:
         sizes = [q.sizes for q in queries]
         longest = {name: max(s[name] for s in sizes) for name in sizes[0]}
-        feed = {spec.name: self.device.from_host(np.concatenate(
-                    [pad(q.inputs[spec.name], spec, longest, self.pad_values.get(spec.name, 0)) for q in queries]))
-                for spec in self.manifest.inputs}
+        even = all(s == longest for s in sizes)  # nothing to pad or cut: the usual batch of equal shapes
+
+        def stacked(spec) -> np.ndarray:
+            if even:
+                arrays = [q.inputs[spec.name] for q in queries]
+            else:
+                arrays = [pad(q.inputs[spec.name], spec, longest, self.pad_values.get(spec.name, 0)) for q in queries]
+            return arrays[0] if len(arrays) == 1 else np.concatenate(arrays)
+
+        feed = {spec.name: self.device.from_host(stacked(spec)) for spec in self.manifest.inputs}
         rows = sum(q.rows for q in queries)
         outputs = run_stages(self.engines, self.manifest.stages, feed,
                              ran=lambda stage, seconds: self.metrics.stage_ran(stage, rows, seconds))
         host = {spec: self.device.to_host(outputs[spec.name]) for spec in self.manifest.outputs}
         start = 0
         for query, own in zip(queries, sizes):
-            query.answer({spec.name: cut(array[start:start + query.rows], spec, own) for spec, array in host.items()})
+            part = slice(start, start + query.rows)
+            query.answer({spec.name: array[part] if even else cut(array[part], spec, own)
+                          for spec, array in host.items()})
             start += query.rows

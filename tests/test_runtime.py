@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import threading
+import time
 from collections import deque
 
 import numpy as np
@@ -15,9 +17,9 @@ from backend.engine import OnnxRuntimeEngine, load_engines
 from backend.manifest import LatencyTable, Manifest
 from backend.metrics import Metrics
 from backend.policy import FixedPolicy, RandomPolicy
-from backend.query import Failure, Query, take_batch, validate
+from backend.query import Failure, Handover, Query, take_batch, validate
 from backend.runtime import Runtime
-from backend.serving import Mode, mode, serve
+from backend.serving import Mode, decide, serve
 from backend.whole import WholeBatch
 from slicer.sample import sample_inputs
 from slicer.slicing import VERSION
@@ -253,6 +255,80 @@ def with_tables(manifest: Manifest, tables: list[dict]) -> Manifest:
     return dataclasses.replace(manifest, stages=stages)
 
 
+def timed_manifest(folder, one_ms: float, full_ms: float, rows: int, stages: int = 2) -> Manifest:
+    """A timed model written by ``tools.simulate`` from a linear engine profile."""
+    from tools.engine_profile import profile
+    from tools.simulate import from_profile, write_timed
+
+    path = folder / f"{one_ms}-{full_ms}-{stages}.json"
+    path.write_text(json.dumps(profile("p", one_ms, full_ms, rows, stages=stages)))
+    profiled = from_profile(path)[1]
+    return write_timed("p", profiled.inputs, [s.latency for s in profiled.stages], profiled.max_batch_size,
+                       profiled.source_file, profiled.source_sha256, folder / path.stem, {})
+
+
+def test_execute_waits_until_stage_0_has_computed_its_queries(tmp_path):
+    """Back-pressure: ``submit(wait_s=...)`` returns once stage 0 has computed the queries (so
+    Triton batches what arrives meanwhile), not before and not after the whole pipeline; the
+    answer that comes later goes to the request's sender."""
+    manifest = timed_manifest(tmp_path, 80, 80, 2)  # two stages of 40 ms
+    runtime = Runtime(manifest, load_engines(manifest, tmp_path), RuntimeConfig(policy=make_policy("pass", {})))
+    feed = sample_inputs(manifest.inputs, 1, {"sequence": 4}, seed=0)
+    sent = []
+    try:
+        handover = Handover([sent.append])
+        began = time.monotonic()
+        runtime.submit([Query(inputs=dict(feed), respond=lambda o, f: handover.deliver(0, (o, f)))], wait_s=5)
+        waited = time.monotonic() - began
+        assert 0.035 < waited < 0.075, waited  # stage 0's 40 ms, not stage 1's too
+        assert handover.close() == [None]
+        deadline = time.monotonic() + 5
+        while not sent and time.monotonic() < deadline:
+            time.sleep(0.01)
+        [(outputs, failure)] = sent
+        assert failure is None and np.array_equal(outputs["input_ids_out"], feed["input_ids"])
+    finally:
+        runtime.close()
+
+
+def test_a_handover_returns_what_came_before_execute_returned_and_sends_the_rest():
+    sent = []
+    handover = Handover([lambda r: sent.append(("a", r)), lambda r: sent.append(("b", r))])
+    handover.deliver(1, "early")
+    assert handover.close() == [None, "early"] and not sent
+    handover.deliver(0, "late")
+    assert sent == [("a", "late")]
+
+
+def test_auto_steps_aside_on_fast_engines_where_serving_costs_more_than_pipelining_gains(tmp_path):
+    """Timed stages (as on a GPU: they overlap) of two engine speeds from published figures:
+    at TensorRT speed, and at near-zero compute, the pipeline's serving cost per request caps it
+    below a plain model, so ``auto`` serves as a plain model (one timed engine for the summed
+    tables) inside ``execute``; on a slower engine pipelining doubles the capacity and stays.
+    The capacities it compared are in the metrics, and the server answers inside ``run`` with
+    every query's own rows."""
+    auto = lambda: RuntimeConfig(policy=make_policy("auto", {}))  # noqa: E731
+    trt, zero, slow = (timed_manifest(tmp_path, *line) for line in ((0.62, 15.15, 128), (0, 0, 64), (9, 132, 64)))
+    for manifest in (trt, zero):
+        decision = decide(manifest, auto(), cores=2)
+        assert decision.mode is Mode.FUSED and decision.choice.capacity["plain"] > decision.choice.capacity["pipeline"]
+    assert decide(slow, auto(), cores=2).mode is Mode.PIPELINE
+    assert decide(trt, RuntimeConfig(policy=make_policy("auto", {"pipeline_cost_us": "10"})), cores=2).mode \
+        is Mode.PIPELINE  # a host whose serving costs little
+    assert decide(zero, RuntimeConfig(policy=make_policy("pass", {})), cores=2).mode is Mode.PIPELINE
+    metrics = Metrics()
+    decision, server = serve(zero, tmp_path, auto(), CpuDevice(), metrics)
+    assert isinstance(server, WholeBatch) and len(server.engines) == 1  # one sleep for the summed tables
+    assert {dict(k)["serving"] for (family, k) in metrics.snapshot() if family == "dvabatch_predicted_capacity"} \
+        == {"plain", "pipeline"}
+    inbox = Inbox()
+    feeds = [sample_inputs(zero.inputs, 1 + i % 2, {"sequence": 5}, seed=i) for i in range(4)]
+    server.run([inbox.query(i, feed) for i, feed in enumerate(feeds)])
+    for i, feed in enumerate(feeds):
+        [(outputs, failure)] = inbox.answers[i]
+        assert failure is None and np.array_equal(outputs["input_ids_out"], feed["input_ids"])
+
+
 def test_auto_serves_as_a_plain_model_where_the_pipeline_cannot_pay(repository, sources):
     """ONNX Runtime stages whose time grows with the rows: ``auto`` serves the stages as one
     session that runs each batch as it comes (a split would save nothing, and stages on shared
@@ -266,11 +342,12 @@ def test_auto_serves_as_a_plain_model_where_the_pipeline_cannot_pay(repository, 
     fixed = {"batch_sizes": list(sizes), "mean": [1.0] * len(sizes)}
     manifest = with_tables(source, [per_row] * len(source.stages))
     config = lambda: RuntimeConfig(policy=make_policy("auto", {}))  # noqa: E731
-    assert mode(with_tables(source, [fixed] + [per_row] * (len(source.stages) - 1)), config()) is Mode.PIPELINE
-    assert mode(manifest, RuntimeConfig(policy=make_policy("input+load", {}))) is Mode.PIPELINE  # asked by name
-    assert mode(manifest, RuntimeConfig(batching="triton")) is Mode.TRITON
-    chosen, server = serve(manifest, version_dir, config(), CpuDevice(), Metrics())
-    assert chosen is Mode.FUSED and isinstance(server, WholeBatch) and len(server.engines) == 1
+    assert decide(with_tables(source, [fixed] + [per_row] * (len(source.stages) - 1)), config()).mode \
+        is Mode.PIPELINE
+    assert decide(manifest, RuntimeConfig(policy=make_policy("input+load", {}))).mode is Mode.PIPELINE  # by name
+    assert decide(manifest, RuntimeConfig(batching="triton")).mode is Mode.IN_TURN
+    decision, server = serve(manifest, version_dir, config(), CpuDevice(), Metrics())
+    assert decision.mode is Mode.FUSED and isinstance(server, WholeBatch) and len(server.engines) == 1
     assert server.manifest.stages[0].latency.mean == tuple(len(source.stages) * b for b in sizes)
     inbox = Inbox()
     feeds = [sample_inputs(manifest.inputs, 1 + i % 2, {"sequence": 3 + i}, seed=i) for i in range(10)]

@@ -1,0 +1,263 @@
+"""python -m tools.bench_cost: what serving costs, per request, where it is paid (not a test).
+
+    python -m tools.bench_cost [PROFILE.json ...] [--concurrency 1,32] [--seconds 4] [--rounds 3]
+                               [--length 64] [--out docs/results/RUN]
+
+For each timed profile (default: ``docs/profiles/zero_2stages.json``, near-zero compute, and
+``bert_base_trt_a100_2stages.json``, TensorRT speed), one tritonserver serves four models of
+the same engine (``tools.simulate``: timed stages that sleep for their table's time):
+
+- ``plain``: the whole model as a plain Python model behind Triton's dynamic batcher (delay 0);
+- ``ensemble``: its stages as an ensemble, each step its own plain model and batcher;
+- ``pipeline``: our runtime with the ``pass`` policy, which never steps aside;
+- ``auto``: what the slicer writes (``policy: auto``), which pipelines or serves as a plain model.
+
+Each takes perf_analyzer's closed loop at every ``--concurrency`` in ``--rounds`` interleaved
+rounds. Per model and concurrency it prints answers/s and mean latency (with 95 % intervals of
+the ratio to ``plain``), Triton's batch size (requests per ``execute``; per step for the
+ensemble), the CPU time per answered request of tritonserver and of the Python stubs (from
+/proc, over the window and its warm-up), and per stage (ensemble step; the plain model's one
+run) the rows per batch, the share of the time it was busy and how long a request waited before
+it (Triton's queue, and our entry's before stage 0), so every change to the serving path shows
+its effect and where the time goes. ``--out`` keeps the table (summary.md) and the numbers
+(cost.csv).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import math
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+from rich.console import Console
+from rich.table import Table
+
+from tools import metrics as prom
+from tools.baselines import write_ensemble, write_plain
+from tools.bench import Bench
+from tools.input_data import interface_of
+from tools.intervals import pooled, ratio
+from tools.perf_analyzer import Load, Window
+from tools.serve import children_of
+from tools.simulate import from_profile, timed_whole, write_timed
+from tools.workload import synthetic, write_input_data
+
+PROFILES = Path(__file__).resolve().parent.parent / "docs" / "profiles"
+DEFAULT_PROFILES = (PROFILES / "zero_2stages.json", PROFILES / "bert_base_trt_a100_2stages.json")
+MODELS = ("plain", "ensemble", "pipeline", "auto")
+TICK_S = 1 / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process so far (0 once it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) * TICK_S
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    server_s: float
+    stubs_s: float
+    stats: dict[str, dict[str, float]]  # Triton's statistics per model: answered, inferences, executions, ns
+    busy_us: dict[int, float]  # our runtime: stage -> wall time busy (dvabatch_stage_busy_us_total)
+    entry_wait_us: float
+
+    @classmethod
+    def take(cls, bench: Bench, models: list[str], ours: str | None) -> Snapshot:
+        pid = bench.server.process.pid
+        stats = {}
+        with bench._client() as client:
+            for model in models:
+                s = client.get_inference_statistics(model, as_json=True)["model_stats"][0]
+                infer = s["inference_stats"]
+                stats[model] = {"answered": float(infer["success"].get("count", 0)),
+                                "inferences": float(s.get("inference_count", 0)),
+                                "executions": float(s.get("execution_count", 0)),
+                                "queue_ns": float(infer["queue"].get("ns", 0)),
+                                # per execution (inference_stats count every request of a batch)
+                                "compute_ns": sum(float(b["compute_infer"].get("ns", 0))
+                                                  for b in s.get("batch_stats", []))}
+        busy, wait = {}, 0.0
+        if ours is not None:
+            values = prom.scrape(bench.metrics_url)
+            busy = {int(dict(k)["stage"]): v
+                    for k, v in prom.select(values, "dvabatch_stage_busy_us_total", model=ours).items()}
+            wait = sum(prom.select(values, "dvabatch_entry_wait_us_total", model=ours).values())
+        return cls(cpu_s(pid), sum(cpu_s(child) for child in children_of(pid)), stats, busy, wait)
+
+
+@dataclass(frozen=True)
+class StageLoad:
+    """One stage (an ensemble step; the plain model's one run) over a window."""
+
+    rows: float  # rows per batch
+    busy_us: float  # wall time busy per answered request
+    queue_us: float  # time a request waited before it, per request (nan where not measured)
+
+
+@dataclass(frozen=True)
+class Cost:
+    """One window of one model, with what it cost."""
+
+    window: Window
+    server_us: float  # tritonserver CPU per answered request
+    stubs_us: float  # every Python stub's CPU per answered request
+    triton_batch: tuple[float, ...]  # requests per execute (per step for an ensemble)
+    stages: tuple[StageLoad, ...]
+
+
+def build(profile: Path, folder: Path) -> dict[str, list[str]]:
+    """The four models of ``profile`` in ``folder``: model -> the Triton models whose batches count."""
+    name, manifest, whole, parameters = from_profile(profile)
+    tables = [s.latency for s in manifest.stages]
+    source = (manifest.source_file, manifest.source_sha256)
+    for model, policy in (("auto", parameters), ("pipeline", {**parameters, "policy": "pass"})):
+        written = write_timed(model, manifest.inputs, tables, manifest.max_batch_size, *source, folder / model, policy)
+    timed_whole(written, whole)
+    write_plain(folder / "auto", folder, "plain")
+    steps = [p.name for p in write_ensemble(folder / "auto", folder, "ensemble")[:-1]]
+    return {"plain": ["plain"], "ensemble": steps, "pipeline": ["pipeline"], "auto": ["auto"]}
+
+
+def measure(bench: Bench, model: str, counted: list[str], load: Load, data: Path, seconds: float) -> Cost:
+    peer = model in ("plain", "ensemble")
+    ours = None if peer else model
+    before = Snapshot.take(bench, [model, *counted], ours)
+    measured = bench.window(model, load, data, seconds, 1.0, counted if peer else ())
+    after = Snapshot.take(bench, [model, *counted], ours)
+    grown = {m: {k: after.stats[m][k] - before.stats[m][k] for k in after.stats[m]} for m in after.stats}
+    per = 1 / max(grown[model]["answered"], 1)
+    batch = tuple(grown[m]["inferences"] / max(grown[m]["executions"], 1) for m in counted)
+    stages = []
+    for stage in range(len(counted) if peer else len(after.busy_us)):
+        formed = {rows: n for (s, rows), n in measured.batches.items() if s == stage}
+        rows = sum(r * n for r, n in formed.items()) / sum(formed.values()) if formed else math.nan
+        if peer:
+            step = grown[counted[stage]]
+            busy, queue = step["compute_ns"] / 1e3 * per, step["queue_ns"] / 1e3 / max(step["inferences"], 1)
+        else:  # Triton's queue, then the entry's, before stage 0; later stages' queues are not counted
+            busy = (after.busy_us.get(stage, 0.0) - before.busy_us.get(stage, 0.0)) * per
+            queue = (grown[model]["queue_ns"] / 1e3 + after.entry_wait_us - before.entry_wait_us) * per \
+                if stage == 0 else math.nan
+        stages.append(StageLoad(rows, busy, queue))
+    return Cost(measured.window, (after.server_s - before.server_s) * 1e6 * per,
+                (after.stubs_s - before.stubs_s) * 1e6 * per, batch, tuple(stages))
+
+
+def run_profile(profile: Path, concurrencies: list[int], seconds: float, rounds: int, length: int,
+                console: Console) -> list[dict]:
+    folder = Path(tempfile.mkdtemp(prefix="dvabatch-cost-"))
+    try:
+        counted = build(profile, folder)
+        data = write_input_data(synthetic(interface_of(folder / "auto"), 1, {}, lengths=(length,)),
+                                folder / "data.json")
+        costs: dict[tuple[str, int], list[Cost]] = {(m, c): [] for m in MODELS for c in concurrencies}
+        with Bench(folder, log=folder / "triton.log") as bench:
+            for model in MODELS:
+                for step in counted[model] if model == "ensemble" else ():
+                    bench.load(step)
+                bench.load(model)
+                bench.capacity(model, data, max(concurrencies), 1.0)  # warm up
+            for _ in range(rounds):
+                for concurrency in concurrencies:
+                    for model in MODELS:
+                        costs[model, concurrency].append(
+                            measure(bench, model, counted[model], Load(concurrency=concurrency), data, seconds))
+        return report(profile.stem, costs, concurrencies, console)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def stage_text(stages: Sequence[StageLoad], answers_per_s: float) -> str:
+    """Per stage: rows per batch, the share of the time it was busy, the wait before it."""
+    return " · ".join(f"{s.rows:.1f} rows, {s.busy_us * answers_per_s / 1e6:.0%} busy"
+                      + ("" if math.isnan(s.queue_us) else f", queued {s.queue_us / 1000:.2f} ms") for s in stages)
+
+
+def summarise(name: str, model: str, concurrency: int, found: list[Cost], base: list[Window]) -> dict:
+    windows = [c.window for c in found]
+    answers = pooled(windows, "throughput")
+    stages = tuple(StageLoad(*(float(np.nanmean([getattr(c.stages[i], f) for c in found]))
+                               for f in ("rows", "busy_us", "queue_us")))
+                   for i in range(len(found[0].stages)))
+    return {"profile": name, "model": model, "concurrency": concurrency, "answers_per_s": answers,
+            "mean_ms": pooled(windows, "mean"), "throughput_vs_plain": ratio(windows, base, "throughput"),
+            "mean_vs_plain": ratio(windows, base, "mean"),
+            "triton_batch": " / ".join(f"{np.mean([c.triton_batch[i] for c in found]):.1f}"
+                                       for i in range(len(found[0].triton_batch))),
+            "server_us": float(np.mean([c.server_us for c in found])),
+            "stubs_us": float(np.mean([c.stubs_us for c in found])), "stages": stage_text(stages, answers)}
+
+
+COLUMNS = (("model", "model"), ("c", "concurrency"), ("answers/s", "answers_per_s"), ("vs plain", "throughput_vs_plain"),
+           ("mean ms", "mean_ms"), ("vs plain", "mean_vs_plain"), ("Triton batch", "triton_batch"),
+           ("server µs/req", "server_us"), ("stubs µs/req", "stubs_us"), ("per stage", "stages"))
+
+
+def cell(row: dict, key: str) -> str:
+    value = row[key]
+    if key in ("throughput_vs_plain", "mean_vs_plain"):
+        return "" if row["model"] == "plain" else str(value)
+    if isinstance(value, float):
+        return f"{value:.2f}" if key == "mean_ms" else f"{value:.0f}"
+    return str(value)
+
+
+def report(name: str, costs: dict[tuple[str, int], list[Cost]], concurrencies: list[int],
+           console: Console) -> list[dict]:
+    rows = [summarise(name, model, concurrency, costs[model, concurrency],
+                      [c.window for c in costs["plain", concurrency]])
+            for concurrency in concurrencies for model in MODELS]
+    table = Table(title=f"{name}: closed loop (perf_analyzer), {len(next(iter(costs.values())))} rounds")
+    for title, _ in COLUMNS:
+        table.add_column(title, justify="left" if title == "per stage" else "right")
+    for row in rows:
+        table.add_row(*(cell(row, key) for _, key in COLUMNS))
+    console.print(table)
+    return rows
+
+
+def write(out: Path, rows: list[dict], console: Console) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    with (out / "cost.csv").open("w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["profile", *(key for _, key in COLUMNS)])
+        for row in rows:
+            writer.writerow([row["profile"], *(cell(row, key) for _, key in COLUMNS)])
+    lines = ["| profile | " + " | ".join(title for title, _ in COLUMNS) + " |",
+             "|---|" + "|".join("---" if key in ("model", "stages") else "---:" for _, key in COLUMNS) + "|"]
+    lines += ["| " + " | ".join([row["profile"], *(cell(row, key) for _, key in COLUMNS)]) + " |" for row in rows]
+    (out / "summary.md").write_text("\n".join(lines) + "\n")
+    console.print(f"wrote {out / 'summary.md'} and {out / 'cost.csv'}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tools.bench_cost", description=__doc__.split("\n\n")[0])
+    parser.add_argument("profiles", type=Path, nargs="*", default=list(DEFAULT_PROFILES))
+    parser.add_argument("--concurrency", default="1,32", help="closed-loop concurrencies (default 1,32)")
+    parser.add_argument("--seconds", type=float, default=4.0, help="seconds per window (default 4)")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--length", type=int, default=64, help="tokens per query (default 64)")
+    parser.add_argument("--out", type=Path, help="write summary.md and cost.csv here")
+    args = parser.parse_args(argv)
+    console = Console(width=200)
+    concurrencies = [int(c) for c in args.concurrency.split(",")]
+    rows = [row for profile in args.profiles
+            for row in run_profile(profile, concurrencies, args.seconds, args.rounds, args.length, console)]
+    if args.out:
+        write(args.out, rows, console)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,86 @@
+"""python -m tools.engine_profile: a timed profile of an engine from two published figures.
+
+    python -m tools.engine_profile NAME --one-ms 0.62 --full-ms 15.15 --full-rows 128
+           [--at-length 128] [--stages 2] [--max-batch-size 64] [--lengths 16,32,64,128]
+           [--out docs/profiles]
+
+Where no GPU is at hand, an engine's speed is what its vendor publishes: demoBERT (TensorRT,
+FP16, A100) runs BERT-base at 128 tokens in 0.62 ms for one query and 15.15 ms for 128. A
+compiled engine's time is a fixed launch cost plus work proportional to the tokens it computes,
+so two figures give the line ``fixed + per_row * rows * length / at_length``; the profile
+tabulates it for every batch size up to ``--max-batch-size`` and each of ``--lengths``, cut into
+``--stages`` equal stages (each with its share of the fixed cost: one engine launch split in
+parts), with the whole model's own table beside them. Attention's quadratic term is left out:
+at 128 tokens and below BERT's time is dominated by its linear layers.
+
+``tools.simulate`` serves the profile (timed stages, the real runtime, a real tritonserver)
+and ``tools.compare`` / ``tools.bench_cost`` measure it against the plain model and the ensemble.
+``--one-ms 0 --full-ms 0`` writes a near-zero-compute profile: what is left is the serving cost.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+BERT_INPUTS = [{"name": name, "dtype": "int64", "dims": ["sequence"]}
+               for name in ("input_ids", "attention_mask", "token_type_ids")]
+
+
+def line(one_ms: float, full_ms: float, full_rows: int) -> tuple[float, float]:
+    """(fixed ms, ms per row) of the line through one row and ``full_rows`` rows."""
+    if full_rows < 2 or full_ms < one_ms or one_ms < 0:
+        raise ValueError("need --full-rows >= 2 and 0 <= --one-ms <= --full-ms")
+    per_row = (full_ms - one_ms) / (full_rows - 1)
+    return one_ms - per_row, per_row
+
+
+def table(fixed: float, per_row: float, at_length: int, max_batch_size: int, lengths: list[int]) -> dict:
+    batch_sizes = list(range(1, max_batch_size + 1))
+    return {"unit": "ms", "batch_sizes": batch_sizes, "axis": "sequence", "lengths": lengths,
+            "mean": [[round(fixed + per_row * rows * length / at_length, 4) for rows in batch_sizes]
+                     for length in lengths]}
+
+
+def profile(name: str, one_ms: float, full_ms: float, full_rows: int, at_length: int = 128, stages: int = 2,
+            max_batch_size: int = 64, lengths: list[int] | None = None, source: str = "") -> dict:
+    lengths = lengths or [16, 32, 64, 128]
+    fixed, per_row = line(one_ms, full_ms, full_rows)
+    return {"name": name, "source": source or f"{one_ms} ms for 1 row, {full_ms} ms for {full_rows} rows "
+                                              f"at {at_length} tokens, linear in rows x tokens",
+            "max_batch_size": max_batch_size, "inputs": BERT_INPUTS,
+            "stages": [{"latency": table(fixed / stages, per_row / stages, at_length, max_batch_size, lengths)}
+                       for _ in range(stages)],
+            "whole": {"latency": table(fixed, per_row, at_length, max_batch_size, lengths)}}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tools.engine_profile", description=__doc__.split("\n\n")[0])
+    parser.add_argument("name")
+    parser.add_argument("--one-ms", type=float, required=True, help="ms for one query at --at-length tokens")
+    parser.add_argument("--full-ms", type=float, required=True, help="ms for --full-rows queries at --at-length")
+    parser.add_argument("--full-rows", type=int, required=True)
+    parser.add_argument("--at-length", type=int, default=128)
+    parser.add_argument("--stages", type=int, default=2)
+    parser.add_argument("--max-batch-size", type=int, default=64)
+    parser.add_argument("--lengths", default="16,32,64,128")
+    parser.add_argument("--source", default="", help="where the figures come from (kept in the profile)")
+    parser.add_argument("--out", type=Path, default=Path("docs/profiles"))
+    args = parser.parse_args(argv)
+    try:
+        data = profile(args.name, args.one_ms, args.full_ms, args.full_rows, args.at_length, args.stages,
+                       args.max_batch_size, [int(x) for x in args.lengths.split(",")], args.source)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    args.out.mkdir(parents=True, exist_ok=True)
+    path = args.out / f"{args.name}.json"
+    path.write_text(json.dumps(data, indent=1) + "\n")
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
