@@ -150,7 +150,7 @@ def test_invalid_knobs_name_the_parameter(parameters, message):
 
 
 def test_knobs_have_working_defaults_and_parse():
-    assert RuntimeConfig.from_parameters({}).buffer_pairs == 2
+    assert RuntimeConfig.from_parameters({}).buffer_pairs == 3
     config = RuntimeConfig.from_parameters({"policy": "fixed", "policy.stretch_latest": "true",
                                             "policy.split_after": "1", "buffer_pairs": "1"})
     assert config.policy == FixedPolicy(stretch_latest=True, split_after=1) and config.buffer_pairs == 1
