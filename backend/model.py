@@ -91,6 +91,15 @@ class MetricsExporter(threading.Thread):
                 self._series[key].set(value)
 
 
+def _trace_file(model: str):
+    """With ``DVABATCH_TRACE=PREFIX`` in tritonserver's environment, each model instance writes
+    ``PREFIX-<model>-<pid>.tsv``: a line per ``execute`` call and per batch item a stage ran
+    (what, began and ended in ``time.monotonic()`` seconds, requests or rows), to see where a
+    pipeline waits (docs/results/ensemble-vs-pipeline). Off by default: it costs a write per item."""
+    prefix = os.environ.get("DVABATCH_TRACE")
+    return open(f"{prefix}-{model}-{os.getpid()}.tsv", "w", buffering=1) if prefix else None
+
+
 class TritonPythonModel:
     def initialize(self, args: dict) -> None:
         version_dir = Path(args["model_repository"]) / args["model_version"]
@@ -106,7 +115,11 @@ class TritonPythonModel:
                                              queue=self._queue)
         device = make_device(args.get("model_instance_kind", "CPU"), int(args.get("model_instance_device_id", 0)))
         metrics = Metrics()
-        decision, server = serve(self._manifest, version_dir, runtime_config, device, metrics, on_death=self._died)
+        self._trace = _trace_file(args["model_name"])
+        stage_ran = None if self._trace is None else \
+            (lambda stage, item, began, ended: self._trace.write(f"stage{stage}\t{began:.6f}\t{ended:.6f}\t{item.num}\n"))
+        decision, server = serve(self._manifest, version_dir, runtime_config, device, metrics, on_death=self._died,
+                                 trace=stage_ran)
         pb_utils.Logger.log_info(f"{args['model_name']}: serves {decision.mode.value} "
                                  f"({decision.choice.why}; backend/serving.py)")
         # Inside execute (fused, in turn) every query is answered before execute returns.
@@ -126,6 +139,15 @@ class TritonPythonModel:
         threading.Timer(1.0, os._exit, args=(1,)).start()
 
     def execute(self, requests: list) -> list | None:
+        if self._trace is None:
+            return self._execute(requests)
+        began = time.monotonic()
+        try:
+            return self._execute(requests)
+        finally:
+            self._trace.write(f"execute\t{began:.6f}\t{time.monotonic():.6f}\t{len(requests)}\n")
+
+    def _execute(self, requests: list) -> list | None:
         if self._inline:
             responses: list = [None] * len(requests)
             self._server.run([self._query(request, lambda response, i=i: responses.__setitem__(i, response))
@@ -142,6 +164,8 @@ class TritonPythonModel:
         if not self._inline:
             self._server.close()
         self._exporter.stop()
+        if self._trace is not None:
+            self._trace.close()
 
     @staticmethod
     def _sender(request):

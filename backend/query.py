@@ -151,14 +151,20 @@ def refuse_invalid(manifest: Manifest, queries: Sequence[Query], limits: Mapping
     """Answer every query that cannot run with the reason (a client error); return the others,
     with their named sizes and open shapes filled in."""
     good = []
+    seen: dict[tuple, tuple[str | None, dict[str, int], tuple | None]] = {}
     for query in queries:
-        error = validate(manifest, query, limits)
+        # Queries alike in every input's dtype and shape and in the outputs asked for are judged
+        # once per batch: a batch of equal shapes costs one validation, not one per query.
+        key = (tuple((name, a.dtype, a.shape) for name, a in query.inputs.items()), query.requested_outputs)
+        if key not in seen:
+            error = validate(manifest, query, limits)
+            seen[key] = (error, {}, None) if error else (None, named_sizes(manifest.inputs, query.inputs), tuple(
+                sorted((spec.name, _open_shape(spec, query.inputs[spec.name])) for spec in manifest.inputs)))
+        error, sizes, rigid = seen[key]
         if error:
             query.answer(failure=Failure(error, Code.INVALID_ARG))
             continue
-        query.sizes = named_sizes(manifest.inputs, query.inputs)
-        query.rigid = tuple(sorted((spec.name, _open_shape(spec, query.inputs[spec.name]))
-                                   for spec in manifest.inputs))
+        query.sizes, query.rigid = dict(sizes), rigid
         good.append(query)
     return good
 

@@ -24,6 +24,7 @@ from pathlib import Path
 from .config import RuntimeConfig
 from .device import Device
 from .engine import cpu_cores, fusable, load_engines
+from .executor import Trace
 from .manifest import Manifest
 from .metrics import Metrics
 from .policy import Choice
@@ -53,7 +54,8 @@ def decide(manifest: Manifest, config: RuntimeConfig, cores: int | None = None) 
 
 
 def serve(manifest: Manifest, version_dir: Path, config: RuntimeConfig, device: Device, metrics: Metrics,
-          on_death: Callable[[str], None] | None = None) -> tuple[Decision, WholeBatch | Runtime]:
+          on_death: Callable[[str], None] | None = None, trace: Trace | None = None
+          ) -> tuple[Decision, WholeBatch | Runtime]:
     """The model's engines loaded and its server built: a ``WholeBatch`` (``execute`` runs each
     batch) or a ``Runtime`` (``execute`` hands over and returns when stage 0 asks for more)."""
     decision = decide(manifest, config)
@@ -64,7 +66,7 @@ def serve(manifest: Manifest, version_dir: Path, config: RuntimeConfig, device: 
     engines = load_engines(manifest, version_dir, device, config.intra_op_thread_count or cpu_cores(),
                            config.spins(alone), fused)
     if chosen is Mode.PIPELINE:
-        return decision, Runtime(manifest, engines, config, device, metrics=metrics, on_death=on_death)
+        return decision, Runtime(manifest, engines, config, device, trace=trace, metrics=metrics, on_death=on_death)
     manifest = manifest.fused() if fused else manifest
     config.bind(manifest)
     return decision, WholeBatch(manifest, engines, device, metrics, config.pad_values, config.size_limits(manifest))

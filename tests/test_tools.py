@@ -35,9 +35,9 @@ def run(tmp_path_factory):
     """``python -m ...`` with its own cache (one-stage baselines), as a user runs it."""
     env = {**os.environ, "DVABATCH_CACHE": str(tmp_path_factory.mktemp("cache"))}
 
-    def run(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", *args], cwd=ROOT, env=env, capture_output=True, text=True,
-                              timeout=timeout)
+    def run(*args: str, timeout: float = 600, extra_env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", *args], cwd=ROOT, env={**env, **(extra_env or {})},
+                              capture_output=True, text=True, timeout=timeout)
     return run
 
 
@@ -296,3 +296,23 @@ def test_soak_checks_every_answer_and_reports_windows(run, repository, sources, 
     assert len(windows) == 2 and all(w["rss_mb"] > 0 for w in windows)
     assert sum(w["right"] for w in windows) > 100 and sum(w["refused_right"] for w in windows) > 5
     assert sum(w["sent"] for w in windows) == sum(w["right"] + w["refused_right"] for w in windows)
+
+
+def test_cost_benchmark_measures_four_ways_and_the_trace_shows_the_pipeline(run, tmp_path):
+    """``tools.bench_cost`` on the near-zero-compute profile, briefly: every way of serving
+    answers, with its CPU per request and per-stage rows; ``auto`` steps aside (one stage) and
+    the forced pipeline runs two. ``DVABATCH_TRACE`` makes the pipeline write its execute calls
+    and stage items, which ``tools.trace`` reads."""
+    out, prefix = tmp_path / "cost", tmp_path / "trace"
+    done = run("tools.bench_cost", str(ROOT / "docs" / "profiles" / "zero_2stages.json"), "--concurrency", "2",
+               "--rounds", "1", "--seconds", "1", "--out", str(out), extra_env={"DVABATCH_TRACE": str(prefix)})
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    rows = {row["model"]: row for row in csv.DictReader((out / "cost.csv").open())}
+    assert set(rows) == {"plain", "ensemble", "pipeline", "auto"}
+    for row in rows.values():
+        assert float(row["answers_per_s"]) > 0 and float(row["server_us"]) > 0 and "rows" in row["stages"]
+    assert rows["auto"]["stages"].count("rows") == 1 and rows["pipeline"]["stages"].count("rows") == 2
+    assert rows["ensemble"]["triton_batch"].count("/") == 1
+    [trace] = tmp_path.glob("trace-pipeline-*.tsv")
+    shown = run("tools.trace", str(trace), "--skip", "0")
+    assert shown.returncode == 0 and "execute:" in shown.stdout and "stage1:" in shown.stdout, shown.stderr

@@ -15,8 +15,9 @@ the same engine (``tools.simulate``: timed stages that sleep for their table's t
 Each takes perf_analyzer's closed loop at every ``--concurrency`` in ``--rounds`` interleaved
 rounds. Per model and concurrency it prints answers/s and mean latency (with 95 % intervals of
 the ratio to ``plain``), Triton's batch size (requests per ``execute``; per step for the
-ensemble), the CPU time per answered request of tritonserver and of the Python stubs (from
-/proc, over the window and its warm-up), and per stage (ensemble step; the plain model's one
+ensemble), the CPU time per answered request of tritonserver and of the model's Python stubs
+(from /proc, over the window and its warm-up; tritonserver's includes its idle threads, which
+weigh at low rates), and per stage (ensemble step; the plain model's one
 run) the rows per batch, the share of the time it was busy and how long a request waited before
 it (Triton's queue, and our entry's before stage 0), so every change to the serving path shows
 its effect and where the time goes. ``--out`` keeps the table (summary.md) and the numbers
@@ -45,7 +46,7 @@ from tools.bench import Bench
 from tools.input_data import interface_of
 from tools.intervals import pooled, ratio
 from tools.perf_analyzer import Load, Window
-from tools.serve import children_of
+from tools.serve import stubs_of
 from tools.simulate import from_profile, timed_whole, write_timed
 from tools.workload import synthetic, write_input_data
 
@@ -93,7 +94,8 @@ class Snapshot:
             busy = {int(dict(k)["stage"]): v
                     for k, v in prom.select(values, "dvabatch_stage_busy_us_total", model=ours).items()}
             wait = sum(prom.select(values, "dvabatch_entry_wait_us_total", model=ours).values())
-        return cls(cpu_s(pid), sum(cpu_s(child) for child in children_of(pid)), stats, busy, wait)
+        stubs = sum(cpu_s(stub) for stub, model in stubs_of(pid).items() if model in models)
+        return cls(cpu_s(pid), stubs, stats, busy, wait)
 
 
 @dataclass(frozen=True)
@@ -111,7 +113,7 @@ class Cost:
 
     window: Window
     server_us: float  # tritonserver CPU per answered request
-    stubs_us: float  # every Python stub's CPU per answered request
+    stubs_us: float  # CPU of the model's Python stubs (an ensemble's steps') per answered request
     triton_batch: tuple[float, ...]  # requests per execute (per step for an ensemble)
     stages: tuple[StageLoad, ...]
 
