@@ -116,8 +116,8 @@ class TritonPythonModel:
         device = make_device(args.get("model_instance_kind", "CPU"), int(args.get("model_instance_device_id", 0)))
         metrics = Metrics()
         self._trace = _trace_file(args["model_name"])
-        stage_ran = None if self._trace is None else \
-            (lambda stage, item, began, ended: self._trace.write(f"stage{stage}\t{began:.6f}\t{ended:.6f}\t{item.num}\n"))
+        stage_ran = None if self._trace is None else (lambda stage, item, began, ended: self._trace.write(
+            f"stage{stage}\t{began:.6f}\t{ended:.6f}\t{item.num}\n"))
         decision, server = serve(self._manifest, version_dir, runtime_config, device, metrics, on_death=self._died,
                                  trace=stage_ran)
         pb_utils.Logger.log_info(f"{args['model_name']}: serves {decision.mode.value} "

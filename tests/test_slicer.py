@@ -300,7 +300,7 @@ def test_model_directory_layout_and_policy_defaults(sources, tmp_path):
     config = (out / "config.pbtxt").read_text()
     assert 'name: "my_model"' in config and 'backend: "dvabatch"' in config
     assert "max_batch_size: 4" in config and "dynamic_batching" in config and "KIND_CPU" in config
-    assert '{ name: "input_ids" data_type: TYPE_INT64 dims: [ -1 ] }' in config
+    assert '{ name: "input_ids" data_type: TYPE_INT64 dims: [ -1 ] allow_ragged_batch: true }' in config
     assert '{ name: "last_hidden_state" data_type: TYPE_FP32 dims: [ -1, 32 ] }' in config
     assert "input diversity (axis 'sequence')" in config
     assert result.policy == {"policy": "auto"}

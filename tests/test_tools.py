@@ -94,7 +94,7 @@ def test_triton_batching_knob_runs_ragged_batches_to_completion(client, server, 
     manifest = Manifest.load(repository / "bert_like" / VERSION)
     link_version(repository / "bert_like", repository / "bert_like_triton")
     (repository / "bert_like_triton" / "config.pbtxt").write_text(triton_config.render(
-        "bert_like_triton", manifest, {"batching": "triton"}, queue_delay_us=300000, ragged_axis="sequence"))
+        "bert_like_triton", manifest, {"batching": "triton"}, queue_delay_us=300000))
     client.load_model("bert_like_triton")
     feeds = [sample_inputs(manifest.inputs, 1, {"sequence": n}, seed=n) for n in (3, 9, 5, 12)]
     assert_answers_are_the_unsliced_models(client, "bert_like_triton", manifest, sources["bert_like"], feeds)

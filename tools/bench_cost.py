@@ -201,8 +201,9 @@ def summarise(name: str, model: str, concurrency: int, found: list[Cost], base: 
             "stubs_us": float(np.mean([c.stubs_us for c in found])), "stages": stage_text(stages, answers)}
 
 
-COLUMNS = (("model", "model"), ("c", "concurrency"), ("answers/s", "answers_per_s"), ("vs plain", "throughput_vs_plain"),
-           ("mean ms", "mean_ms"), ("vs plain", "mean_vs_plain"), ("Triton batch", "triton_batch"),
+COLUMNS = (("model", "model"), ("c", "concurrency"), ("answers/s", "answers_per_s"),
+           ("vs plain", "throughput_vs_plain"), ("mean ms", "mean_ms"), ("vs plain", "mean_vs_plain"),
+           ("Triton batch", "triton_batch"),
            ("server µs/req", "server_us"), ("stubs µs/req", "stubs_us"), ("per stage", "stages"))
 
 

@@ -44,7 +44,8 @@ def summary(spans: list[tuple[str, float, float, int]]) -> list[str]:
 
 
 def timeline(spans: list[tuple[str, float, float, int]], show: int) -> list[str]:
-    events = sorted([(b, f"{what} begins ({n})") for what, b, _, n in spans] + [(e, f"{what} ends") for what, _, e, _ in spans])
+    events = sorted([(b, f"{what} begins ({n})") for what, b, _, n in spans]
+                    + [(e, f"{what} ends") for what, _, e, _ in spans])
     middle = len(events) // 2
     start = events[middle][0]
     return [f"{(t - start) * 1e3:9.2f} ms  {event}" for t, event in events[middle:middle + show]]
