@@ -16,6 +16,7 @@ Nothing here imports Triton, so the choice can be tested directly.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
@@ -29,7 +30,7 @@ from .manifest import Manifest
 from .metrics import Metrics
 from .policy import Choice
 from .runtime import Runtime
-from .whole import WholeBatch
+from .whole import WholeBatch, padded_to_longest
 
 
 class Mode(Enum):
@@ -69,4 +70,7 @@ def serve(manifest: Manifest, version_dir: Path, config: RuntimeConfig, device: 
         return decision, Runtime(manifest, engines, config, device, trace=trace, metrics=metrics, on_death=on_death)
     manifest = manifest.fused() if fused else manifest
     config.bind(manifest)
-    return decision, WholeBatch(manifest, engines, device, metrics, config.pad_values, config.size_limits(manifest))
+    form = padded_to_longest if config.batching == "triton" else \
+        (lambda queries: config.policy.form(queries, manifest.max_batch_size, time.monotonic()))
+    return decision, WholeBatch(manifest, engines, device, metrics, config.pad_values, config.size_limits(manifest),
+                                form)

@@ -1,20 +1,24 @@
 """Single-entry single-exit serving: what a plain Python model with Triton's batching does.
 
-Serves a model whose policy stepped aside (``serving.Mode.FUSED``, ``IN_TURN``) and ``batching: triton``.
-Triton's dynamic batcher forms the batch; it runs through every stage in one go and every query
-is answered before ``run`` returns (so the backend returns the responses from ``execute``), with
-the same engines and validation as the pipeline.
+Serves a model whose policy stepped aside (``serving.Mode.FUSED``, ``IN_TURN``) and ``batching:
+triton``. Triton's dynamic batcher forms the batch; it runs through every stage in one go and
+every query is answered before ``run`` returns (so the backend returns the responses from
+``execute``), with the same engines and validation as the pipeline.
 
-Requests whose inputs differ along a named axis arrive in one batch only when config.pbtxt
-allows ragged batches (``allow_ragged_batch``). They are then padded to the longest in the batch
-(``padding.py``), and outputs along that axis are cut back to each query's own size: the paper's
-baseline for input diversity.
+Requests whose inputs differ along the length axis arrive in one of Triton's batches (the slicer
+writes ``allow_ragged_batch`` on that axis). A ``Former`` decides how they run: where the policy
+stepped aside, its own ``form`` (Policy I clusters them by length, each group padded only to its
+own longest, which on a CPU costs far less than padding all to the longest; without input
+diversity, equal shapes run together); for ``batching: triton``, all of them padded to the
+longest, the paper's baseline for input diversity (``padded_to_longest``). Outputs along the
+axis are cut back to each query's own size.
 """
 
 from __future__ import annotations
 
+import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -23,43 +27,67 @@ from .engine import Engine, run_stages
 from .manifest import Manifest
 from .metrics import Metrics
 from .padding import cut, pad
-from .query import Failure, Query, refuse_invalid
+from .query import BatchShape, Failure, Query, refuse_invalid
+
+log = logging.getLogger(__name__)
+
+# The batches to run, in order, from queries that arrived together; may leave some for another call.
+Former = Callable[[Sequence[Query]], list[tuple[list[Query], BatchShape]]]
+
+
+def padded_to_longest(queries: Sequence[Query]) -> list[tuple[list[Query], BatchShape]]:
+    return [(list(queries), BatchShape.of(queries, pads=True))]
 
 
 class WholeBatch:
     """Runs each batch Triton hands over to completion and answers its queries."""
 
     def __init__(self, manifest: Manifest, engines: Sequence[Engine], device: Device, metrics: Metrics,
-                 pad_values: Mapping[str, float] | None = None, size_limits: Mapping[str, int] | None = None):
+                 pad_values: Mapping[str, float] | None = None, size_limits: Mapping[str, int] | None = None,
+                 form: Former = padded_to_longest):
         self.manifest, self.engines, self.device, self.metrics = manifest, engines, device, metrics
         self.pad_values = pad_values or {}
         self.size_limits = size_limits
+        self.form = form
 
     def run(self, queries: Sequence[Query]) -> None:
-        good = refuse_invalid(self.manifest, queries, self.size_limits)
-        if not good:
-            return
-        self.metrics.meta_operation("new")
-        self.metrics.admitted(time.monotonic() - q.arrived for q in good)
+        pending = refuse_invalid(self.manifest, queries, self.size_limits)
+        if pending:
+            self.metrics.admitted(time.monotonic() - q.arrived for q in pending)
+        while pending:
+            try:
+                formed = self.form(pending)
+            except Exception:  # noqa: BLE001 - a policy's bug must not fail the batch: pad them together
+                log.exception("forming batches failed; running them padded to the longest")
+                formed = []
+            taken = {id(q) for batch, _ in formed for q in batch}
+            if not taken:
+                formed, taken = padded_to_longest(pending), {id(q) for q in pending}
+            for batch, shape in formed:
+                self.metrics.meta_operation("new")
+                self._run_or_alone(batch, shape)
+            pending = [q for q in pending if id(q) not in taken]
+
+    def _run_or_alone(self, queries: list[Query], shape: BatchShape) -> None:
         try:
-            self._run(good)
+            self._run(queries, shape)
         except Exception:  # noqa: BLE001 - rerun one by one: only a query that cannot run fails
-            for query in good:
+            for query in queries:
                 try:
-                    self._run([query])
+                    self._run([query], BatchShape.of([query]))
                 except Exception as exc:  # noqa: BLE001
                     query.answer(failure=Failure(f"inference failed: {type(exc).__name__}: {exc}"))
 
-    def _run(self, queries: Sequence[Query]) -> None:
+    def _run(self, queries: Sequence[Query], shape: BatchShape) -> None:
         sizes = [q.sizes for q in queries]
-        longest = {name: max(s[name] for s in sizes) for name in sizes[0]}
-        even = all(s == longest for s in sizes)  # nothing to pad or cut: the usual batch of equal shapes
+        target = dict(shape.sizes) if shape.pads else sizes[0]
+        even = all(s == target for s in sizes)  # nothing to pad or cut: the usual batch of equal shapes
 
         def stacked(spec) -> np.ndarray:
             if even:
                 arrays = [q.inputs[spec.name] for q in queries]
             else:
-                arrays = [pad(q.inputs[spec.name], spec, longest, self.pad_values.get(spec.name, 0)) for q in queries]
+                arrays = [pad(q.inputs[spec.name], spec, target, self.pad_values.get(spec.name, 0)) for q in queries]
             return arrays[0] if len(arrays) == 1 else np.concatenate(arrays)
 
         feed = {spec.name: self.device.from_host(stacked(spec)) for spec in self.manifest.inputs}

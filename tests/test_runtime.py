@@ -329,6 +329,26 @@ def test_auto_steps_aside_on_fast_engines_where_serving_costs_more_than_pipelini
         assert failure is None and np.array_equal(outputs["input_ids_out"], feed["input_ids"])
 
 
+def test_a_model_served_as_a_plain_one_clusters_a_ragged_batch_by_length(tmp_path):
+    """Triton hands over queries of different lengths in one batch (allow_ragged_batch); where
+    ``auto`` stepped aside it runs them as Policy I clusters them, not all padded to the longest:
+    four short and four long queries of a TensorRT-speed BERT run as two batches, and every
+    answer keeps its own length."""
+    trt = timed_manifest(tmp_path, 0.62, 15.15, 128)
+    config = RuntimeConfig(policy=make_policy("auto", {"pipeline_cost_us": "1e9"}))  # steps aside on any host
+    metrics = Metrics()
+    decision, server = serve(trt, tmp_path, config, CpuDevice(), metrics)
+    assert decision.mode is Mode.FUSED
+    inbox = Inbox()
+    feeds = [sample_inputs(trt.inputs, 1, {"sequence": 16 if i % 2 else 128}, seed=i) for i in range(8)]
+    server.run([inbox.query(i, feed) for i, feed in enumerate(feeds)])
+    for i, feed in enumerate(feeds):
+        [(outputs, failure)] = inbox.answers[i]
+        assert failure is None and np.array_equal(outputs["input_ids_out"], feed["input_ids"])
+    assert {dict(k)["rows"]: v for (family, k), v in metrics.snapshot().items()
+            if family == "dvabatch_batches_total"} == {"4": 2}
+
+
 def test_auto_serves_as_a_plain_model_where_the_pipeline_cannot_pay(repository, sources):
     """ONNX Runtime stages whose time grows with the rows: ``auto`` serves the stages as one
     session that runs each batch as it comes (a split would save nothing, and stages on shared

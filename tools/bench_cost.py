@@ -1,7 +1,7 @@
 """python -m tools.bench_cost: what serving costs, per request, where it is paid (not a test).
 
     python -m tools.bench_cost [PROFILE.json ...] [--concurrency 1,32] [--seconds 4] [--rounds 3]
-                               [--length 64] [--out docs/results/RUN]
+                               [--length 64] [--parameter KEY=VALUE ...] [--out docs/results/RUN]
 
 For each timed profile (default: ``docs/profiles/zero_2stages.json``, near-zero compute, and
 ``bert_base_trt_a100_2stages.json``, TensorRT speed), one tritonserver serves four models of
@@ -118,9 +118,11 @@ class Cost:
     stages: tuple[StageLoad, ...]
 
 
-def build(profile: Path, folder: Path) -> dict[str, list[str]]:
-    """The four models of ``profile`` in ``folder``: model -> the Triton models whose batches count."""
+def build(profile: Path, folder: Path, extra: dict[str, str]) -> dict[str, list[str]]:
+    """The four models of ``profile`` in ``folder`` (ours with the ``extra`` config.pbtxt parameters):
+    model -> the Triton models whose batches count."""
     name, manifest, whole, parameters = from_profile(profile)
+    parameters = {**parameters, **extra}
     tables = [s.latency for s in manifest.stages]
     source = (manifest.source_file, manifest.source_sha256)
     for model, policy in (("auto", parameters), ("pipeline", {**parameters, "policy": "pass"})):
@@ -157,10 +159,10 @@ def measure(bench: Bench, model: str, counted: list[str], load: Load, data: Path
 
 
 def run_profile(profile: Path, concurrencies: list[int], seconds: float, rounds: int, length: int,
-                console: Console) -> list[dict]:
+                extra: dict[str, str], console: Console) -> list[dict]:
     folder = Path(tempfile.mkdtemp(prefix="dvabatch-cost-"))
     try:
-        counted = build(profile, folder)
+        counted = build(profile, folder, extra)
         data = write_input_data(synthetic(interface_of(folder / "auto"), 1, {}, lengths=(length,)),
                                 folder / "data.json")
         costs: dict[tuple[str, int], list[Cost]] = {(m, c): [] for m in MODELS for c in concurrencies}
@@ -251,12 +253,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=4.0, help="seconds per window (default 4)")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--length", type=int, default=64, help="tokens per query (default 64)")
+    parser.add_argument("--parameter", action="append", default=[], metavar="KEY=VALUE",
+                        help="a config.pbtxt parameter of our two models (e.g. buffer_pairs=2); repeatable")
     parser.add_argument("--out", type=Path, help="write summary.md and cost.csv here")
     args = parser.parse_args(argv)
     console = Console(width=200)
     concurrencies = [int(c) for c in args.concurrency.split(",")]
+    if any("=" not in p for p in args.parameter):
+        parser.error("--parameter takes KEY=VALUE")
+    extra = dict(p.split("=", 1) for p in args.parameter)
     rows = [row for profile in args.profiles
-            for row in run_profile(profile, concurrencies, args.seconds, args.rounds, args.length, console)]
+            for row in run_profile(profile, concurrencies, args.seconds, args.rounds, args.length, extra, console)]
     if args.out:
         write(args.out, rows, console)
     return 0
