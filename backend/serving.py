@@ -70,7 +70,12 @@ def serve(manifest: Manifest, version_dir: Path, config: RuntimeConfig, device: 
         return decision, Runtime(manifest, engines, config, device, trace=trace, metrics=metrics, on_death=on_death)
     manifest = manifest.fused() if fused else manifest
     config.bind(manifest)
-    form = padded_to_longest if config.batching == "triton" else \
-        (lambda queries: config.policy.form(queries, manifest.max_batch_size, time.monotonic()))
+    # Where compute is dear (ONNX Runtime on the CPU's cores) the policy's clusters by length save
+    # it; on engines that overlap (a GPU; timed) the host's CPU is what is dear, and one padded run
+    # per batch spends least of it: clustered, a TensorRT-speed BERT on GLUE RTE peaked at 2,620
+    # requests/s where the plain model padding each batch to its longest reached 3,000.
+    clusters = config.batching != "triton" and all(s.engine == "onnxruntime" for s in manifest.stages)
+    form = (lambda queries: config.policy.form(queries, manifest.max_batch_size, time.monotonic())) if clusters \
+        else padded_to_longest
     return decision, WholeBatch(manifest, engines, device, metrics, config.pad_values, config.size_limits(manifest),
                                 form)

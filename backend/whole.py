@@ -6,12 +6,13 @@ every query is answered before ``run`` returns (so the backend returns the respo
 ``execute``), with the same engines and validation as the pipeline.
 
 Requests whose inputs differ along the length axis arrive in one of Triton's batches (the slicer
-writes ``allow_ragged_batch`` on that axis). A ``Former`` decides how they run: where the policy
-stepped aside, its own ``form`` (Policy I clusters them by length, each group padded only to its
-own longest, which on a CPU costs far less than padding all to the longest; without input
-diversity, equal shapes run together); for ``batching: triton``, all of them padded to the
-longest, the paper's baseline for input diversity (``padded_to_longest``). Outputs along the
-axis are cut back to each query's own size.
+writes ``allow_ragged_batch`` on that axis). A ``Former`` decides how they run: ONNX Runtime
+stages where the policy stepped aside run them as its ``form`` groups them (Policy I clusters
+them by length, each group padded only to its own longest, which on a CPU costs far less than
+padding all to the longest; without input diversity, equal shapes run together); other engines
+and ``batching: triton`` run them all padded to the longest (``padded_to_longest``: the paper's
+baseline for input diversity, and the fewest runs where the host's CPU, not the engine, is what
+is dear; see ``serving.serve``). Outputs along the axis are cut back to each query's own size.
 """
 
 from __future__ import annotations
