@@ -21,13 +21,11 @@ import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 
-import numpy as np
-
 from .device import Device
 from .engine import Engine, run_stages
 from .manifest import Manifest
 from .metrics import Metrics
-from .padding import cut, pad
+from .padding import cut, stack
 from .query import BatchShape, Failure, Query, refuse_invalid
 
 log = logging.getLogger(__name__)
@@ -84,14 +82,9 @@ class WholeBatch:
         target = dict(shape.sizes) if shape.pads else sizes[0]
         even = all(s == target for s in sizes)  # nothing to pad or cut: the usual batch of equal shapes
 
-        def stacked(spec) -> np.ndarray:
-            if even:
-                arrays = [q.inputs[spec.name] for q in queries]
-            else:
-                arrays = [pad(q.inputs[spec.name], spec, target, self.pad_values.get(spec.name, 0)) for q in queries]
-            return arrays[0] if len(arrays) == 1 else np.concatenate(arrays)
-
-        feed = {spec.name: self.device.from_host(stacked(spec)) for spec in self.manifest.inputs}
+        feed = {spec.name: self.device.from_host(stack([q.inputs[spec.name] for q in queries], spec, target,
+                                                       self.pad_values.get(spec.name, 0)))
+                for spec in self.manifest.inputs}
         rows = sum(q.rows for q in queries)
         outputs = run_stages(self.engines, self.manifest.stages, feed,
                              ran=lambda stage, seconds: self.metrics.stage_ran(stage, rows, seconds))
