@@ -39,7 +39,7 @@ POLICIES: dict[str, type[Policy]] = {"pass": Policy, "fixed": FixedPolicy, "rand
 @dataclass(frozen=True)
 class QueuePolicy:
     """config.pbtxt's ``dynamic_batching { default_queue_policy { ... } }``. Triton applies it in
-    its own queue, which our ``execute`` empties whenever stage 0 asks for more, so the entry
+    its own queue, which our ``execute`` empties whenever stage 0 has computed a batch, so the entry
     applies it too, to the queries waiting for stage 0: a full queue refuses (UNAVAILABLE), a
     query still waiting when its timeout expires is refused (timeout action REJECT) or kept
     (DELAY)."""
@@ -68,7 +68,7 @@ class QueuePolicy:
 @dataclass(frozen=True)
 class RuntimeConfig:
     # Three, not the paper's two: with two, stage 0 can run only one batch ahead, and batches of
-    # uneven size (a closed loop's bursts: 44, 20, 3, 57 rows) left each stage waiting for the
+    # uneven size (a closed loop's bursts: 14, 1, 12, 52 rows) left each stage waiting for the
     # other: a slow timed pipeline at 64 requests in flight had its stages 66 % busy and answered
     # 0.86x of what the ensemble of its stages did; with three, 79 % and 1.01x (issue 20).
     buffer_pairs: int = 3

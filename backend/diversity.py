@@ -303,8 +303,10 @@ class DiversityPolicy(Policy):
 
         def best(took: Callable[[int], float]) -> float:
             """Requests/s at the best batch size, of ``took(rows)`` milliseconds per batch."""
-            return max(rows * 1000 / ms if ms > 0 else math.inf
-                       for rows in range(1, tables[0].batch_sizes[-1] + 1) for ms in (took(rows),))
+            def rate(rows: int) -> float:
+                ms = took(rows)
+                return rows * 1000 / ms if ms > 0 else math.inf
+            return max(rate(rows) for rows in range(1, tables[0].batch_sizes[-1] + 1))
 
         plain = best(lambda rows: sum(t.predict(rows, length, self.statistic) for t in tables))
         pipeline = best(lambda rows: max(t.predict(rows, length, self.statistic) for t in tables))

@@ -1,7 +1,7 @@
 """Triton's entry point for every model whose config.pbtxt says ``backend: "dvabatch"``.
 
 Only Triton glue lives here. Through the pipeline, requests become ``Query`` objects handed to
-the runtime, and ``execute`` returns as soon as stage 0 asks for more (not before: meanwhile
+the runtime, and ``execute`` returns as soon as stage 0 has computed them (not before: meanwhile
 Triton gathers the requests that arrive into its next batch), so Triton hands over the next
 batch while earlier ones are still running (Triton 24.06+ allows this in the default,
 non-decoupled mode). Responses ready by then go back in the list ``execute`` returns, the rest
@@ -42,7 +42,7 @@ from .query import Handover, Query  # noqa: E402
 from .serving import Mode, serve  # noqa: E402
 
 METRICS_INTERVAL_S = 1.0
-BACKPRESSURE_MAX_S = 5.0  # execute waits for stage 0 to ask for more at most this long (Runtime.submit)
+BACKPRESSURE_MAX_S = 5.0  # execute waits for stage 0 to compute its queries at most this long (Runtime.submit)
 log = logging.getLogger(__name__)
 
 

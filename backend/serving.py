@@ -46,6 +46,7 @@ class Decision:
 
 
 def decide(manifest: Manifest, config: RuntimeConfig, cores: int | None = None) -> Decision:
+    """How the model serves on ``cores`` (default: those this process may use), and why."""
     if config.batching == "triton":
         return Decision(Mode.IN_TURN, Choice(False, "batching: triton"))
     choice = config.policy.choose(manifest, cores or cpu_cores())
@@ -58,7 +59,7 @@ def serve(manifest: Manifest, version_dir: Path, config: RuntimeConfig, device: 
           on_death: Callable[[str], None] | None = None, trace: Trace | None = None
           ) -> tuple[Decision, WholeBatch | Runtime]:
     """The model's engines loaded and its server built: a ``WholeBatch`` (``execute`` runs each
-    batch) or a ``Runtime`` (``execute`` hands over and returns when stage 0 asks for more)."""
+    batch) or a ``Runtime`` (``execute`` hands over and returns once stage 0 has computed them)."""
     decision = decide(manifest, config)
     metrics.serving(decision.mode.value, decision.choice.capacity)
     chosen = decision.mode

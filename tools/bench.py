@@ -85,23 +85,24 @@ class Bench:
     def metrics_url(self) -> str:
         return f"http://{self.server.host}:{self.server.metrics_port}/metrics"
 
-    def _client(self):
+    def client(self):
+        """A gRPC client of the server (a context manager)."""
         import tritonclient.grpc as grpcclient
 
         return grpcclient.InferenceServerClient(self.url)
 
     def load(self, model: str) -> None:
-        with self._client() as client:
+        with self.client() as client:
             client.load_model(model)
 
     def unload(self, model: str) -> None:
-        with self._client() as client:
+        with self.client() as client:
             client.unload_model(model)
 
     def _triton_batches(self, models: Sequence[str]) -> dict[tuple[int, int], float]:
         """Executions per (step, batch size) of models Triton batches, from its statistics."""
         counts = {}
-        with self._client() as client:
+        with self.client() as client:
             for step, model in enumerate(models):
                 stats = client.get_inference_statistics(model, as_json=True)["model_stats"][0]
                 for entry in stats.get("batch_stats", []):

@@ -77,7 +77,7 @@ class Snapshot:
     def take(cls, bench: Bench, models: list[str], ours: str | None) -> Snapshot:
         pid = bench.server.process.pid
         stats = {}
-        with bench._client() as client:
+        with bench.client() as client:
             for model in models:
                 s = client.get_inference_statistics(model, as_json=True)["model_stats"][0]
                 infer = s["inference_stats"]
