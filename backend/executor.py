@@ -70,7 +70,7 @@ class Stage(Protocol):
     def fail_rows(self, row: BatchRow, start: int, num: int, error: Exception) -> None: ...
     def executor_died(self, stage: int, error: BaseException) -> None: ...  # answer all, refuse more
     def drop_cancelled(self, row: BatchRow, item: BatchItem) -> None: ...  # answer queries given up on
-    def computed(self, stage: int) -> None: ...  # ``stage`` finished computing an item
+    def computed(self, stage: int) -> None: ...  # ``stage`` finished an item and handed it on
     def boundary(self, stage: int) -> Boundary: ...  # the buffers after ``stage``
 
 
@@ -187,7 +187,6 @@ class StageExecutor(threading.Thread):
             if target is not None:
                 self.device.record(target.event, self.stream)
         self.device.finish(self.stream)  # the table must say where the batch really is
-        self.runtime.computed(self.spec.index)
         # From the table's update to the hand-over nothing can fail: the claims on the output
         # buffer always match the items and held rows the table says read it.
         keeps = target is not None and target.claims > 0  # written beside rows kept there
@@ -203,6 +202,7 @@ class StageExecutor(threading.Thread):
         self.scheduler.metrics.stage_ran(self.spec.index, item.num, ended - began)
         if self.trace:
             self.trace(self.spec.index, item, began, ended)
+        self.runtime.computed(self.spec.index)
 
     def _claim_output(self, kept: int | None) -> Buffer | None:
         if self.output is None:

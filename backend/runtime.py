@@ -378,7 +378,8 @@ class Runtime:
         return self.boundaries[stage]
 
     def computed(self, stage: int) -> None:
-        """Stage 0 takes queries next: ``execute`` may return, for Triton to send its next batch."""
+        """Stage 0 handed its item on and takes queries next: ``execute`` may return, for Triton
+        to send its next batch."""
         if stage == 0:
             self.entry.ready()
 
