@@ -135,10 +135,14 @@ class RuntimeConfig:
             if name not in inputs:
                 raise ConfigError(f"parameter '{PAD_PREFIX}{name}' names no input; the inputs are {', '.join(inputs)}")
         axes = sorted({d for spec in manifest.inputs for d in spec.dims if isinstance(d, str)})
-        for axis in self.max_sizes:
+        built = manifest.size_limits if any(s.engine == "tensorrt" for s in manifest.stages) else {}
+        for axis, size in self.max_sizes.items():
             if axis not in axes:
                 raise ConfigError(f"parameter '{SIZE_PREFIX}{axis}' names no axis; the named axes are "
                                   f"{', '.join(axes) or 'none'}")
+            if axis in built and (size == 0 or size > built[axis]):
+                raise ConfigError(f"parameter '{SIZE_PREFIX}{axis}' is {size}, but the TensorRT engines were built "
+                                  f"for sizes up to {built[axis]}; slice again with a longer --lengths")
         self.policy.bind(manifest)
 
     def size_limits(self, manifest: Manifest) -> dict[str, int]:

@@ -269,12 +269,13 @@ class DiversityPolicy(Policy):
 
     # The pipeline itself.
 
-    def choose(self, manifest: Manifest, cores: int) -> Choice:
+    def choose(self, manifest: Manifest, cores: int, on_cores: bool) -> Choice:
         """``auto`` steps aside where the pipeline cannot pay (otherwise, and for every other
         policy, it pipelines):
 
-        - stages that compute on the CPU's cores (ONNX Runtime: each uses all of them, so stages
-          running at once only take turns, which the tables cannot show) pay only where splitting
+        - stages that compute on the CPU's cores (``on_cores``: ONNX Runtime, torch on a CPU
+          instance; each uses all of them, so stages running at once only take turns, which the
+          tables cannot show) pay only where splitting
           a batch after a stage (Policy II) answers its rows sooner, in sum, than both the whole
           batch and the two halves formed at the entry, by ``SPLIT_GAIN`` (``_split_pays``);
         - stages on their own engines (a GPU; timed) overlap, and the pipeline pays where its
@@ -282,7 +283,7 @@ class DiversityPolicy(Policy):
         if not self.auto or len(manifest.stages) < 2 or any(s.latency is None for s in manifest.stages):
             return Choice(True, "auto pipelines a model of one stage or without latency tables")
         tables = [s.latency for s in manifest.stages]
-        if all(s.engine == "onnxruntime" for s in manifest.stages):
+        if on_cores:
             if self._split_pays(tables):
                 return Choice(True, "splitting a batch after a stage answers its rows sooner (Policy II)")
             return Choice(False, "the stages share the CPU's cores and no split after a stage pays")

@@ -1,7 +1,9 @@
 """Engines run one stage. Each kind sits behind the same small interface.
 
 - ``onnxruntime``: the stage as an ONNX Runtime session (CPU device).
-- ``tensorrt``: the stage as a TensorRT 10 engine, dynamic shapes through its optimization
+- ``torch``: the stage's ONNX graph run by torch (``onnx_torch.py``) on the instance's device:
+  CUDA kernels on the executor's stream for a GPU instance, the CPU's cores for a CPU one.
+- ``tensorrt``: the stage as a TensorRT 10 or 11 engine, dynamic shapes through its optimization
   profile (CUDA device; needs the ``gpu`` extra).
 - ``timed``: computes nothing and takes as long as the stage's latency table predicts for the batch
   (CPU: sleeps; CUDA: keeps the executor's stream busy), so a schedule can be tested exactly.
@@ -75,6 +77,33 @@ class OnnxRuntimeEngine:
         return dict(zip(self._outputs, self._session.run(self._outputs, feed)))
 
 
+class TorchEngine:
+    """A stage (a file, or a serialised model) run by torch on ``device``: on CUDA its kernels go
+    to the executor's current stream and read and write the buffers in place; on the CPU it takes
+    and gives numpy arrays as the other CPU engines do, with ``threads`` intra-op threads (torch
+    has one pool per process, so the last engine loaded sets it). TF32 is off: FP32 results then
+    match ONNX Runtime's within the slicer's tolerance."""
+
+    def __init__(self, model: Path | bytes, output_names: list[str], device: Device, threads: int | None = None):
+        import torch
+
+        from .onnx_torch import TorchGraph
+
+        on_cpu = isinstance(device, CpuDevice)
+        if on_cpu and threads:
+            torch.set_num_threads(threads)
+        if not on_cpu:
+            torch.backends.cuda.matmul.allow_tf32 = False
+            torch.backends.cudnn.allow_tf32 = False
+        self.graph = TorchGraph(model, "cpu" if on_cpu else device.device)
+        self._outputs = output_names
+        self._on_cpu = on_cpu
+
+    def run(self, inputs: Mapping[str, Any]) -> Tensors:
+        outputs = self.graph.run(inputs, self._outputs)
+        return {name: tensor.numpy() for name, tensor in outputs.items()} if self._on_cpu else outputs
+
+
 class TimedEngine:
     """Sleeps for the stage's tabulated latency and passes its inputs through as its outputs."""
 
@@ -123,68 +152,92 @@ def _gpu_sleeper():
 
 
 class TensorRTEngine:
-    """A stage as a TensorRT 10 engine: one execution context, inputs and outputs bound by
-    tensor name, shapes set per batch within the engine's optimization profile."""
+    """A stage as a TensorRT engine (10 or 11) on the instance's GPU: one execution context,
+    inputs and outputs bound by tensor name, shapes set per batch within the engine's
+    optimization profile, work enqueued on the executor's current stream."""
 
-    def __init__(self, path: Path, output_names: Sequence[str], profiler: Any = None):
+    def __init__(self, path: Path, output_names: Sequence[str], device: Device, profiler: Any = None):
         try:
             import tensorrt as trt
             import torch
         except ImportError as exc:
-            raise RuntimeError(f"{path.name}: TensorRT engines need tensorrt 10 and torch with CUDA "
+            raise RuntimeError(f"{path.name}: TensorRT engines need tensorrt and torch with CUDA "
                                "(pip install '.[gpu]')") from exc
-        if not torch.cuda.is_available():
-            raise RuntimeError(f"{path.name}: TensorRT engines need a GPU, and torch sees none")
-        self._torch = torch
-        runtime = trt.Runtime(trt.Logger(trt.Logger.WARNING))
-        self._engine = runtime.deserialize_cuda_engine(path.read_bytes())
-        if self._engine is None:
-            raise RuntimeError(f"{path.name}: TensorRT could not deserialize the engine (built by another version?)")
-        self._context = self._engine.create_execution_context()
+        if isinstance(device, CpuDevice):
+            raise ValueError(f"{path.name}: a TensorRT engine runs on a GPU instance (KIND_GPU)")
+        self._torch, self._device = torch, device.device
+        with torch.cuda.device(self._device):  # the instance's GPU, not whichever is current
+            runtime = trt.Runtime(trt.Logger(trt.Logger.WARNING))
+            self._engine = runtime.deserialize_cuda_engine(path.read_bytes())
+            if self._engine is None:
+                raise RuntimeError(f"{path.name}: TensorRT could not deserialize the engine (built by another "
+                                   "version?)")
+            self._context = self._engine.create_execution_context()
         if profiler is not None:  # a trt.IProfiler: the slicer times layers this way
             self._context.profiler = profiler
         self._outputs = list(output_names)
+        names = [self._engine.get_tensor_name(i) for i in range(self._engine.num_io_tensors)]
         self._dtypes = {name: torch.from_numpy(np.empty(0, trt.nptype(self._engine.get_tensor_dtype(name)))).dtype
-                        for name in self._outputs}
+                        for name in names}
 
     def run(self, inputs: Mapping[str, Any]) -> Tensors:
         torch = self._torch
+        bound = []  # contiguous copies stay referenced until the work is enqueued (then stream order protects them)
         for name, tensor in inputs.items():
+            if tensor.dtype != self._dtypes[name]:
+                raise TypeError(f"TensorRT input '{name}' is {tensor.dtype}; the engine was built for "
+                                f"{self._dtypes[name]}")
             tensor = tensor.contiguous()
-            self._context.set_input_shape(name, tuple(tensor.shape))
+            bound.append(tensor)
+            if not self._context.set_input_shape(name, tuple(tensor.shape)):
+                raise ValueError(f"TensorRT input '{name}' of shape {tuple(tensor.shape)} is outside the engine's "
+                                 "optimization profile (sliced for other batch sizes or lengths)")
             self._context.set_tensor_address(name, tensor.data_ptr())
         outputs = {}
         for name in self._outputs:
             shape = tuple(self._context.get_tensor_shape(name))
-            outputs[name] = torch.empty(shape, dtype=self._dtypes[name], device="cuda")
+            outputs[name] = torch.empty(shape, dtype=self._dtypes[name], device=self._device)
             self._context.set_tensor_address(name, outputs[name].data_ptr())
-        if not self._context.execute_async_v3(torch.cuda.current_stream().cuda_stream):
+        if not self._context.execute_async_v3(torch.cuda.current_stream(self._device).cuda_stream):
             raise RuntimeError("TensorRT execute_async_v3 failed")
         return outputs
 
 
 def fusable(manifest: Manifest) -> bool:
-    """Whether the stages can run as one engine: ONNX Runtime stages (one session), or timed ones
-    (one sleep for the summed tables, as stages queued on one GPU stream make the host wait once)."""
-    return {stage.engine for stage in manifest.stages} in ({"onnxruntime"}, {"timed"})
+    """Whether the stages can run as one engine: ONNX Runtime or torch stages (one graph), or
+    timed ones (one sleep for the summed tables, as stages queued on one GPU stream make the
+    host wait once)."""
+    return {stage.engine for stage in manifest.stages} in ({"onnxruntime"}, {"torch"}, {"timed"})
+
+
+def on_host_cores(manifest: Manifest, device: Device) -> bool:
+    """Whether every stage computes on the host's cores (ONNX Runtime; torch on a CPU instance):
+    stages running at once then take turns on the same cores rather than overlap."""
+    on_cpu = isinstance(device, CpuDevice)
+    return all(s.engine == "onnxruntime" or (s.engine == "torch" and on_cpu) for s in manifest.stages)
 
 
 def load_engines(manifest: Manifest, version_dir: Path, device: Device | None = None, threads: int = 0,
                  spinning: bool = False, fused: bool = False) -> list[Engine]:
     """Every stage's engine, as the backend serves them (``threads`` 0: every core); with
-    ``fused``, the one engine of ``manifest.fused()``: ONNX Runtime stages merged back into one
-    session (one run instead of one per stage, and the optimiser sees across the cuts), or one
-    timed engine for timed stages."""
+    ``fused``, the one engine of ``manifest.fused()``: ONNX Runtime or torch stages merged back
+    into one graph (one run instead of one per stage, and ONNX Runtime's optimiser sees across
+    the cuts), or one timed engine for timed stages."""
     threads = threads or cpu_cores()
+    device = device or CpuDevice()
     if not fused:
         return [load_engine(stage, version_dir, device, threads, spinning) for stage in manifest.stages]
     if not fusable(manifest):
-        raise ValueError("only onnxruntime stages, or timed ones, run fused")
-    if manifest.stages[0].engine == "timed":
-        return [TimedEngine(manifest.fused().stages[0], device or CpuDevice())]
+        raise ValueError("only onnxruntime or torch stages, or timed ones, run fused")
+    engine = manifest.stages[0].engine
+    if engine == "timed":
+        return [TimedEngine(manifest.fused().stages[0], device)]
     files = [_stage_file(stage, version_dir) for stage in manifest.stages]
-    merged = merge_stages(files, [t.name for t in manifest.inputs], [t.name for t in manifest.outputs])
-    return [OnnxRuntimeEngine(merged, [t.name for t in manifest.outputs], threads, spinning)]
+    outputs = [t.name for t in manifest.outputs]
+    merged = merge_stages(files, [t.name for t in manifest.inputs], outputs)
+    if engine == "torch":
+        return [TorchEngine(merged, outputs, device, threads)]
+    return [OnnxRuntimeEngine(merged, outputs, threads, spinning)]
 
 
 def merge_stages(files: Sequence[Path], inputs: Sequence[str], outputs: Sequence[str]) -> bytes:
@@ -222,14 +275,17 @@ def load_engine(stage: StageSpec, version_dir: Path, device: Device | None = Non
     on_cpu = isinstance(device, CpuDevice)
     if stage.engine == "timed":
         return TimedEngine(stage, device)
-    if stage.engine not in ("onnxruntime", "tensorrt"):
-        raise ValueError(f"stage {stage.index}: unknown engine {stage.engine!r}; known: onnxruntime, tensorrt, timed")
-    if (stage.engine == "onnxruntime") != on_cpu:
+    if stage.engine not in ("onnxruntime", "torch", "tensorrt"):
+        raise ValueError(f"stage {stage.index}: unknown engine {stage.engine!r}; "
+                         "known: onnxruntime, torch, tensorrt, timed")
+    if stage.engine != "torch" and (stage.engine == "onnxruntime") != on_cpu:
         raise ValueError(f"stage {stage.index}: a {stage.engine} stage cannot run on {device.name}; "
                          "onnxruntime stages run on KIND_CPU instances, tensorrt stages on KIND_GPU")
     path = _stage_file(stage, version_dir)
     outputs = [t.name for t in stage.outputs]
-    return OnnxRuntimeEngine(path, outputs, threads, spinning) if on_cpu else TensorRTEngine(path, outputs)
+    if stage.engine == "torch":
+        return TorchEngine(path, outputs, device, threads)
+    return OnnxRuntimeEngine(path, outputs, threads, spinning) if on_cpu else TensorRTEngine(path, outputs, device)
 
 
 def _stage_file(stage: StageSpec, version_dir: Path) -> Path:

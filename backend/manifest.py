@@ -209,6 +209,7 @@ class SlicingReport:
     stages_chosen: str = ""  # with ``--stages auto``: why this many
     calibration: tuple[dict, ...] = ()  # per round: cuts, predicted and measured slowest stage (ms)
     warning: str = ""  # the legal cuts cannot balance the stages, and what blocks better ones
+    device: str = "cpu"  # where the stages were profiled, and so where they serve: cpu or cuda
 
     @classmethod
     def from_json(cls, data: dict) -> SlicingReport:

@@ -76,10 +76,10 @@ class Policy:
         """Sizes to split ``batch`` into after ``stage`` finished all of it, or None to pass it on."""
         return None
 
-    def choose(self, manifest: Manifest, cores: int) -> Choice:
+    def choose(self, manifest: Manifest, cores: int, on_cores: bool) -> Choice:
         """Pipeline, or step aside and serve as a plain model does (``serving.py``) because the
         pipeline cannot pay on this model and host (``cores``: the CPU cores this process may
-        use)? Asked before ``bind``."""
+        use; ``on_cores``: every stage computes on them)? Asked before ``bind``."""
         return Choice(True, f"policy {self.name!r} always pipelines")
 
 

@@ -23,8 +23,8 @@ from enum import Enum
 from pathlib import Path
 
 from .config import RuntimeConfig
-from .device import Device
-from .engine import cpu_cores, fusable, load_engines
+from .device import CpuDevice, Device
+from .engine import cpu_cores, fusable, load_engines, on_host_cores
 from .executor import Trace
 from .manifest import Manifest
 from .metrics import Metrics
@@ -45,11 +45,13 @@ class Decision:
     choice: Choice
 
 
-def decide(manifest: Manifest, config: RuntimeConfig, cores: int | None = None) -> Decision:
-    """How the model serves on ``cores`` (default: those this process may use), and why."""
+def decide(manifest: Manifest, config: RuntimeConfig, cores: int | None = None,
+           device: Device | None = None) -> Decision:
+    """How the model serves on ``cores`` (default: those this process may use) of a host whose
+    stages run on ``device`` (default: the CPU), and why."""
     if config.batching == "triton":
         return Decision(Mode.IN_TURN, Choice(False, "batching: triton"))
-    choice = config.policy.choose(manifest, cores or cpu_cores())
+    choice = config.policy.choose(manifest, cores or cpu_cores(), on_host_cores(manifest, device or CpuDevice()))
     if choice.pipeline:
         return Decision(Mode.PIPELINE, choice)
     return Decision(Mode.FUSED if fusable(manifest) else Mode.IN_TURN, choice)
@@ -60,7 +62,7 @@ def serve(manifest: Manifest, version_dir: Path, config: RuntimeConfig, device: 
           ) -> tuple[Decision, WholeBatch | Runtime]:
     """The model's engines loaded and its server built: a ``WholeBatch`` (``execute`` runs each
     batch) or a ``Runtime`` (``execute`` hands over and returns once stage 0 has computed them)."""
-    decision = decide(manifest, config)
+    decision = decide(manifest, config, device=device)
     metrics.serving(decision.mode.value, decision.choice.capacity)
     chosen = decision.mode
     fused = chosen is Mode.FUSED
@@ -75,7 +77,7 @@ def serve(manifest: Manifest, version_dir: Path, config: RuntimeConfig, device: 
     # it; on engines that overlap (a GPU; timed) the host's CPU is what is dear, and one padded run
     # per batch spends least of it: clustered, a TensorRT-speed BERT on GLUE RTE peaked at 2,620
     # requests/s where the plain model padding each batch to its longest reached 3,000.
-    clusters = config.batching != "triton" and all(s.engine == "onnxruntime" for s in manifest.stages)
+    clusters = config.batching != "triton" and on_host_cores(manifest, device)
     form = (lambda queries: config.policy.form(queries, manifest.max_batch_size, time.monotonic())) if clusters \
         else padded_to_longest
     return decision, WholeBatch(manifest, engines, device, metrics, config.pad_values, config.size_limits(manifest),

@@ -19,7 +19,7 @@ from rich.table import Table
 
 from slicer.errors import SliceError
 from slicer.slicing import AUTO, SliceOptions, SliceResult, slice_model
-from slicer.targets import OPTIMIZATION_LEVELS
+from slicer.targets import OPTIMIZATION_LEVELS, TARGETS
 
 
 def _dim(text: str) -> tuple[str, int]:
@@ -55,12 +55,15 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--stages", type=_stages, help="number of stages, or 'auto' to choose it from the profile "
                                                   "(default with --cut-at-diversity: one per diversity run)")
     p.add_argument("--max-batch-size", type=int, default=8, help="Triton max_batch_size (default 8)")
-    p.add_argument("--target", choices=("onnxruntime", "tensorrt"), default="onnxruntime",
-                   help="onnxruntime: ONNX files for CPU instances (default); tensorrt: one engine per stage "
-                        "for GPU instances")
+    p.add_argument("--target", choices=TARGETS, default="onnxruntime",
+                   help="onnxruntime: ONNX files for CPU instances (default); torch: ONNX files run by torch on "
+                        "--device; tensorrt: one engine per stage for GPU instances")
+    p.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto",
+                   help="torch: where the stages are profiled and served (default auto: a GPU torch sees, "
+                        "else the CPU)")
     p.add_argument("--optimize", choices=OPTIMIZATION_LEVELS,
                    help="ONNX Runtime graph optimisation before cutting (default: extended for onnxruntime, "
-                        "basic for tensorrt)")
+                        "basic for torch and tensorrt)")
     p.add_argument("--fp16", action="store_true", help="tensorrt: allow FP16 kernels")
     p.add_argument("--dim", type=_dim, action="append", default=[], metavar="NAME=SIZE",
                    help="size of a named dynamic axis other than the length axis (default 8)")
@@ -98,7 +101,8 @@ def options_from(args: argparse.Namespace) -> SliceOptions:
         lengths=args.lengths, balance_batch_size=args.balance_batch_size, balance_slack=args.balance_slack,
         cut_at_diversity=args.cut_at_diversity, improvement=args.improvement, warmup=args.warmup,
         node_repeats=args.node_repeats, stage_repeats=args.stage_repeats, tolerance=args.tolerance,
-        fp16=args.fp16, policy_defaults=args.policy_defaults, calibration_rounds=args.calibration_rounds,
+        fp16=args.fp16, device=args.device, policy_defaults=args.policy_defaults,
+        calibration_rounds=args.calibration_rounds,
     )
 
 

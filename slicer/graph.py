@@ -18,7 +18,7 @@ tensor's dtype and which of its axes vary.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -105,6 +105,14 @@ class GraphAnalysis:
                 needed[id(node)] = node
                 pending += node_inputs(node)
         return sorted(needed.values(), key=lambda node: self.rank[id(node)])
+
+    def shapes_at(self, names: Sequence[str], batch: int, sizes: Mapping[str, int]) -> dict[str, tuple[int, ...]]:
+        """The shapes ``names`` take when the model runs ``batch`` rows with its named axes at
+        ``sizes``: how an intermediate tensor's varying axes (stored as -1) follow them."""
+        feed = sample_inputs(self.inputs, batch, sizes, seed=batch)
+        inner = [n for n in names if n not in feed]
+        computed = dict(zip(inner, exposing(self.model, inner).run(inner, feed))) if inner else {}
+        return {n: tuple((feed.get(n) if n in feed else computed[n]).shape) for n in names}
 
     def reads(self, body: list[onnx.NodeProto]) -> set[str]:
         """The tensors a stage of ``body`` needs from outside: what its nodes read, with shape

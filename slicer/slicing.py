@@ -54,7 +54,7 @@ from slicer.profile import (
     preferred_batch_size,
     wall_timer,
 )
-from slicer.sample import DEFAULT_DIM_SIZE, sample_inputs, sizes_at
+from slicer.sample import sample_inputs, sizes_at
 from slicer.targets import Target, make_target, optimize, profile
 
 VERSION = "1"
@@ -83,6 +83,7 @@ class SliceOptions:
     stage_repeats: int = 30
     tolerance: float = 1e-4
     fp16: bool = False
+    device: str = "auto"  # torch target: cuda, cpu, or auto (a GPU where torch sees one)
     policy_defaults: bool = True  # write policy parameters chosen from the profile into config.pbtxt
     calibration_rounds: int = 3  # re-cut from served stage times at most this often (0: cut from the profile)
 
@@ -145,7 +146,7 @@ def write_stages(analysis: GraphAnalysis, cuts: Sequence[int], target: Target, o
         graph_file = onnx_dir / f"stage_{index}.onnx"
         onnx.save(stage_model(analysis, start, end, inputs, outputs, f"stage_{index}"), str(graph_file))
         file = f"stage_{index}{target.suffix}"
-        target.build_stage(graph_file, inputs, version_dir / file)
+        target.build_stage(graph_file, inputs, version_dir / file, analysis.shapes_at)
         specs.append(StageSpec(index=index, file=file, engine=target.engine, inputs=tuple(inputs),
                                outputs=tuple(outputs), carry=carry, nodes=len(body),
                                node_range=(body[0].name, body[-1].name)))
@@ -393,10 +394,10 @@ def _calibrate(plan: _Plan, target: Target, scratch: Path, length: int | None, a
     """Cut from what is served (``slicer.calibration``): each round builds the stages, times
     them as served at the balance batch size, corrects the node costs by every stage timed so
     far and cuts again; it stops when a cut set comes back or after ``calibration_rounds``, and
-    keeps the set whose slowest stage measured fastest. ONNX Runtime stages only (a TensorRT
-    build per round takes minutes)."""
+    keeps the set whose slowest stage measured fastest. Not for TensorRT (a build per round
+    takes minutes)."""
     count = len(plan.cuts.cuts) + 1
-    if options.calibration_rounds == 0 or count == 1 or target.engine != "onnxruntime":
+    if options.calibration_rounds == 0 or count == 1 or target.engine == "tensorrt":
         return plan, ()
     batch = options.balance_batch_size or options.max_batch_size
     kinds = [node.op_type for node in plan.analysis.nodes]
@@ -469,14 +470,17 @@ def slice_model(src: Path, out: Path, options: SliceOptions, progress: Progress 
     axis = length_axis(specs, options.length_axis)
     _check_out(src, out)
     lengths: tuple[int | None, ...] = tuple(options.lengths) if axis else (None,)
-    target = make_target(options.target, max_batch=options.max_batch_size, axis=axis, max_length=lengths[-1],
-                         dim_sizes=dict(options.dim_sizes), default_size=DEFAULT_DIM_SIZE, fp16=options.fp16)
+    target = make_target(options.target, device=options.device, max_batch=options.max_batch_size, axis=axis,
+                         max_length=lengths[-1], dim_sizes=dict(options.dim_sizes), fp16=options.fp16)
     if options.optimize and options.optimize not in target.optimizations:
         raise SliceError(f"--optimize {options.optimize} makes graphs {target.name} cannot load; use one of "
                          f"{', '.join(target.optimizations)}")
     created = not out.exists()
     try:
-        return _slice(src, out, options, axis, lengths, target, progress)
+        # GPU work on a stream of its own, as the executors run it: the legacy default stream
+        # would synchronise with every other stream and time what the backend never waits for.
+        with target.device.running_on(target.device.stream()):
+            return _slice(src, out, options, axis, lengths, target, progress)
     except BaseException as exc:  # noqa: BLE001 - whatever stops it (SIGTERM too) leaves no new folder
         if created:
             shutil.rmtree(out, ignore_errors=True)
@@ -509,7 +513,8 @@ def _slice(src: Path, out: Path, options: SliceOptions, axis: str | None, length
         balance_bs = options.balance_batch_size or options.max_batch_size
         at_balance = [s.latency.lookup(balance_bs, lengths[-1]) for s in specs]
         report = SlicingReport(
-            target=target.name, optimization=plan.optimization, balance_batch_size=balance_bs,
+            target=target.name, device="cpu" if isinstance(target.device, CpuDevice) else "cuda",
+            optimization=plan.optimization, balance_batch_size=balance_bs,
             balance_length=lengths[-1], balance=round(max(at_balance) / (sum(at_balance) / len(at_balance)), 4),
             length_axis=axis,
             profile_seconds=round(seconds["node profile"] + seconds["stage latency tables"], 2),

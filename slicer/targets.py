@@ -1,4 +1,5 @@
-"""What the slicer builds for: ONNX Runtime sessions on the CPU, or TensorRT engines on a GPU.
+"""What the slicer builds for: ONNX Runtime sessions on the CPU, torch on a GPU (or the CPU), or
+TensorRT engines on a GPU.
 
 A target profiles the nodes of the (optimised) source model and turns each stage's ONNX graph
 into the file its engine loads. Everything else in the slicer is the same for both.
@@ -11,7 +12,7 @@ import re
 import shutil
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Protocol
 
@@ -30,6 +31,11 @@ from slicer.sample import sample_inputs, sizes_at
 OPTIMIZATION_LEVELS = ("none", "basic", "extended")
 
 
+# The shapes named tensors take when the source model runs (rows, named axis sizes): for a
+# TensorRT profile of a stage whose inputs have axes that vary with the length axis.
+Probe = Callable[[Sequence[str], int, Mapping[str, int]], dict[str, tuple[int, ...]]]
+
+
 class Target(Protocol):
     name: str
     engine: str  # the manifest's engine name
@@ -41,7 +47,7 @@ class Target(Protocol):
                       configs: Sequence[tuple[int | None, int]], axis: str | None, dim_sizes: Mapping[str, int],
                       warmup: int, repeats: int, threads: int, progress: Progress | None) -> np.ndarray: ...
 
-    def build_stage(self, onnx_path: Path, inputs: Sequence[TensorSpec], out: Path) -> None: ...
+    def build_stage(self, onnx_path: Path, inputs: Sequence[TensorSpec], out: Path, probe: Probe) -> None: ...
 
     def synchronize(self) -> None: ...
 
@@ -137,11 +143,73 @@ class OnnxRuntimeTarget:
         plan_array = np.array(plan)
         return np.stack([np.median(per_run[plan_array == c], axis=0) for c in range(len(configs))])
 
-    def build_stage(self, onnx_path: Path, inputs: Sequence[TensorSpec], out: Path) -> None:
+    def build_stage(self, onnx_path: Path, inputs: Sequence[TensorSpec], out: Path, probe: Probe) -> None:
         shutil.copyfile(onnx_path, out)
 
     def synchronize(self) -> None:
         pass
+
+
+class TorchTarget:
+    """Stages stay standard ONNX files run by torch (``backend/onnx_torch.py``) on ``device``
+    (``cuda``, or ``cpu``; ``auto``: a GPU where torch sees one); nodes are timed one by one as
+    the interpreter runs them (CUDA events on a GPU, wall time on the CPU)."""
+
+    name = engine = "torch"
+    suffix = ".onnx"
+    # Extended ONNX Runtime fusions emit com.microsoft operators the interpreter does not know.
+    optimizations = ("basic", "none")
+
+    def __init__(self, device: str = "auto"):
+        try:
+            import torch
+        except ImportError:
+            raise SliceError("--target torch needs torch (pip install torch==2.13.0 for the CPU build)") from None
+        if device == "auto":
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+        if device not in ("cpu", "cuda"):
+            raise SliceError(f"--device must be auto, cpu or cuda, not {device!r}")
+        if device == "cuda" and not torch.cuda.is_available():
+            raise SliceError("--device cuda: no CUDA GPU is visible (torch.cuda.is_available() is False)")
+        self._torch = torch
+        self.device = CudaDevice() if device == "cuda" else CpuDevice()
+
+    def profile_nodes(self, model_path, nodes, inputs, configs, axis, dim_sizes, warmup, repeats, threads, progress):
+        """Median time per node (ms) for each (length, batch) in ``configs``."""
+        from backend.engine import TorchEngine
+        from backend.onnx_torch import node_timer
+
+        engine = TorchEngine(Path(model_path), [], self.device, threads)  # sets threads and TF32 as served
+        graph, index = engine.graph, {name: i for i, name in enumerate(nodes)}
+        result = []
+        for c, (length, batch) in enumerate(configs):
+            feed = {k: self.device.from_host(v) for k, v in _feed(inputs, batch, length, axis, dim_sizes).items()}
+            per_run = []
+            for r in range(warmup + repeats):
+                times = np.zeros(len(nodes))
+
+                def record(node: str, ms: float, times=times) -> None:
+                    if node in index:
+                        times[index[node]] += ms
+                timer = node_timer(graph.device, record)
+                graph.run(feed, timer=timer)
+                timer.flush()
+                if r >= warmup:
+                    per_run.append(times)
+            result.append(np.median(per_run, axis=0))
+            if progress:
+                progress("node profile", c + 1, len(configs))
+        return np.stack(result)
+
+    def build_stage(self, onnx_path: Path, inputs: Sequence[TensorSpec], out: Path, probe: Probe) -> None:
+        shutil.copyfile(onnx_path, out)
+
+    def synchronize(self) -> None:
+        if isinstance(self.device, CudaDevice):
+            self._torch.cuda.synchronize()
+
+
+TENSORRT_MAJORS = (10, 11)
 
 
 def tensorrt_missing() -> str | None:
@@ -150,8 +218,8 @@ def tensorrt_missing() -> str | None:
         import tensorrt
     except ImportError:
         return "the tensorrt Python package is not installed (pip install -e '.[gpu]' on a machine with an NVIDIA GPU)"
-    if int(tensorrt.__version__.split(".")[0]) != 10:
-        return f"TensorRT 10 is needed, found {tensorrt.__version__}"
+    if int(tensorrt.__version__.split(".")[0]) not in TENSORRT_MAJORS:
+        return f"TensorRT {' or '.join(map(str, TENSORRT_MAJORS))} is needed, found {tensorrt.__version__}"
     try:
         import torch
     except ImportError:
@@ -161,24 +229,30 @@ def tensorrt_missing() -> str | None:
     return None
 
 
-def profile_shapes(spec: TensorSpec, max_batch: int, axis: str | None, max_length: int | None,
-                   dim_sizes: Mapping[str, int], default: int) -> tuple[tuple[int, ...], ...]:
-    """(min, opt, max) shapes of an input for a TensorRT optimization profile: the batch axis from
-    1 to ``max_batch``, the length axis from 1 to ``max_length``, other axes at their fixed or
-    named sizes. opt is the largest shape, where the pipeline is busiest."""
-    low, high = [1], [max_batch]
-    for dim in spec.dims:
-        if axis is not None and dim == axis:
-            low.append(1)
-            high.append(max_length)
-        elif isinstance(dim, int) and dim >= 0:
-            low.append(dim)
-            high.append(dim)
-        else:
-            size = dim_sizes.get(str(dim), default)
-            low.append(size)
-            high.append(size)
-    return tuple(low), tuple(high), tuple(high)
+def profile_shapes(names: Sequence[str], probe: Probe, max_batch: int, axis: str | None, max_length: int | None,
+                   dim_sizes: Mapping[str, int]) -> dict[str, tuple[tuple[int, ...], ...]]:
+    """(min, opt, max) shapes of an engine's inputs for a TensorRT optimization profile: the
+    shapes the tensors take when the source model runs one row at length 1 and ``max_batch``
+    rows at ``max_length`` (other named axes at their sizes), so an intermediate tensor's axes
+    that follow the length axis (``[-1, 32]``, ``[4, -1, -1]``) cover every length served. opt
+    is the largest shape, where the pipeline is busiest."""
+    low = probe(names, 1, sizes_at(dim_sizes, axis, 1 if axis else None))
+    high = probe(names, max_batch, sizes_at(dim_sizes, axis, max_length))
+    ranges = {}
+    for name in names:
+        small = tuple(map(min, low[name], high[name]))
+        large = tuple(map(max, low[name], high[name]))
+        ranges[name] = (small, large, large)
+    return ranges
+
+
+def feed_shapes(inputs: Sequence[TensorSpec]) -> Probe:
+    """A probe of the model's own inputs: the shapes ``sample_inputs`` gives them."""
+    specs = {spec.name: spec for spec in inputs}
+
+    def probe(names: Sequence[str], batch: int, sizes: Mapping[str, int]) -> dict[str, tuple[int, ...]]:
+        return {n: tuple(a.shape) for n, a in sample_inputs([specs[n] for n in names], batch, sizes).items()}
+    return probe
 
 
 _FOREIGN = re.compile(r"ForeignNode\[(.+?)\.\.\.(.+?)\]")
@@ -214,9 +288,12 @@ def attribute_layer_times(layer_times: Mapping[str, float], nodes: Sequence[str]
 
 
 class TensorRTTarget:
-    """GPU: one TensorRT 10 engine per stage, built from the stage's ONNX graph with an
-    optimization profile covering batch 1..max and the length range; nodes are timed by
-    TensorRT's per-layer profiler on an engine of the whole model."""
+    """GPU: one TensorRT engine per stage (TensorRT 10 or 11), built from the stage's ONNX graph
+    with an optimization profile covering batch 1..max and lengths 1..max; nodes are timed by
+    TensorRT's per-layer profiler on an engine of the whole model. FP32 builds keep TF32 off,
+    so stages verify against ONNX Runtime at the slicer's tolerance. ``fp16`` sets TensorRT 10's
+    FP16 flag; TensorRT 11 builds strongly typed networks only, so an FP16 engine there comes
+    from an FP16 source model (ModelOpt AutoCast), sliced without ``--fp16``."""
 
     name = engine = "tensorrt"
     suffix = ".plan"
@@ -224,19 +301,23 @@ class TensorRTTarget:
     optimizations = ("basic", "none")
 
     def __init__(self, max_batch: int, axis: str | None, max_length: int | None, dim_sizes: Mapping[str, int],
-                 default_size: int, fp16: bool = False):
+                 fp16: bool = False):
         reason = tensorrt_missing()
         if reason:
             raise SliceError(f"--target tensorrt cannot run here: {reason}")
         import tensorrt as trt
 
+        if fp16 and not hasattr(trt.BuilderFlag, "FP16"):
+            raise SliceError(f"--fp16: TensorRT {trt.__version__} builds strongly typed networks only; convert the "
+                             "source to FP16 first (python -m modelopt.onnx.autocast --onnx_path SRC.onnx) and "
+                             "slice that without --fp16")
         self._trt = trt
         self._logger = trt.Logger(trt.Logger.WARNING)
         self.device = CudaDevice()
         self.fp16 = fp16
-        self._shape_args = (max_batch, axis, max_length, dim_sizes, default_size)
+        self._shape_args = (max_batch, axis, max_length, dim_sizes)
 
-    def _build(self, onnx_path: Path, inputs: Sequence[TensorSpec], detailed: bool) -> bytes:
+    def _build(self, onnx_path: Path, inputs: Sequence[TensorSpec], probe: Probe, detailed: bool) -> bytes:
         trt = self._trt
         builder = trt.Builder(self._logger)
         network = builder.create_network(0)
@@ -245,21 +326,23 @@ class TensorRTTarget:
             errors = "; ".join(str(parser.get_error(i)) for i in range(parser.num_errors))
             raise SliceError(f"TensorRT cannot parse {onnx_path.name}: {errors}")
         config = builder.create_builder_config()
+        if hasattr(trt.BuilderFlag, "TF32"):
+            config.clear_flag(trt.BuilderFlag.TF32)
         if self.fp16:
             config.set_flag(trt.BuilderFlag.FP16)
         if detailed:
             config.profiling_verbosity = trt.ProfilingVerbosity.DETAILED
         profile = builder.create_optimization_profile()
-        for spec in inputs:
-            profile.set_shape(spec.name, *profile_shapes(spec, *self._shape_args))
+        for name, shapes in profile_shapes([spec.name for spec in inputs], probe, *self._shape_args).items():
+            profile.set_shape(name, *shapes)
         config.add_optimization_profile(profile)
         plan = builder.build_serialized_network(network, config)
         if plan is None:
             raise SliceError(f"TensorRT could not build an engine for {onnx_path.name} (see its log above)")
         return bytes(plan)
 
-    def build_stage(self, onnx_path: Path, inputs: Sequence[TensorSpec], out: Path) -> None:
-        out.write_bytes(self._build(onnx_path, inputs, detailed=False))
+    def build_stage(self, onnx_path: Path, inputs: Sequence[TensorSpec], out: Path, probe: Probe) -> None:
+        out.write_bytes(self._build(onnx_path, inputs, probe, detailed=False))
 
     def profile_nodes(self, model_path, nodes, inputs, configs, axis, dim_sizes, warmup, repeats, threads, progress):
         from backend.engine import TensorRTEngine
@@ -276,10 +359,10 @@ class TensorRTTarget:
 
         with tempfile.TemporaryDirectory() as scratch:
             plan = Path(scratch) / "whole.plan"
-            plan.write_bytes(self._build(Path(model_path), inputs, detailed=True))
+            plan.write_bytes(self._build(Path(model_path), inputs, feed_shapes(inputs), detailed=True))
             outputs = [o.name for o in onnx.load(str(model_path), load_external_data=False).graph.output]
             layers = Layers()
-            engine = TensorRTEngine(plan, outputs, profiler=layers)
+            engine = TensorRTEngine(plan, outputs, self.device, profiler=layers)
         result = []
         for c, (length, batch) in enumerate(configs):
             feed = {k: self.device.from_host(v) for k, v in _feed(inputs, batch, length, axis, dim_sizes).items()}
@@ -301,12 +384,17 @@ class TensorRTTarget:
         torch.cuda.synchronize()
 
 
-def make_target(name: str, **shape_args) -> Target:
+TARGETS = ("onnxruntime", "torch", "tensorrt")
+
+
+def make_target(name: str, device: str = "auto", **shape_args) -> Target:
     if name == "onnxruntime":
         return OnnxRuntimeTarget()
+    if name == "torch":
+        return TorchTarget(device)
     if name == "tensorrt":
         return TensorRTTarget(**shape_args)
-    raise SliceError(f"--target must be onnxruntime or tensorrt, not {name!r}")
+    raise SliceError(f"--target must be one of {', '.join(TARGETS)}, not {name!r}")
 
 
 def profile(target: Target, model_path: Path, nodes: Sequence[str], inputs: Sequence[TensorSpec],

@@ -59,7 +59,8 @@ def render(name: str, manifest: Manifest, parameters: Mapping[str, str] | None =
            queue_delay_us: int | None = None, comment: str | None = None) -> str:
     """Triton sees one model with a batch axis on every tensor; the stages are ours to run.
 
-    TensorRT stages run on a GPU instance, ONNX Runtime stages on a CPU one. ``parameters`` are
+    TensorRT stages run on a GPU instance, ONNX Runtime stages on a CPU one, torch stages where
+    they were profiled. ``parameters`` are
     the backend's knobs (README, "Knobs"). ``queue_delay_us`` sets the dynamic batcher's delay.
     Inputs along the model's length axis may differ in length within one of Triton's batches
     (``allow_ragged_batch``): the backend batches them itself (Policy I clusters and pads them; a
@@ -71,7 +72,9 @@ def render(name: str, manifest: Manifest, parameters: Mapping[str, str] | None =
     axis = manifest.length_axis
     inputs = ",\n".join(tensor_line(s, axis is not None and axis in s.dims) for s in manifest.inputs)
     outputs = ",\n".join(tensor_line(s) for s in manifest.outputs)
-    kind = "KIND_GPU" if any(s.engine == "tensorrt" for s in manifest.stages) else "KIND_CPU"
+    on_gpu = any(s.engine == "tensorrt" for s in manifest.stages) or (
+        manifest.slicing is not None and manifest.slicing.device == "cuda")
+    kind = "KIND_GPU" if on_gpu else "KIND_CPU"
     knobs = "".join(f'parameters: {{ key: "{key}" value: {{ string_value: "{value}" }} }}\n'
                     for key, value in (parameters or {}).items())
     batcher = f"dynamic_batching {{ max_queue_delay_microseconds: {queue_delay_us} }}" \

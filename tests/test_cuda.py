@@ -5,17 +5,22 @@ waiting. Needs a GPU and torch with CUDA; skipped elsewhere. Timed stages keep t
 from __future__ import annotations
 
 import threading
+from dataclasses import replace
 
 import numpy as np
 import pytest
 
 from backend.config import RuntimeConfig
 from backend.device import CudaDevice, make_device
-from backend.engine import load_engines
+from backend.engine import OnnxRuntimeEngine, load_engines
+from backend.manifest import Manifest
 from backend.policy import RandomPolicy
 from backend.query import Query
 from backend.runtime import Runtime
+from slicer.sample import sample_inputs
+from slicer.slicing import VERSION, slice_model
 
+from .conftest import FAST
 from .test_faults import Flaky, FlakyEngine, FlakyPolicy, assert_recovered
 from .timed import timed_manifest
 
@@ -106,3 +111,44 @@ def test_faults_on_cuda_return_buffers_and_keep_rows_exact(pairs):
         assert failure is None, failure
         assert_own_rows(key, outputs)
     runtime.close()
+
+
+def test_torch_stages_run_real_kernels_through_the_pipeline(sources, tmp_path):
+    """bert_like sliced for torch on the GPU (a KIND_GPU model), served by the pipeline on
+    streams and events under random meta operations: every answer equals the unsliced model's
+    on ONNX Runtime (TF32 off), and the model serves fused too."""
+    out = tmp_path / "bert_torch"
+    slice_model(sources["bert_like"], out, replace(FAST, stages=3, target="torch", device="cuda"))
+    manifest = Manifest.load(out / VERSION)
+    assert manifest.slicing.device == "cuda" and "kind: KIND_GPU" in (out / "config.pbtxt").read_text()
+    device = make_device("GPU")
+    reference = OnnxRuntimeEngine(sources["bert_like"], [o.name for o in manifest.outputs])
+    rng = np.random.default_rng(1)
+    feeds = [sample_inputs(manifest.inputs, 1 + i % 3, {"sequence": 24}, seed=i) for i in range(60)]
+    answers: dict[int, list] = {}
+    done = threading.Condition()
+
+    def query(key: int) -> Query:
+        def respond(outputs, failure):
+            with done:
+                answers.setdefault(key, []).append((outputs, failure))
+                done.notify_all()
+        return Query(feeds[key], respond)
+
+    runtime = Runtime(manifest, load_engines(manifest, out / VERSION, device),
+                      RuntimeConfig(policy=RandomPolicy(seed=3, stretch_probability=0.5, split_probability=0.3)),
+                      device)
+    for key in range(len(feeds)):
+        runtime.submit([query(key)])
+        if rng.random() < 0.3:
+            threading.Event().wait(0.002)
+    with done:
+        assert done.wait_for(lambda: len(answers) == len(feeds), timeout=120)
+    runtime.close()
+    [fused] = load_engines(manifest, out / VERSION, device, fused=True)
+    for key, [(outputs, failure)] in answers.items():
+        assert failure is None, failure
+        for name, expected in reference.run(feeds[key]).items():
+            np.testing.assert_allclose(outputs[name], expected, atol=1e-4, rtol=0)
+            got = device.to_host(fused.run({k: device.from_host(v) for k, v in feeds[key].items()})[name])
+            np.testing.assert_allclose(got, expected, atol=1e-4, rtol=0)

@@ -7,6 +7,7 @@ import shutil
 import signal
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -16,12 +17,12 @@ from tritonclient.utils import InferenceServerException
 from backend.engine import OnnxRuntimeEngine
 from backend.manifest import Manifest
 from slicer.sample import sample_inputs
-from slicer.slicing import VERSION
+from slicer.slicing import VERSION, slice_model
 from tools.client import infer
 from tools.serve import children_of, stubs_of
 from tools.soak import resident_mb
 
-from .conftest import E2E_STAGES, MAX_BATCH
+from .conftest import E2E_STAGES, FAST, MAX_BATCH
 
 
 @pytest.fixture(scope="module")
@@ -182,6 +183,33 @@ def test_every_policy_answers_mixed_lengths_like_the_unsliced_model(client, repo
     for feed, answer in zip(feeds, answers):
         for out, expected in reference.run(feed).items():
             assert answer[out].shape == expected.shape
+            np.testing.assert_allclose(answer[out], expected, atol=1e-4, rtol=0)
+    client.unload_model(name)
+
+
+@pytest.mark.parametrize("policy", ["input+load", "auto"])
+def test_a_model_sliced_for_torch_answers_like_the_unsliced_model(client, repository, sources, policy):
+    """bert_like sliced with --target torch (CPU) through the pipeline (Policy I and III) and as
+    auto serves it (stepped aside: the stages fused into one torch graph): mixed unpadded
+    lengths at once, every answer equal to the unsliced model's."""
+    pytest.importorskip("torch")
+    name = f"bert_like_torch_{policy.replace('+', '_')}"
+    slice_model(sources["bert_like"], repository / name, replace(FAST, stages=3, target="torch", device="cpu",
+                                                                 calibration_rounds=0, policy_defaults=False))
+    config = repository / name / "config.pbtxt"
+    config.write_text(config.read_text() + f'parameters: {{ key: "policy" value: {{ string_value: "{policy}" }} }}\n')
+    client.load_model(name)
+    manifest = Manifest.load(repository / name / VERSION)
+    rng = np.random.default_rng(5)
+    feeds = [sample_inputs(manifest.inputs, 1 + i % 3, {"sequence": int(rng.integers(1, 25))}, seed=i)
+             for i in range(24)]
+    for feed in feeds:
+        feed["attention_mask"][:] = 1
+    with ThreadPoolExecutor(8) as pool:
+        answers = list(pool.map(lambda feed: infer(client, name, feed, []), feeds))
+    reference = OnnxRuntimeEngine(sources["bert_like"], [o.name for o in manifest.outputs])
+    for feed, answer in zip(feeds, answers):
+        for out, expected in reference.run(feed).items():
             np.testing.assert_allclose(answer[out], expected, atol=1e-4, rtol=0)
     client.unload_model(name)
 

@@ -15,7 +15,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from backend.manifest import Manifest, TensorSpec
+from backend.manifest import LatencyTable, Manifest, StageSpec, TensorSpec
 from slicer.__main__ import main as slicer_main
 from slicer.calibration import Span, calibrated_costs
 from slicer.cuts import balanced_cuts
@@ -34,6 +34,7 @@ from slicer.slicing import (
 from slicer.targets import (
     OnnxRuntimeTarget,
     attribute_layer_times,
+    feed_shapes,
     optimize,
     profile_shapes,
     tensorrt_missing,
@@ -352,7 +353,41 @@ def test_tensorrt_layer_names_map_to_nodes_and_profiles_cover_the_range():
     }, nodes)
     assert times.tolist() == pytest.approx([1.0, 1.0, 0.5, 0.5 + 1.0, 1.0 + 0.5, 1.0])
     spec = TensorSpec("input_ids", "int64", ("sequence", 3, "width"))
-    assert profile_shapes(spec, 8, "sequence", 64, {"width": 5}, 8) == ((1, 1, 3, 5), (8, 64, 3, 5), (8, 64, 3, 5))
+    shapes = profile_shapes(["input_ids"], feed_shapes([spec]), 8, "sequence", 64, {"width": 5})
+    assert shapes == {"input_ids": ((1, 1, 3, 5), (8, 64, 3, 5), (8, 64, 3, 5))}
+
+
+def test_tensorrt_profiles_of_every_possible_stage_cover_every_length(sources, tmp_path):
+    """Every tensor that can cross a cut of bert_like (as TensorRT's target optimises it), the
+    ones whose axes follow the length (stored as -1: [-1, 32], [4, -1, -1]) included: its
+    profile range holds the shapes it takes at every batch size and length served."""
+    analysis = analyse(optimize(sources["bert_like"], tmp_path / "basic.onnx", "basic"))
+    names = sorted({t for k in analysis.legal_cuts() for t in analysis.crossing(k)})
+    assert any(-1 in analysis.facts[t].dims for t in names)
+    ranges = profile_shapes(names, analysis.shapes_at, MAX_BATCH, "sequence", 64, {})
+    for batch, length in ((1, 1), (3, 17), (MAX_BATCH, 64)):
+        for name, shape in analysis.shapes_at(names, batch, {"sequence": length}).items():
+            low, _, high = ranges[name]
+            assert all(lo <= d <= hi for lo, d, hi in zip(low, shape, high)), (name, shape, ranges[name])
+    assert any(ranges[t][0][1:] != ranges[t][2][1:] for t in names if -1 in analysis.facts[t].dims)
+
+
+def test_served_sizes_stop_where_tensorrt_engines_were_built(tmp_path):
+    """``max_size.<axis>`` may not raise a TensorRT model's length beyond its engines' profile."""
+    from backend.config import ConfigError, RuntimeConfig
+
+    spec = TensorSpec("ids", "int64", ("sequence",))
+    table = LatencyTable(batch_sizes=(1, 2), mean=((1.0, 2.0), (2.0, 3.0)), p99=((1.0, 2.0), (2.0, 3.0)),
+                         axis="sequence", lengths=(8, 64))
+    stage = StageSpec(index=0, file="stage_0.plan", engine="tensorrt", inputs=(spec,), outputs=(spec,), latency=table)
+    manifest = Manifest(source_file="", source_sha256="", max_batch_size=2, inputs=(spec,), outputs=(spec,),
+                        stages=(stage,))
+    RuntimeConfig.from_parameters({"max_size.sequence": "32"}).bind(manifest)
+    for size in ("128", "0"):
+        with pytest.raises(ConfigError, match="TensorRT engines were built for sizes up to 64"):
+            RuntimeConfig.from_parameters({"max_size.sequence": size}).bind(manifest)
+    as_ort = replace(manifest, stages=(replace(stage, engine="onnxruntime"),))
+    RuntimeConfig.from_parameters({"max_size.sequence": "128"}).bind(as_ort)
 
 
 def test_length_axis_is_the_inputs_named_axis():

@@ -1,0 +1,397 @@
+"""An ONNX graph run node by node with torch: the ``torch`` engine's interpreter.
+
+Why our own and not onnx2torch: onnx2torch imports torchvision for two of its converters, and
+torchvision cannot be installed beside the CPU torch this project tests with; an interpreter of
+the standard operators our models use is a few hundred lines, and it can keep shape arithmetic
+off the GPU. Values that only describe shapes (``Shape``, ``Constant`` and what is computed from
+them alone) stay in host memory, so ``Reshape``, ``Slice``, ``Expand`` and ``Range`` read their
+arguments without waiting for the GPU; data lives on the engine's device. An operator outside
+``OPS`` is refused when the graph loads, naming it.
+
+Pure torch and onnx: no Triton, no streams (kernels go to the caller's current stream).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+import torch
+import torch.nn.functional as F
+from onnx import numpy_helper
+
+Op = Callable[..., Any]  # (node attributes, *inputs) -> output or tuple of outputs
+
+DTYPES = {
+    onnx.TensorProto.FLOAT: torch.float32, onnx.TensorProto.DOUBLE: torch.float64,
+    onnx.TensorProto.FLOAT16: torch.float16, onnx.TensorProto.BFLOAT16: torch.bfloat16,
+    onnx.TensorProto.INT64: torch.int64, onnx.TensorProto.INT32: torch.int32,
+    onnx.TensorProto.INT16: torch.int16, onnx.TensorProto.INT8: torch.int8,
+    onnx.TensorProto.UINT8: torch.uint8, onnx.TensorProto.BOOL: torch.bool,
+}
+
+
+def _ints(value: torch.Tensor | None) -> list[int]:
+    return [] if value is None else [int(v) for v in value.reshape(-1).tolist()]
+
+
+def _axes(attrs: dict, value: torch.Tensor | None) -> list[int] | None:
+    """Axes given as an input (newer opsets) or an attribute (older ones); None when neither."""
+    if value is not None:
+        return _ints(value)
+    return list(attrs["axes"]) if "axes" in attrs else None
+
+
+def _gather(a: dict, data, indices):
+    axis = a.get("axis", 0) % data.dim()
+    indices = torch.where(indices < 0, indices + data.shape[axis], indices)
+    picked = data.index_select(axis, indices.reshape(-1))
+    return picked.reshape((*data.shape[:axis], *indices.shape, *data.shape[axis + 1:]))
+
+
+def _slice(a: dict, data, starts, ends, axes=None, steps=None):
+    starts, ends = _ints(starts), _ints(ends)
+    axes = _ints(axes) if axes is not None else list(range(len(starts)))
+    steps = _ints(steps) if steps is not None else [1] * len(starts)
+    index: list[Any] = [slice(None)] * data.dim()
+    for start, end, axis, step in zip(starts, ends, axes, steps):
+        cut = slice(start, end, step)
+        if step > 0:
+            index[axis % data.dim()] = cut
+        else:  # torch slices forwards only
+            picked = range(*cut.indices(data.shape[axis]))
+            data = data.index_select(axis, torch.tensor(list(picked), dtype=torch.long, device=data.device))
+    return data[tuple(index)]
+
+
+def _reshape(a: dict, data, shape):
+    sizes = _ints(shape)
+    if not a.get("allowzero", 0):
+        sizes = [data.shape[i] if s == 0 else s for i, s in enumerate(sizes)]
+    return data.reshape(sizes)
+
+
+def _unsqueeze(a: dict, data, axes=None):
+    axes = sorted(x % (data.dim() + len(_axes(a, axes))) for x in _axes(a, axes))
+    for axis in axes:
+        data = data.unsqueeze(axis)
+    return data
+
+
+def _squeeze(a: dict, data, axes=None):
+    axes = _axes(a, axes)
+    if axes is None:
+        return data.squeeze()
+    return data.squeeze(tuple(x % data.dim() for x in axes))
+
+
+def _shape(a: dict, data):
+    dims = list(data.shape)[a.get("start", 0):a.get("end", None)]
+    return torch.tensor(dims, dtype=torch.int64)
+
+
+def _constant(a: dict):
+    for key in ("value_float", "value_int"):
+        if key in a:
+            return torch.tensor(a[key])
+    for key in ("value_floats", "value_ints"):
+        if key in a:
+            return torch.tensor(list(a[key]))
+    return _tensor(a["value"])
+
+
+def _constant_of_shape(a: dict, shape):
+    fill = _tensor(a["value"]) if "value" in a else torch.zeros(1)
+    return torch.full(_ints(shape), fill.reshape(-1)[0].item(), dtype=fill.dtype)
+
+
+def _range(a: dict, start, limit, delta):
+    return torch.arange(start.item(), limit.item(), delta.item(), dtype=start.dtype, device=start.device)
+
+
+def _softmax(a: dict, x, log: bool = False):
+    fn = torch.log_softmax if log else torch.softmax
+    if a["_opset"] >= 13:
+        return fn(x, a.get("axis", -1))
+    axis = a.get("axis", 1) % x.dim()  # older opsets: the axes from ``axis`` on are one
+    return fn(x.reshape(*x.shape[:axis], -1), -1).reshape(x.shape) if axis else fn(x.reshape(-1), 0).reshape(x.shape)
+
+
+def _gemm(a: dict, x, w, c=None):
+    x = x.t() if a.get("transA", 0) else x
+    w = w.t() if a.get("transB", 0) else w
+    out = a.get("alpha", 1.0) * (x @ w)
+    return out if c is None else out + a.get("beta", 1.0) * c
+
+
+def _pads(a: dict, spatial: int) -> tuple[list[int], bool]:
+    """ONNX pads (begins then ends) as F.pad's list (last axis first), and whether symmetric."""
+    if a.get("auto_pad", b"NOTSET") not in (b"NOTSET", "NOTSET", b"VALID", "VALID"):
+        raise NotImplementedError("auto_pad SAME_UPPER / SAME_LOWER")
+    pads = list(a.get("pads", [0] * 2 * spatial))
+    begins, ends = pads[:spatial], pads[spatial:]
+    flat = [p for pair in zip(reversed(begins), reversed(ends)) for p in pair]
+    return flat, begins == ends
+
+
+def _conv(a: dict, x, w, b=None):
+    spatial = x.dim() - 2
+    pads, even = _pads(a, spatial)
+    if not even:
+        x, padding = F.pad(x, pads), 0
+    else:
+        padding = pads[::2][::-1]
+    fn = (F.conv1d, F.conv2d, F.conv3d)[spatial - 1]
+    return fn(x, w, b, stride=list(a.get("strides", [1] * spatial)), padding=padding,
+              dilation=list(a.get("dilations", [1] * spatial)), groups=a.get("group", 1))
+
+
+def _pool(kind: str) -> Op:
+    def pool(a: dict, x):
+        spatial = x.dim() - 2
+        pads, even = _pads(a, spatial)
+        kernel = list(a["kernel_shape"])
+        if not even:
+            x = F.pad(x, pads, value=float("-inf") if kind == "max" else 0.0)
+        padding = pads[::2][::-1] if even else 0
+        strides, ceil = list(a.get("strides", [1] * spatial)), bool(a.get("ceil_mode", 0))
+        if kind == "max":
+            fn = (F.max_pool1d, F.max_pool2d, F.max_pool3d)[spatial - 1]
+            return fn(x, kernel, strides, padding, list(a.get("dilations", [1] * spatial)), ceil)
+        fn = (F.avg_pool1d, F.avg_pool2d, F.avg_pool3d)[spatial - 1]
+        return fn(x, kernel, strides, padding, ceil, bool(a.get("count_include_pad", 0)))
+    return pool
+
+
+def _resize(a: dict, x, roi=None, scales=None, sizes=None):
+    mode = _text(a.get("mode", "nearest"))
+    transform = _text(a.get("coordinate_transformation_mode", "half_pixel"))
+    spatial = x.dim() - 2
+    size = _ints(sizes)[2:] if sizes is not None and sizes.numel() else None
+    factor = [float(s) for s in scales.reshape(-1).tolist()][2:] if size is None else None
+    if mode == "nearest":
+        # torch's nearest is ONNX's asymmetric + floor; with a whole upscale factor, half_pixel
+        # rounds every output pixel to the same source pixel whichever nearest_mode is set.
+        whole = factor is not None and all(f == int(f) >= 1 for f in factor) or size is not None and all(
+            s % n == 0 for s, n in zip(size, x.shape[2:]))
+        floor = _text(a.get("nearest_mode", "round_prefer_floor")) == "floor"
+        if (transform == "asymmetric" and floor) or (transform in ("half_pixel", "pytorch_half_pixel") and whole):
+            return F.interpolate(x, size=size, scale_factor=factor, mode="nearest")
+    if mode == "linear" and transform in ("half_pixel", "pytorch_half_pixel", "align_corners"):
+        kind = ("linear", "bilinear", "trilinear")[spatial - 1]
+        return F.interpolate(x, size=size, scale_factor=factor, mode=kind, align_corners=transform == "align_corners")
+    raise NotImplementedError(f"Resize mode {mode} with coordinate_transformation_mode {transform}")
+
+
+def _reduce(fn: Callable) -> Op:
+    def reduce(a: dict, x, axes=None):
+        dims = _axes(a, axes)
+        keep = bool(a.get("keepdims", 1))
+        if not dims:
+            if a.get("noop_with_empty_axes", 0):
+                return x
+            dims = list(range(x.dim()))
+        return fn(x, dim=tuple(d % x.dim() for d in dims), keepdim=keep)
+    return reduce
+
+
+def _split(a: dict, x, split=None):
+    axis = a.get("axis", 0)
+    sizes = _ints(split) if split is not None else list(a.get("split", []))
+    if not sizes:
+        count = a.get("num_outputs") or a["_outputs"]
+        sizes = [-(-x.shape[axis] // count)] * count
+        sizes[-1] = x.shape[axis] - sum(sizes[:-1])
+    return tuple(torch.split(x, sizes, dim=axis))
+
+
+def _pad(a: dict, x, pads=None, value=None, axes=None):
+    pads = _ints(pads) if pads is not None else list(a["pads"])
+    dims = _ints(axes) if axes is not None else list(range(x.dim()))
+    half = len(pads) // 2
+    per_axis = {d % x.dim(): (pads[i], pads[i + half]) for i, d in enumerate(dims)}
+    flat = [p for d in reversed(range(x.dim())) for p in per_axis.get(d, (0, 0))]
+    mode = {"constant": "constant", "reflect": "reflect", "edge": "replicate"}[_text(a.get("mode", "constant"))]
+    fill = value.item() if value is not None and value.numel() else a.get("value", 0.0)
+    if mode == "constant":
+        return F.pad(x, flat, value=fill)
+    while flat[-2:] == [0, 0]:  # torch pads only the innermost axes in these modes
+        flat = flat[:-2]
+    return F.pad(x, flat, mode=mode)
+
+
+def _clip(a: dict, x, low=None, high=None):
+    low = low.item() if low is not None and low.numel() else a.get("min")
+    high = high.item() if high is not None and high.numel() else a.get("max")
+    return torch.clamp(x, low, high)
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _tensor(proto: onnx.TensorProto) -> torch.Tensor:
+    array = numpy_helper.to_array(proto)
+    return torch.from_numpy(np.array(array, copy=True))
+
+
+def _binary(fn: Callable) -> Op:
+    return lambda a, x, y: fn(x, y)
+
+
+def _unary(fn: Callable) -> Op:
+    return lambda a, x: fn(x)
+
+
+def _variadic(fn: Callable) -> Op:
+    def apply(a: dict, first, *rest):
+        for other in rest:
+            first = fn(first, other)
+        return first
+    return apply
+
+
+OPS: dict[str, Op] = {
+    "Add": _binary(torch.add), "Sub": _binary(torch.sub), "Mul": _binary(torch.mul),
+    "Div": lambda a, x, y: torch.div(x, y, rounding_mode="trunc") if not x.is_floating_point() else x / y,
+    "Pow": lambda a, x, y: torch.pow(x, y).to(x.dtype),
+    "MatMul": _binary(torch.matmul), "Gemm": _gemm,
+    "Equal": _binary(torch.eq), "Greater": _binary(torch.gt), "Less": _binary(torch.lt),
+    "GreaterOrEqual": _binary(torch.ge), "LessOrEqual": _binary(torch.le),
+    "And": _binary(torch.logical_and), "Or": _binary(torch.logical_or), "Xor": _binary(torch.logical_xor),
+    "Not": _unary(torch.logical_not), "Where": lambda a, c, x, y: torch.where(c, x, y),
+    "Max": _variadic(torch.maximum), "Min": _variadic(torch.minimum), "Sum": _variadic(torch.add),
+    "Sqrt": _unary(torch.sqrt), "Erf": _unary(torch.erf), "Tanh": _unary(torch.tanh), "Exp": _unary(torch.exp),
+    "Log": _unary(torch.log), "Neg": _unary(torch.neg), "Abs": _unary(torch.abs), "Relu": _unary(torch.relu),
+    "Sigmoid": _unary(torch.sigmoid), "Reciprocal": _unary(torch.reciprocal), "Floor": _unary(torch.floor),
+    "Ceil": _unary(torch.ceil), "Sin": _unary(torch.sin), "Cos": _unary(torch.cos),
+    "Identity": _unary(lambda x: x), "Dropout": _unary(lambda x: x),
+    "Gelu": lambda a, x: F.gelu(x, approximate=_text(a.get("approximate", "none"))),
+    "LeakyRelu": lambda a, x: F.leaky_relu(x, a.get("alpha", 0.01)),
+    "HardSigmoid": lambda a, x: torch.clamp(a.get("alpha", 0.2) * x + a.get("beta", 0.5), 0, 1),
+    "Clip": _clip,
+    "Cast": lambda a, x: x.to(DTYPES[a["to"]]),
+    "Shape": _shape, "Size": lambda a, x: torch.tensor(x.numel(), dtype=torch.int64),
+    "Reshape": _reshape, "Unsqueeze": _unsqueeze, "Squeeze": _squeeze,
+    "Flatten": lambda a, x: x.reshape(int(np.prod(x.shape[:a.get("axis", 1)])), -1),
+    "Transpose": lambda a, x: x.permute(*(a.get("perm") or reversed(range(x.dim())))),
+    "Concat": lambda a, *xs: torch.cat(xs, dim=a["axis"]),
+    "Gather": _gather, "Slice": _slice, "Split": _split, "Pad": _pad,
+    "Expand": lambda a, x, shape: x.expand(torch.broadcast_shapes(x.shape, tuple(_ints(shape)))),
+    "Tile": lambda a, x, repeats: x.repeat(*_ints(repeats)),
+    "Constant": _constant, "ConstantOfShape": _constant_of_shape, "Range": _range,
+    "Softmax": _softmax, "LogSoftmax": lambda a, x: _softmax(a, x, log=True),
+    "LayerNormalization": lambda a, x, w, b=None: F.layer_norm(
+        x, x.shape[a.get("axis", -1) % x.dim():], w, b, a.get("epsilon", 1e-5)),
+    "BatchNormalization": lambda a, x, w, b, mean, var: F.batch_norm(
+        x, mean, var, w, b, False, 0.0, a.get("epsilon", 1e-5)),
+    "Conv": _conv, "MaxPool": _pool("max"), "AveragePool": _pool("avg"),
+    "GlobalAveragePool": lambda a, x: x.mean(dim=tuple(range(2, x.dim())), keepdim=True),
+    "GlobalMaxPool": lambda a, x: x.amax(dim=tuple(range(2, x.dim())), keepdim=True),
+    "Resize": _resize,
+    "ReduceMean": _reduce(torch.mean), "ReduceSum": _reduce(torch.sum),
+    "ReduceMax": _reduce(torch.amax), "ReduceMin": _reduce(torch.amin),
+    "ArgMax": lambda a, x: torch.argmax(x, a.get("axis", 0), bool(a.get("keepdims", 1))),
+    "Einsum": lambda a, *xs: torch.einsum(_text(a["equation"]), *xs),
+}
+
+
+class TorchGraph:
+    """An ONNX model (a file or its bytes) ready to run on ``device``. Initializers of more than
+    ``HOST_ELEMENTS`` elements, or of a floating type, live on the device; the rest (shape
+    constants) in host memory, copied to the device once when a node there needs them."""
+
+    HOST_ELEMENTS = 64
+
+    def __init__(self, model: Path | bytes | onnx.ModelProto, device: torch.device | str = "cpu"):
+        if isinstance(model, bytes):
+            model = onnx.load_from_string(model)
+        elif not isinstance(model, onnx.ModelProto):
+            model = onnx.load(str(model))
+        self.device = torch.device(device)
+        opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)
+        unknown = sorted({f"{n.domain}:{n.op_type}" if n.domain not in ("", "ai.onnx") else n.op_type
+                          for n in model.graph.node if n.op_type not in OPS or n.domain not in ("", "ai.onnx")})
+        if unknown:
+            raise NotImplementedError(f"the torch engine does not run ONNX operator(s) {', '.join(unknown)} "
+                                      "(slice with --optimize basic or none: no contrib operators)")
+        self._values: dict[str, torch.Tensor] = {}
+        for proto in model.graph.initializer:
+            tensor = _tensor(proto)
+            host = tensor.numel() <= self.HOST_ELEMENTS and not tensor.is_floating_point()
+            self._values[proto.name] = tensor if host else tensor.to(self.device)
+        self._on_device: dict[str, torch.Tensor] = {}  # host constants copied for device nodes
+        self._nodes = [(node.name or node.op_type, node.op_type, list(node.input), list(node.output),
+                        {**{att.name: onnx.helper.get_attribute_value(att) for att in node.attribute},
+                         "_opset": opset, "_outputs": len(node.output)})
+                       for node in model.graph.node]
+        self.inputs = [i.name for i in model.graph.input if i.name not in self._values]
+        self.outputs = [o.name for o in model.graph.output]
+
+    @torch.inference_mode()
+    def run(self, inputs: Mapping[str, Any], outputs: Sequence[str] | None = None,
+            timer: Callable[[str, Callable[[], Any]], Any] | None = None) -> dict[str, torch.Tensor]:
+        """The graph's ``outputs`` (default: all) for ``inputs`` (torch tensors on the device, or
+        numpy arrays). ``timer(node_name, call)`` wraps each node's call where nodes are timed."""
+        values = dict(self._values)
+        for name, value in inputs.items():
+            values[name] = torch.as_tensor(value).to(self.device) if isinstance(value, np.ndarray) else value
+        for name, kind, ins, outs, attrs in self._nodes:
+            args = [values[i] if i else None for i in ins]
+            if self.device.type != "cpu" and any(a is not None and a.device.type != "cpu" for a in args):
+                args = [self._to_device(i, a) for i, a in zip(ins, args)]
+            op = OPS[kind]
+            try:
+                result = op(attrs, *args) if timer is None else timer(name, lambda: op(attrs, *args))
+            except NotImplementedError as exc:
+                raise NotImplementedError(f"torch engine: node {name} ({kind}): {exc}") from None
+            except (RuntimeError, TypeError, ValueError, IndexError) as exc:
+                raise RuntimeError(f"torch engine: node {name} ({kind}) failed: {exc}") from exc
+            for out, value in zip(outs, result if isinstance(result, tuple) else (result,)):
+                if out:
+                    values[out] = value
+        return {name: values[name] for name in (outputs or self.outputs)}
+
+    def _to_device(self, name: str, value: torch.Tensor | None) -> torch.Tensor | None:
+        if value is None or value.device.type != "cpu":
+            return value
+        if name in self._values:  # a host constant: copied once
+            if name not in self._on_device:
+                self._on_device[name] = value.to(self.device)
+            return self._on_device[name]
+        return value.to(self.device, non_blocking=True)
+
+
+def node_timer(device: torch.device, record: Callable[[str, float], None]) -> Callable[[str, Callable[[], Any]], Any]:
+    """A ``TorchGraph.run`` timer that hands ``record(node, ms)`` each node's time: wall time on
+    the CPU; on CUDA, events around the node's kernels, read once the caller synchronises
+    (``flush``, called by the returned function's ``flush`` attribute)."""
+    if device.type == "cpu":
+        def timed(name: str, call: Callable[[], Any]) -> Any:
+            began = time.perf_counter()
+            result = call()
+            record(name, (time.perf_counter() - began) * 1000)
+            return result
+        timed.flush = lambda: None  # type: ignore[attr-defined]
+        return timed
+    pending: list[tuple[str, Any, Any]] = []
+
+    def timed_cuda(name: str, call: Callable[[], Any]) -> Any:
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        result = call()
+        end.record()
+        pending.append((name, start, end))
+        return result
+
+    def flush() -> None:
+        torch.cuda.synchronize(device)
+        for name, start, end in pending:
+            record(name, start.elapsed_time(end))
+        pending.clear()
+    timed_cuda.flush = flush  # type: ignore[attr-defined]
+    return timed_cuda
