@@ -78,7 +78,8 @@ def test_plain_peer_pads_ragged_batches_and_answers_each_query_its_own(run, clie
     tree = ast.parse((repository / "bert_like_plain" / VERSION / "model.py").read_text())
     imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     assert imported | {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)} <= {
-        "json", "time", "pathlib", "numpy", "onnxruntime", "triton_python_backend_utils"}, "no dvabatch code"
+        "importlib.util", "json", "time", "pathlib", "numpy", "onnxruntime", "torch",
+        "triton_python_backend_utils"}, "no dvabatch code"
     client.load_model("bert_like_plain")
     manifest = Manifest.load(repository / "bert_like" / VERSION)
     feeds = [sample_inputs(manifest.inputs, 1, {"sequence": n}, seed=n) for n in (3, 9, 5, 12)]
@@ -86,6 +87,35 @@ def test_plain_peer_pads_ragged_batches_and_answers_each_query_its_own(run, clie
     stats = client.get_inference_statistics("bert_like_plain", as_json=True)["model_stats"][0]["batch_stats"]
     assert [(int(b["batch_size"]), int(b["compute_infer"]["count"])) for b in stats] == [(4, 1)]
     client.unload_model("bert_like_plain")
+
+
+def test_peers_of_a_model_sliced_for_torch_run_torch(client, server, repository, sources):
+    """A model sliced with --target torch gets peers on the same engine: the plain model and every
+    ensemble step run their ONNX file with the torch interpreter copied beside them (on the CPU
+    here, KIND_CPU as the model), and answer as the unsliced model does."""
+    from dataclasses import replace
+
+    from slicer.slicing import slice_model
+    from tools.baselines import write_ensemble, write_plain
+
+    from .conftest import FAST
+
+    pytest.importorskip("torch")
+    model_dir = repository / "bert_like_torch_peers"
+    slice_model(sources["bert_like"], model_dir, replace(FAST, stages=2, target="torch", device="cpu",
+                                                         calibration_rounds=0))
+    plain = write_plain(model_dir, repository, "bert_torch_plain", source=sources["bert_like"])
+    *steps, ensemble = write_ensemble(model_dir, repository, "bert_torch_ensemble")
+    for folder in (plain, *steps):
+        config = (folder / "config.pbtxt").read_text()
+        assert 'key: "engine" value: { string_value: "torch" }' in config and "kind: KIND_CPU" in config
+        assert (folder / VERSION / "onnx_torch.py").is_file()
+    manifest = Manifest.load(model_dir / VERSION)
+    feeds = [sample_inputs(manifest.inputs, 1 + n % 2, {"sequence": 7}, seed=n) for n in range(6)]
+    for model in (plain.name, ensemble.name):
+        client.load_model(model)
+        assert_answers_are_the_unsliced_models(client, model, manifest, sources["bert_like"], feeds)
+        client.unload_model(model)
 
 
 def test_triton_batching_knob_runs_ragged_batches_to_completion(client, server, repository, sources):

@@ -12,7 +12,9 @@
 
 On a GPU host each plain model or step can be Triton's ``onnxruntime`` (``model.onnx``) or
 ``tensorrt`` backend (``model.plan``, from a model sliced with ``--target tensorrt``) instead of the
-Python one. A simulated model (timed stages, ``tools.simulate``) gets timed plain models: they
+Python one. A model sliced for torch gets Python peers on the same engine: ``plain_model.py`` runs
+its ONNX file with the torch interpreter (``backend/onnx_torch.py``, copied beside it) on the
+device the model was sliced for. A simulated model (timed stages, ``tools.simulate``) gets timed plain models: they
 sleep for their table's time, the whole model's for the plain model and each stage's for a step.
 """
 
@@ -32,6 +34,7 @@ from tools.build_examples import SOURCES
 from tools.simulate import timed_whole
 
 PLAIN_MODEL = Path(__file__).with_name("plain_model.py")
+TORCH_INTERPRETER = Path(__file__).resolve().parent.parent.parent / "backend" / "onnx_torch.py"
 BACKENDS = ("python", "onnxruntime", "tensorrt")
 
 
@@ -106,12 +109,25 @@ def dense_table(table: LatencyTable, max_batch_size: int, length_index: int | No
                                          for rows in range(1, max_batch_size + 1)]}
 
 
-def _engine_files(peer: Peer, source: Path, version: Path) -> None:
-    """The engine file of a plain model or step (and the plain model itself for the Python backend)."""
+def on_torch(manifest: Manifest) -> bool:
+    """The model was sliced for torch: its peers run torch too, where it was profiled."""
+    return all(s.engine == "torch" for s in manifest.stages)
+
+
+def on_gpu(manifest: Manifest, peer: Peer) -> bool:
+    return peer.backend != "python" or (on_torch(manifest) and manifest.slicing is not None
+                                        and manifest.slicing.device == "cuda")
+
+
+def _engine_files(peer: Peer, source: Path, version: Path, manifest: Manifest) -> None:
+    """The engine file of a plain model or step (and the plain model itself for the Python backend,
+    with the torch interpreter for a model sliced for torch)."""
     name = "model.plan" if peer.backend == "tensorrt" else "model.onnx"
     link(source, version / name)
     if peer.backend == "python":
         shutil.copy(PLAIN_MODEL, version / "model.py")
+        if on_torch(manifest):
+            shutil.copy(TORCH_INTERPRETER, version / TORCH_INTERPRETER.name)
     if source.suffix == ".onnx":  # weights kept beside an ONNX file go along
         import onnx
 
@@ -127,8 +143,9 @@ def _timed_files(table: LatencyTable, spec_inputs: tuple[TensorSpec, ...], max_b
     shutil.copy(PLAIN_MODEL, version / "model.py")
 
 
-def _parameters(peer: Peer, ragged_inputs: dict[str, int], ragged_outputs: dict[str, int]) -> dict[str, str]:
-    parameters = {}
+def _parameters(peer: Peer, manifest: Manifest, ragged_inputs: dict[str, int],
+                ragged_outputs: dict[str, int]) -> dict[str, str]:
+    parameters = {"engine": "torch"} if peer.backend == "python" and on_torch(manifest) else {}
     if peer.threads:
         parameters["intra_op_thread_count"] = str(peer.threads)
     if not peer.spinning:
@@ -166,7 +183,7 @@ def write_plain(model_dir: Path, repository: Path, name: str, peer: Peer = Peer(
         _timed_files(whole.stages[0].latency, inputs, manifest.max_batch_size, out / VERSION)
     else:
         inputs, outputs = manifest.inputs, manifest.outputs
-        _engine_files(peer, find_source(manifest, source), out / VERSION)
+        _engine_files(peer, find_source(manifest, source), out / VERSION, manifest)
     axis = manifest.length_axis if peer.ragged else None
     ragged_inputs = {s.name: s.dims.index(axis) for s in inputs if axis in s.dims} if axis else {}
     ragged_outputs = {s.name: s.dims.index(axis) for s in outputs if axis in s.dims} if axis else {}
@@ -175,8 +192,8 @@ def write_plain(model_dir: Path, repository: Path, name: str, peer: Peer = Peer(
     note = ("# Peer: the unsliced model as one plain model behind Triton's dynamic batcher"
             + (f"; requests of different '{axis}' padded to the longest" if ragged_inputs else "") + ".\n")
     (out / "config.pbtxt").write_text(_config(name, peer, manifest.max_batch_size, inputs, outputs, peer.delay_us,
-                                              _parameters(peer, ragged_inputs, ragged_outputs), note,
-                                              ragged=set(ragged_inputs)))
+                                              _parameters(peer, manifest, ragged_inputs, ragged_outputs), note,
+                                              on_gpu(manifest, peer), ragged=set(ragged_inputs)))
     return out
 
 
@@ -185,10 +202,10 @@ def _tensors(specs, ragged: set[str] = frozenset()) -> str:
 
 
 def _config(name: str, peer: Peer, max_batch_size: int, inputs, outputs, delay_us: int,
-            parameters: dict[str, str], note: str, ragged: set[str] = frozenset()) -> str:
+            parameters: dict[str, str], note: str, gpu: bool, ragged: set[str] = frozenset()) -> str:
     engine = {"python": 'backend: "python"', "onnxruntime": 'platform: "onnxruntime_onnx"',
               "tensorrt": 'platform: "tensorrt_plan"'}[peer.backend]
-    kind = "KIND_CPU" if peer.backend == "python" else "KIND_GPU"
+    kind = "KIND_GPU" if gpu else "KIND_CPU"
     return (
         f'name: "{name}"\n{engine}\nmax_batch_size: {max_batch_size}\n'
         f"input [\n{_tensors(inputs, ragged)}\n]\noutput [\n{_tensors(outputs)}\n]\n"
@@ -250,9 +267,10 @@ def _step(model_dir: Path, repository: Path, name: str, stage: StageSpec, manife
     if stage.engine == "timed":
         _timed_files(stage.latency, stage.inputs, manifest.max_batch_size, out / VERSION)
     else:
-        _engine_files(peer, model_dir / VERSION / stage.file, out / VERSION)
+        _engine_files(peer, model_dir / VERSION / stage.file, out / VERSION, manifest)
     delay = peer.delay_us if stage.index == 0 else 0
     (out / "config.pbtxt").write_text(_config(name, peer, manifest.max_batch_size, stage.inputs, stage.outputs, delay,
-                                              _parameters(peer, {}, {}),
-                                              f"# Step {stage.index} of the ensemble of {model_dir.name}.\n"))
+                                              _parameters(peer, manifest, {}, {}),
+                                              f"# Step {stage.index} of the ensemble of {model_dir.name}.\n",
+                                              on_gpu(manifest, peer)))
     return out

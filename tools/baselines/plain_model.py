@@ -4,8 +4,9 @@
 nothing of the dvabatch backend is on its path. Triton's dynamic batcher forms each batch;
 ``execute`` runs it and returns every response at once, as the Python backend's examples do.
 
-The engine is ``model.onnx`` in the version folder (one ONNX Runtime session), or, for a
-simulated model, ``latency_ms.json``: it computes nothing, sleeps for the batch's tabulated time
+The engine is ``model.onnx`` in the version folder (one ONNX Runtime session; with ``engine:
+torch``, the torch interpreter ``onnx_torch.py`` copied beside it, on the instance's GPU or the CPU,
+TF32 off, as the dvabatch torch engine runs), or, for a simulated model, ``latency_ms.json``: it computes nothing, sleeps for the batch's tabulated time
 (``ms[rows - 1][length]``, proportionally longer past the last length) and answers input i as
 output i. config.pbtxt parameters:
 
@@ -20,6 +21,7 @@ Without ragged inputs Triton batches only requests of equal shapes. A batch that
 again request by request, so that only a request that cannot run gets an error.
 """
 
+import importlib.util
 import json
 import time
 from pathlib import Path
@@ -41,8 +43,12 @@ class TritonPythonModel:
         self.outputs = [t["name"] for t in config["output"]]
         self.ragged_inputs = _axes(parameters.get("ragged_inputs", ""))
         self.ragged_outputs = _axes(parameters.get("ragged_outputs", ""))
+        self.session = self.graph = None
         if (folder / "latency_ms.json").is_file():
-            self.session, self.table = None, json.loads((folder / "latency_ms.json").read_text())
+            self.table = json.loads((folder / "latency_ms.json").read_text())
+            return
+        if parameters.get("engine") == "torch":
+            self.graph = self._torch_graph(folder, args)
             return
         import onnxruntime as ort
 
@@ -110,9 +116,25 @@ class TritonPythonModel:
         width[axis] = (0, longest[name] - array.shape[axis])
         return np.pad(array, width)
 
+    @staticmethod
+    def _torch_graph(folder: Path, args: dict):
+        import torch
+
+        spec = importlib.util.spec_from_file_location("onnx_torch", folder / "onnx_torch.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        device = "cpu"
+        if args.get("model_instance_kind") == "GPU":
+            device = f"cuda:{args.get('model_instance_device_id', 0)}"
+            torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+        return module.TorchGraph(folder / "model.onnx", device)
+
     def _engine(self, batch: dict) -> list:
         if self.session is not None:
             return self.session.run(self.outputs, batch)
+        if self.graph is not None:
+            outputs = self.graph.run(batch, self.outputs)
+            return [outputs[name].cpu().numpy() for name in self.outputs]
         first = batch[self.inputs[0]]
         rows, axis = first.shape[0], self.table["axis"]
         times = self.table["ms"][min(rows, len(self.table["ms"])) - 1]
