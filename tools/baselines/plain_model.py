@@ -5,8 +5,9 @@ nothing of the dvabatch backend is on its path. Triton's dynamic batcher forms e
 ``execute`` runs it and returns every response at once, as the Python backend's examples do.
 
 The engine is ``model.onnx`` in the version folder (one ONNX Runtime session; with ``engine:
-torch``, the torch interpreter ``onnx_torch.py`` copied beside it, on the instance's GPU or the CPU,
-TF32 off, as the dvabatch torch engine runs), or, for a simulated model, ``latency_ms.json``: it computes nothing, sleeps for the batch's tabulated time
+torch``, the torch interpreter ``onnx_torch.py`` copied beside it, on the instance's GPU or the
+CPU, TF32 off, as the dvabatch torch engine runs), or, for a simulated model,
+``latency_ms.json``: it computes nothing, sleeps for the batch's tabulated time
 (``ms[rows - 1][length]``, proportionally longer past the last length) and answers input i as
 output i. config.pbtxt parameters:
 
