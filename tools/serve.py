@@ -61,11 +61,18 @@ class TritonInstall:
 
     @classmethod
     def from_home(cls, home: Path) -> TritonInstall:
+        """A Triton installation (``/opt/tritonserver``), or the ``triton/`` folder of a GPU bundle
+        (``tools.gpu_bundle``: the wheel's stub for this Python and its libraries in ``lib/``)."""
         binary, python_backend = home / "bin" / "tritonserver", home / "backends" / "python"
         for needed in (binary, python_backend):
             if not needed.exists():
                 raise SystemExit(f"--triton-home {home}: {needed} does not exist")
-        return cls(binary=binary, python_backend=python_backend, stub=None, libs=None)
+        stub = home / "python_backend_stubs" / f"{sys.version_info.major}.{sys.version_info.minor}" \
+            / "triton_python_backend_stub"
+        if (home / "python_backend_stubs").is_dir() and not stub.is_file():
+            raise SystemExit(f"--triton-home {home}: no Python backend stub for this Python ({stub} is missing)")
+        return cls(binary=binary, python_backend=python_backend, stub=stub if stub.is_file() else None,
+                   libs=home / "lib" if (home / "lib").is_dir() else None)
 
 
 def _refuse_numpy_2() -> None:
@@ -216,10 +223,12 @@ class Server:
         ]
 
     def _install(self) -> TritonInstall:
-        if self.triton_home:
-            return TritonInstall.from_home(self.triton_home)
-        _refuse_numpy_2()
-        return TritonInstall.from_wheel()
+        """``triton_home``, else ``$DVABATCH_TRITON_HOME``, else the nvidia-pytriton wheel's."""
+        home = self.triton_home or os.environ.get("DVABATCH_TRITON_HOME")
+        install = TritonInstall.from_home(Path(home)) if home else TritonInstall.from_wheel()
+        if install.stub is not None:  # the wheel's stubs, here or carried in a bundle
+            _refuse_numpy_2()
+        return install
 
     def _env(self) -> dict[str, str]:
         env = dict(os.environ)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import csv
 import math
+import os
 import re
 import shutil
 import subprocess
@@ -43,11 +44,13 @@ class PerfAnalyzerError(RuntimeError):
 
 
 def binary() -> Path:
-    """The installed perf_analyzer, or an error saying how to install it. (The installer is imported
-    here, not at the top, so that ``python -m tools.perf_analyzer.install`` runs it only once.)"""
+    """The installed perf_analyzer (``$DVABATCH_PERF_ANALYZER``, e.g. a GPU bundle's, else the
+    virtualenv's), or an error saying how to install it. (The installer is imported here, not at
+    the top, so that ``python -m tools.perf_analyzer.install`` runs it only once.)"""
     from tools.perf_analyzer.install import VERSION, installed_version, wrapper_path
 
-    path = wrapper_path()
+    given = os.environ.get("DVABATCH_PERF_ANALYZER")
+    path = Path(given) if given else wrapper_path()
     if installed_version(path) != VERSION:
         raise PerfAnalyzerError(f"perf_analyzer {VERSION} is not installed at {path}: run `make setup` "
                                 f"(or {Path(sys.executable).name} -m tools.perf_analyzer.install)")

@@ -1,0 +1,103 @@
+"""The bundle for a GPU host without network (``tools.gpu_bundle``), built for this machine's
+Python: what it holds, its size, the host script's dry run, and its tritonserver serving a model
+from the bundled project with the bundled packages first on the path."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tarfile
+import time
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+
+from backend.engine import OnnxRuntimeEngine
+from backend.manifest import Manifest
+from slicer.sample import sample_inputs
+from slicer.slicing import VERSION
+from tools.bench import free_port
+from tools.client import infer
+from tools.gpu_bundle import LIMIT, TOP, main
+from tools.serve import children_of
+
+PYTHON = f"{sys.version_info.major}.{sys.version_info.minor}"
+
+
+@pytest.fixture(scope="module")
+def bundle(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("bundle")
+    archive = folder / "dvabatch-gpu.tar.xz"
+    assert main([str(archive), "--python", PYTHON]) == 0
+    with tarfile.open(archive) as tar:
+        names = tar.getnames()
+        tar.extractall(folder)
+    return archive, names, folder / TOP
+
+
+def test_the_bundle_holds_what_the_host_needs_and_fits(bundle):
+    archive, names, _ = bundle
+    assert archive.stat().st_size <= LIMIT
+    have = {name.removeprefix(f"{TOP}/") for name in names}
+    for needed in ("host.sh", "BUNDLE.txt", "triton/bin/tritonserver", "triton/backends/python/libtriton_python.so",
+                   f"triton/python_backend_stubs/{PYTHON}/triton_python_backend_stub",
+                   "perf_analyzer/bin/perf_analyzer", "perf_analyzer/lib/perf_analyzer/libcudart.so.12",
+                   "glue/RTE/dev.tsv", "glue/SST-2/dev.tsv", "project/backend/onnx_torch.py", "project/Makefile"):
+        assert needed in have, needed
+    assert any(n.startswith("triton/lib/libtritonserver") for n in have)
+    assert any(n.startswith("wheels/numpy-1.") for n in have)
+    assert any(n.startswith("wheels/tritonclient-") for n in have)
+    assert not any(n.endswith((".onnx", ".plan")) for n in have), "no model files travel"
+
+
+def test_the_host_script_dry_run_checks_and_plans_every_step(bundle):
+    _, _, top = bundle
+    done = subprocess.run([str(top / "host.sh"), "--dry-run", "all"], capture_output=True, text=True,
+                          env={**os.environ, "PYTHON": sys.executable}, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    for said in ("matches the bundled stub", "every library found", "perf_analyzer 2.51.0 runs",
+                 "tools.models bert_base resnet50_tv --target torch --device cuda", "tests/test_cuda.py",
+                 "tools.compare", "glue:RTE", "glue:SST-2"):
+        assert said in done.stdout, said
+    wrong = subprocess.run([str(top / "host.sh"), "measur"], capture_output=True, text=True)
+    assert wrong.returncode == 2 and "unknown step" in wrong.stderr
+
+
+def test_the_bundled_tritonserver_serves_the_bundled_project(bundle, repository, sources):
+    """host.sh setup, then tools.serve from the bundled project on the bundled tritonserver (its
+    libraries from the bundle alone): a sliced model answers as the unsliced one does."""
+    _, _, top = bundle
+    env = {**os.environ, "PYTHON": sys.executable}
+    done = subprocess.run([str(top / "host.sh"), "setup"], capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "numpy 1." in done.stdout
+    env |= {"PYTHONPATH": f"{top / 'work' / 'site'}:{top / 'project'}", "DVABATCH_TRITON_HOME": str(top / "triton")}
+    port = free_port()
+    server = subprocess.Popen([sys.executable, "-m", "tools.serve", "--model-repository", str(repository),
+                               "--grpc-port", str(port), "--http-port", str(free_port()),
+                               "--metrics-port", str(free_port()), "--", "--model-control-mode=explicit",
+                               "--load-model=resnet_like"], cwd=top / "project", env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        with grpcclient.InferenceServerClient(f"127.0.0.1:{port}") as client:
+            for _ in range(600):
+                try:
+                    if client.is_model_ready("resnet_like"):
+                        break
+                except Exception:  # noqa: BLE001 - not listening yet
+                    pass
+                assert server.poll() is None, server.stdout.read().decode()
+                time.sleep(0.2)
+            triton = [pid for pid, args in children_of(server.pid).items() if args[0].endswith(b"tritonserver")]
+            assert [os.readlink(f"/proc/{pid}/exe") for pid in triton] == [str(top / "triton" / "bin" / "tritonserver")]
+            manifest = Manifest.load(repository / "resnet_like" / VERSION)
+            feed = sample_inputs(manifest.inputs, 2, {}, seed=5)
+            answer = infer(client, "resnet_like", feed)
+        expected = OnnxRuntimeEngine(sources["resnet_like"], [o.name for o in manifest.outputs]).run(feed)
+        for name, value in expected.items():
+            np.testing.assert_allclose(answer[name], value, atol=1e-4)
+    finally:
+        server.terminate()
+        server.communicate(timeout=60)

@@ -1,0 +1,125 @@
+#!/usr/bin/env bash
+# DVABatch on a GPU host without network, from the bundle `python -m tools.gpu_bundle` writes.
+#
+#   dvabatch-gpu/host.sh [--dry-run] [--work DIR] [--out DIR] STEP...
+#
+# Steps, in the order `all` runs them:
+#   check    the host's Python matches the bundled stub; torch sees a GPU; the modules the project
+#            needs import; tritonserver, the backend and the stub find every library; perf_analyzer runs
+#   setup    the bundled numpy<2, tritonclient, protobuf and python-rapidjson into WORK/site, which
+#            (with the project) goes first on PYTHONPATH, ahead of the host's own packages
+#   models   BERT-base and ResNet-50 with random weights, exported here and sliced for torch on the GPU
+#   test     the GPU tests (CUDA streams and events, the torch engine, schedules) and the real-Triton
+#            tests, with the bundled tritonserver
+#   measure  tools.compare of each model against the plain model and the ensemble on the same engine
+#            (perf_analyzer; GLUE RTE and SST-2 for BERT-base), outputs under --out
+# --dry-run runs the checks that need no GPU and prints every other command instead of running it.
+set -euo pipefail
+
+HERE="$(cd "$(dirname "$0")" && pwd)"
+PY="${PYTHON:-python3}"
+WORK="$HERE/work"
+OUT="$HERE/results"
+DRY=0
+STEPS=()
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --dry-run) DRY=1 ;;
+        --work) WORK="$2"; shift ;;
+        --out) OUT="$2"; shift ;;
+        all) STEPS+=(check setup models test measure) ;;
+        check|setup|models|test|measure) STEPS+=("$1") ;;
+        -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
+        *) echo "host.sh: unknown step or option '$1' (see --help)" >&2; exit 2 ;;
+    esac
+    shift
+done
+[ ${#STEPS[@]} -gt 0 ] || { sed -n '2,18p' "$0"; exit 2; }
+
+WANT_PYTHON="$(sed -n 's/^python //p' "$HERE/BUNDLE.txt")"
+SITE="$WORK/site"
+# The host's Python (often a virtualenv itself, holding torch) with ours first on its path: the
+# tritonserver stubs inherit it, so they see numpy<2.
+export PYTHONPATH="$SITE:$HERE/project${PYTHONPATH:+:$PYTHONPATH}"
+export DVABATCH_PERF_ANALYZER="$HERE/perf_analyzer/bin/perf_analyzer"
+export DVABATCH_TRITON_HOME="$HERE/triton"
+export DVABATCH_GLUE="$HERE/glue"
+export DVABATCH_CACHE="$WORK/cache"
+REPOSITORY="$WORK/repository"
+
+run() {  # a command, or in a dry run its words
+    echo "+ $*"
+    if [ "$DRY" = 0 ]; then "$@"; fi
+}
+
+fail() { echo "host.sh: $*" >&2; exit 2; }
+
+check() {
+    local have
+    have="$("$PY" -c 'import sys; print(f"{sys.version_info.major}.{sys.version_info.minor}")')"
+    [ "$have" = "$WANT_PYTHON" ] || fail "the bundle carries the stub for Python $WANT_PYTHON; $PY is $have (build it with: python -m tools.gpu_bundle --python $have)"
+    echo "python $have: matches the bundled stub"
+    local missing
+    missing="$("$PY" - <<'EOF'
+import importlib
+names = ["torch", "onnx", "onnxruntime", "grpc", "google.protobuf", "rich", "tokenizers", "matplotlib", "pytest",
+         "pytest_timeout", "urllib3", "ml_dtypes"]
+print(" ".join(n for n in names if importlib.util.find_spec(n.split(".")[0]) is None))
+EOF
+)"
+    [ -z "$missing" ] || fail "the host's Python lacks: $missing (the bundle carries only numpy<2, tritonclient, protobuf, python-rapidjson)"
+    echo "modules: all there"
+    for module in transformers torchvision; do  # the models step exports BERT-base and ResNet-50 with them
+        "$PY" -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('$module') is None)" \
+            || echo "warning: no $module here: the models step cannot export what needs it"
+    done
+    local libdir unresolved
+    libdir="$("$PY" -c 'import sysconfig; print(sysconfig.get_config_var("LIBDIR") or "")')"
+    unresolved="$(LD_LIBRARY_PATH="$HERE/triton/lib:$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" ldd \
+        "$HERE/triton/bin/tritonserver" "$HERE/triton/backends/python/libtriton_python.so" \
+        "$HERE/triton/python_backend_stubs/$WANT_PYTHON/triton_python_backend_stub" | grep 'not found' | sort -u || true)"
+    [ -z "$unresolved" ] || fail "libraries not found: $unresolved"
+    echo "tritonserver, the Python backend and its stub: every library found"
+    "$HERE/perf_analyzer/bin/perf_analyzer" --version 2>&1 | grep -q 'Version 2.51.0' \
+        || fail "perf_analyzer does not run: $("$HERE/perf_analyzer/bin/perf_analyzer" --version 2>&1 | tail -1)"
+    echo "perf_analyzer 2.51.0 runs"
+    if [ "$DRY" = 1 ]; then
+        echo "+ $PY -c 'import torch; assert torch.cuda.is_available()'"
+    else
+        "$PY" -c 'import torch; assert torch.cuda.is_available(), "torch sees no GPU"; print("GPU:", torch.cuda.get_device_name(0), "torch", torch.__version__)'
+    fi
+}
+
+setup() {
+    run "$PY" -m pip install --quiet --no-index --no-deps --no-cache-dir --upgrade --target "$SITE" "$HERE"/wheels/*.whl
+    run "$PY" -c 'import numpy, tritonclient.grpc, torch, backend.onnx_torch, tools.perf_analyzer as pa; assert numpy.__version__ < "2", numpy.__version__; print("numpy", numpy.__version__, "torch", torch.__version__, "perf_analyzer", pa.binary())'
+}
+
+models() {
+    run "$PY" -m tools.models bert_base resnet50_tv --target torch --device cuda --repository "$REPOSITORY"
+    if [ -f "$HERE/tokenizer.json" ]; then
+        run cp "$HERE/tokenizer.json" "$DVABATCH_CACHE/sources/bert_base.tokenizer.json"
+    fi
+}
+
+test_step() {
+    run sh -c "cd \"$HERE/project\" && DVABATCH_TEST_DEVICE=GPU \"$PY\" -m pytest -q -p no:cacheprovider tests/test_cuda.py tests/test_torch.py tests/test_schedule.py tests/test_runtime.py tests/test_units.py tests/test_e2e.py"
+}
+
+measure() {
+    local tokenizer="$DVABATCH_CACHE/sources/bert_base.tokenizer.json"
+    [ "$DRY" = 1 ] || [ -f "$tokenizer" ] || tokenizer="$HERE/tokenizer.json"
+    for task in RTE SST-2; do
+        run "$PY" -m tools.compare "$REPOSITORY/bert_base" --dataset "glue:$task" --tokenizer "$tokenizer" \
+            --rounds 1 --window 5 --out "$OUT/bert-base-$task"
+    done
+    run "$PY" -m tools.compare "$REPOSITORY/resnet50_tv" --rounds 1 --window 5 --out "$OUT/resnet50"
+}
+
+for step in "${STEPS[@]}"; do
+    echo "== $step"
+    case "$step" in
+        test) test_step ;;
+        *) "$step" ;;
+    esac
+done
