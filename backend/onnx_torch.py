@@ -300,6 +300,16 @@ OPS: dict[str, Op] = {
 }
 
 
+# Inputs that are sizes, axes or bounds, read on the host (``_ints``, ``.item()``): never moved to
+# the device for a node whose data is there, so reading them costs no wait for the GPU.
+HOST_ARGUMENTS: dict[str, frozenset[int]] = {
+    "Reshape": frozenset({1}), "Slice": frozenset({1, 2, 3, 4}), "Expand": frozenset({1}), "Tile": frozenset({1}),
+    "Unsqueeze": frozenset({1}), "Squeeze": frozenset({1}), "Split": frozenset({1}), "Pad": frozenset({1, 2, 3}),
+    "ReduceMean": frozenset({1}), "ReduceSum": frozenset({1}), "ReduceMax": frozenset({1}),
+    "ReduceMin": frozenset({1}), "Resize": frozenset({1, 2, 3}), "Clip": frozenset({1, 2}),
+}
+
+
 class TorchGraph:
     """An ONNX model (a file or its bytes) ready to run on ``device``. Initializers of more than
     ``HOST_ELEMENTS`` elements, or of a floating type, live on the device; the rest (shape
@@ -343,7 +353,8 @@ class TorchGraph:
         for name, kind, ins, outs, attrs in self._nodes:
             args = [values[i] if i else None for i in ins]
             if self.device.type != "cpu" and any(a is not None and a.device.type != "cpu" for a in args):
-                args = [self._to_device(i, a) for i, a in zip(ins, args)]
+                host = HOST_ARGUMENTS.get(kind, frozenset())
+                args = [a if k in host else self._to_device(i, a) for k, (i, a) in enumerate(zip(ins, args))]
             op = OPS[kind]
             try:
                 result = op(attrs, *args) if timer is None else timer(name, lambda: op(attrs, *args))
