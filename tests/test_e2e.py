@@ -171,20 +171,26 @@ def test_every_policy_answers_mixed_lengths_like_the_unsliced_model(client, repo
     (repository / name / "config.pbtxt").write_text(config + f'parameters: {{ key: "policy" value: '
                                                       f'{{ string_value: "{policy}" }} }}\n')
     client.load_model(name)
+    assert_mixed_lengths_answered_as_unsliced(client, name, repository, sources["bert_like"], count=40, seed=3)
+    client.unload_model(name)
+
+
+def assert_mixed_lengths_answered_as_unsliced(client, name: str, repository, source, count: int, seed: int) -> None:
+    """``count`` unpadded bert_like queries of lengths 1-24 and 1-3 rows sent at once: each answer
+    equals the unsliced model run on that query alone."""
     manifest = Manifest.load(repository / name / VERSION)
-    rng = np.random.default_rng(3)
+    rng = np.random.default_rng(seed)
     feeds = [sample_inputs(manifest.inputs, 1 + i % 3, {"sequence": int(rng.integers(1, 25))}, seed=i)
-             for i in range(40)]
+             for i in range(count)]
     for feed in feeds:  # unpadded queries, as a tokenizer gives them: every position is a token
         feed["attention_mask"][:] = 1
     with ThreadPoolExecutor(12) as pool:
         answers = list(pool.map(lambda feed: infer(client, name, feed, []), feeds))
-    reference = OnnxRuntimeEngine(sources["bert_like"], [o.name for o in manifest.outputs])
+    reference = OnnxRuntimeEngine(source, [o.name for o in manifest.outputs])
     for feed, answer in zip(feeds, answers):
         for out, expected in reference.run(feed).items():
             assert answer[out].shape == expected.shape
             np.testing.assert_allclose(answer[out], expected, atol=1e-4, rtol=0)
-    client.unload_model(name)
 
 
 @pytest.mark.parametrize("policy", ["input+load", "auto"])
@@ -199,18 +205,7 @@ def test_a_model_sliced_for_torch_answers_like_the_unsliced_model(client, reposi
     config = repository / name / "config.pbtxt"
     config.write_text(config.read_text() + f'parameters: {{ key: "policy" value: {{ string_value: "{policy}" }} }}\n')
     client.load_model(name)
-    manifest = Manifest.load(repository / name / VERSION)
-    rng = np.random.default_rng(5)
-    feeds = [sample_inputs(manifest.inputs, 1 + i % 3, {"sequence": int(rng.integers(1, 25))}, seed=i)
-             for i in range(24)]
-    for feed in feeds:
-        feed["attention_mask"][:] = 1
-    with ThreadPoolExecutor(8) as pool:
-        answers = list(pool.map(lambda feed: infer(client, name, feed, []), feeds))
-    reference = OnnxRuntimeEngine(sources["bert_like"], [o.name for o in manifest.outputs])
-    for feed, answer in zip(feeds, answers):
-        for out, expected in reference.run(feed).items():
-            np.testing.assert_allclose(answer[out], expected, atol=1e-4, rtol=0)
+    assert_mixed_lengths_answered_as_unsliced(client, name, repository, sources["bert_like"], count=24, seed=5)
     client.unload_model(name)
 
 
