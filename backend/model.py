@@ -34,12 +34,12 @@ if not __package__:
     importlib.import_module(_HERE.name)
     __package__ = _HERE.name
 
-from .config import QueuePolicy, RuntimeConfig, triton_parameters  # noqa: E402
-from .device import make_device  # noqa: E402
-from .manifest import Manifest  # noqa: E402
-from .metrics import FAMILIES, Metrics  # noqa: E402
-from .query import Handover, Query  # noqa: E402
-from .serving import Mode, serve  # noqa: E402
+from .config import QueuePolicy, RuntimeConfig, triton_parameters
+from .device import make_device
+from .manifest import Manifest
+from .metrics import FAMILIES, Metrics
+from .query import Handover, Query
+from .serving import Mode, serve
 
 METRICS_INTERVAL_S = 1.0
 BACKPRESSURE_MAX_S = 5.0  # execute waits for stage 0 to compute its queries at most this long (Runtime.submit)
@@ -70,7 +70,7 @@ class MetricsExporter(threading.Thread):
     def flush(self) -> None:
         try:
             self._flush()
-        except Exception:  # noqa: BLE001 - metrics must never take serving down; the next flush catches up
+        except Exception:  # metrics must never take serving down; the next flush catches up
             log.exception("could not export the metrics")
 
     def _flush(self) -> None:

@@ -91,7 +91,7 @@ class Query:
             outputs = {name: outputs[name] for name in self.requested_outputs}
         try:
             self.respond(outputs, failure)
-        except Exception:  # noqa: BLE001 - the response channel is outside our control
+        except Exception:  # the response channel is outside our control
             log.exception("could not send a response")
 
 

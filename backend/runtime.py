@@ -170,7 +170,7 @@ class Entry:
         oldest, policy = self._waiting[0], self._scheduler.policy
         try:
             return sum(q.rows for q in itertools.islice(self._waiting, SCAN) if policy.joins(oldest, q))
-        except Exception:  # noqa: BLE001 - a policy's bug must not stop admission: count every row
+        except Exception:  # a policy's bug must not stop admission: count every row
             log.exception("policy %r failed to say which queries batch together", policy.name)
             return sum(q.rows for q in itertools.islice(self._waiting, SCAN))
 
@@ -178,7 +178,7 @@ class Entry:
         try:
             return self._scheduler.policy.window(self._waiting[0], len(self._scheduler.table) > 0,
                                                  self._arrival_rate())
-        except Exception:  # noqa: BLE001 - a policy's bug must not stop admission: no window then
+        except Exception:  # a policy's bug must not stop admission: no window then
             log.exception("policy %r failed to give a batch window", self._scheduler.policy.name)
             return 0.0
 

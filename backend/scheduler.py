@@ -45,7 +45,7 @@ class Scheduler:
         next (the caller removes all taken queries from ``waiting``)."""
         try:
             return self._admit(waiting, room)
-        except Exception:  # noqa: BLE001 - a policy's bug must not stop admission: batch as Triton would
+        except Exception:  # a policy's bug must not stop admission: batch as Triton would
             log.exception("policy %r failed at admission; admitting a plain new batch", self.policy.name)
             batch = take_batch(waiting, room)
             now = self.clock()
@@ -77,7 +77,7 @@ class Scheduler:
         now = self.clock()
         try:
             stretchable = self.policy.stretchable(queries, now)
-        except Exception:  # noqa: BLE001 - a policy's bug costs the batch its stretching, nothing more
+        except Exception:  # a policy's bug costs the batch its stretching, nothing more
             log.exception("policy %r failed to say whether a batch may be stretched", self.policy.name)
             stretchable = False
         item = self.table.new(queries, now, stretchable=stretchable, shape=shape)
@@ -128,7 +128,7 @@ class Scheduler:
         try:
             sizes = self.policy.split(row, stage, self.clock())
             parts = self.table.split(stage, out[0], sizes) if sizes and len(sizes) > 1 else None
-        except Exception:  # noqa: BLE001 - a policy's bug costs the split, not the batch
+        except Exception:  # a policy's bug costs the split, not the batch
             log.exception("policy %r failed to split batch %d after stage %d; passing it on whole",
                           self.policy.name, row.id, stage)
             parts = None

@@ -56,7 +56,7 @@ class WholeBatch:
         while pending:
             try:
                 formed = self.form(pending)
-            except Exception:  # noqa: BLE001 - a policy's bug must not fail the batch: pad them together
+            except Exception:  # a policy's bug must not fail the batch: pad them together
                 log.exception("forming batches failed; running them padded to the longest")
                 formed = []
             taken = {id(q) for batch, _ in formed for q in batch}

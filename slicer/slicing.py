@@ -481,7 +481,7 @@ def slice_model(src: Path, out: Path, options: SliceOptions, progress: Progress 
         # would synchronise with every other stream and time what the backend never waits for.
         with target.device.running_on(target.device.stream()):
             return _slice(src, out, options, axis, lengths, target, progress)
-    except BaseException as exc:  # noqa: BLE001 - whatever stops it (SIGTERM too) leaves no new folder
+    except BaseException as exc:  # whatever stops it (SIGTERM too) leaves no new folder
         if created:
             shutil.rmtree(out, ignore_errors=True)
         if isinstance(exc, Exception) and _runtime_refused(exc):

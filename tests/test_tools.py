@@ -260,22 +260,22 @@ def test_compare_writes_ratios_with_intervals_an_aa_row_and_goodput(run, reposit
                "--probe-seconds", "1", "--tolerance", "0.5", "--delays-us", "", "--no-spinning",
                "--loads", "0.5", "--concurrency", "2", "--out", str(out))
     assert done.returncode == 0, done.stdout + done.stderr
-    peaks = {r["config"]: r for r in csv.DictReader(open(out / "peaks.csv"))}
+    peaks = {r["config"]: r for r in csv.DictReader((out / "peaks.csv").read_text().splitlines())}
     assert set(peaks) == {"Plain delay 0, threads sleep", "Plain delay 0, ragged, threads sleep",
                           "Ensemble delay 0, threads sleep", "DVABatch (bert_like)"}
-    assert all(float(r["peak_rps"]) >= 0 for r in peaks.values())
-    assert list(csv.DictReader(open(out / "probes.csv")))
-    windows = list(csv.DictReader(open(out / "windows.csv")))
+    assert all(float(r["peak_rps"]) > 0 for r in peaks.values()), peaks  # each answered a load under the QoS
+    assert list(csv.DictReader((out / "probes.csv").read_text().splitlines()))
+    windows = list(csv.DictReader((out / "windows.csv").read_text().splitlines()))
     measured = {r["config"] for r in windows}
     assert len(measured) == 4 and any(c.startswith("A/A: ") for c in measured)  # plain, ensemble, copy, ours
     assert {(r["level"], r["round"]) for r in windows} == {(lv, n) for lv in ("0.5 of the peak", "c=2")
                                                           for n in ("1", "2")}
     assert all(int(r["requests"]) > 0 for r in windows)
-    ratios = list(csv.DictReader(open(out / "ratios.csv")))
+    ratios = list(csv.DictReader((out / "ratios.csv").read_text().splitlines()))
     assert {r["statistic"] for r in ratios} == {"mean", "p99", "goodput", "throughput"}
     assert all(r["verdict"] in ("better", "worse", "within noise") and float(r["low"]) <= float(r["high"])
                for r in ratios)
-    assert list(csv.DictReader(open(out / "batches.csv")))
+    assert list(csv.DictReader((out / "batches.csv").read_text().splitlines()))
     summary = (out / "summary.md").read_text()
     assert "(best baseline)" in summary and "A/A: " in summary and "goodput" in summary
     assert "python -m tools.compare" in summary
@@ -290,7 +290,7 @@ def test_tune_picks_a_stage_count_and_installs_it(run, sources, tmp_path):
                "--rate", "30", "--window", "0.5", "--rounds", "1", "--warmup", "0.3", "--slice-lengths", "8,16",
                "--shape", "input_ids:8", "--shape", "attention_mask:8", "--csv", str(report))
     assert done.returncode == 0, done.stdout + done.stderr
-    tries = list(csv.DictReader(open(report)))
+    tries = list(csv.DictReader(report.read_text().splitlines()))
     assert [t["stages"] for t in tries] == ["1", "2"] and sum(t["best"] == "True" for t in tries) == 1
     best = next(t for t in tries if t["best"] == "True")
     assert len(Manifest.load(out / VERSION).stages) == int(best["stages"])
@@ -337,7 +337,7 @@ def test_cost_benchmark_measures_four_ways_and_the_trace_shows_the_pipeline(run,
     done = run("tools.bench_cost", str(ROOT / "docs" / "profiles" / "zero_2stages.json"), "--concurrency", "2",
                "--rounds", "1", "--seconds", "1", "--out", str(out), extra_env={"DVABATCH_TRACE": str(prefix)})
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    rows = {row["model"]: row for row in csv.DictReader((out / "cost.csv").open())}
+    rows = {row["model"]: row for row in csv.DictReader((out / "cost.csv").read_text().splitlines())}
     assert set(rows) == {"plain", "ensemble", "pipeline", "auto"}
     for row in rows.values():
         assert float(row["answers_per_s"]) > 0 and float(row["server_us"]) > 0 and "rows" in row["stages"]
