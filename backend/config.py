@@ -26,7 +26,8 @@ from dataclasses import dataclass, field, fields
 
 from .diversity import PRESETS, DiversityPolicy
 from .manifest import Manifest
-from .policy import ConfigError, FixedPolicy, Policy, RandomPolicy, parse_value
+from .errors import ConfigError
+from .policy import FixedPolicy, Policy, RandomPolicy
 
 POLICY_PREFIX = "policy."
 PAD_PREFIX = "pad_value."
@@ -68,9 +69,7 @@ class QueuePolicy:
 @dataclass(frozen=True)
 class RuntimeConfig:
     # Three, not the paper's two: with two, stage 0 can run only one batch ahead, and batches of
-    # uneven size (a closed loop's bursts: 14, 1, 12, 52 rows) left each stage waiting for the
-    # other: a slow timed pipeline at 64 requests in flight had its stages 66 % busy and answered
-    # 0.86x of what the ensemble of its stages did; with three, 79 % and 1.01x (issue 20).
+    # uneven size (a closed loop's bursts) leave each stage waiting for the other.
     buffer_pairs: int = 3
     batch_window_ms: float = -1.0  # the entry's batch window; -1: the policy's (none but Policy I's)
     batching: str = "dvabatch"
@@ -123,9 +122,8 @@ class RuntimeConfig:
         """Whether ONNX Runtime's threads spin between the operators of a run (they stop when it
         ends, see ``engine.ort_options``). ``auto``: only where one session runs at a time
         (``alone``: a fused model, or Triton's batching): spinning spares the wake-up of the
-        threads at each operator (MiniLM at low load: the spinning ZeroBatch averaged 12.4 ms,
-        this runtime with sleeping threads 15.3), and nothing else waits for those cores; in a
-        pipeline, stages that spin take the cores the co-running ones need."""
+        threads at each operator, and nothing else waits for those cores; in a pipeline, stages
+        that spin take the cores the co-running ones need."""
         return alone if self.allow_spinning == "auto" else self.allow_spinning == "true"
 
     def bind(self, manifest: Manifest) -> None:
@@ -170,3 +168,18 @@ def make_policy(name: str, settings: Mapping[str, str]) -> Policy:
 def triton_parameters(model_config: Mapping) -> dict[str, str]:
     """config.pbtxt ``parameters`` as Triton hands them to a Python backend (JSON), as strings."""
     return {key: value["string_value"] for key, value in model_config.get("parameters", {}).items()}
+
+
+def parse_value(parameter: str, text: str, kind: type) -> bool | int | float | str:
+    """``text`` as ``kind``; a ConfigError naming ``parameter`` if it is not one."""
+    if kind is bool:
+        if text.lower() in ("true", "1", "yes"):
+            return True
+        if text.lower() in ("false", "0", "no"):
+            return False
+        raise ConfigError(f"parameter '{parameter}' must be true or false, got {text!r}")
+    try:
+        return kind(text)
+    except ValueError:
+        raise ConfigError(f"parameter '{parameter}' must be {'an' if kind is int else 'a'} {kind.__name__}, "
+                          f"got {text!r}") from None

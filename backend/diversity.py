@@ -46,13 +46,14 @@ from dataclasses import dataclass, field
 
 from .batch_table import BatchRow
 from .manifest import LatencyTable, Manifest
-from .policy import Choice, ConfigError, Policy
+from .errors import ConfigError
+from .policy import Choice, Policy
 from .query import BatchShape, Query
 
 SPLIT_GAIN = 0.05  # how much sooner a split must answer, in sum, for ``auto`` to keep a CPU pipeline
 CAPACITY_GAIN = 0.1  # how much more the pipeline must be predicted to answer for ``auto`` to keep it
-# CPU time (tritonserver + stub) per request near the peak, at near-zero compute: measured with
-# ``python -m tools.bench_cost`` on the 2-core host (docs/results/cost-*); config.pbtxt's
+# CPU time (tritonserver + stub) per request near the peak, at near-zero compute, as
+# ``python -m tools.bench_cost`` measures it on a 2-core host; config.pbtxt's
 # ``policy.plain_cost_us`` / ``policy.pipeline_cost_us`` give another host's.
 PLAIN_COST_US = 160.0
 PIPELINE_COST_US = 400.0
@@ -86,12 +87,14 @@ class DiversityPolicy(Policy):
     _tables: list[LatencyTable] = field(init=False, repr=False, default_factory=list)
     _axis: str | None = field(init=False, repr=False, default=None)
     _max: int = field(init=False, repr=False, default=0)
+    _settings: tuple[bool, bool, int] = field(init=False, repr=False, default=(False, False, -1))
 
     split_serially = True
 
     def __post_init__(self):
         if self.statistic not in ("mean", "p99"):
             raise ConfigError(f"parameter 'policy.statistic' is {self.statistic!r}; known: mean, p99")
+        self._settings = (self.input, self.operator, self.max_in_flight)  # as configured: bind starts from them
 
     def bind(self, manifest: Manifest) -> None:
         missing = [s.index for s in manifest.stages if s.latency is None]
@@ -100,13 +103,16 @@ class DiversityPolicy(Policy):
                               f"{missing[0]} has none: slice the model with profiling, or use policy 'pass'")
         self._tables = [s.latency for s in manifest.stages]
         self._axis, self._max = manifest.length_axis, manifest.max_batch_size
+        # What this manifest makes of the settings (bound again to the fused manifest, the
+        # policy decides afresh, not from what an earlier bind made of them).
+        self.input, self.operator, max_in_flight = self._settings
         if self.auto:
             self.input = self._axis is not None
             self.operator = manifest.operator_diversity
         elif self.input and self._axis is None:
             raise ConfigError("Policy I (policy 'input') needs inputs with a named length axis; this model has none")
-        if self.max_in_flight < 0:
-            self.max_in_flight = self._max * len(self._tables) if self.input else 0
+        self.max_in_flight = max_in_flight if max_in_flight >= 0 else (
+            self._max * len(self._tables) if self.input else 0)
 
     # Predictions, in seconds.
 
@@ -131,10 +137,8 @@ class DiversityPolicy(Policy):
         arrive faster than half of what it serves unbatched, so a lone query never waits. None by
         default: in this runtime a busy pipeline batches by itself (the first stage cannot run
         ahead of the buffers the next ones free, so queries gather at the entry meanwhile and are
-        clustered when it takes them), and waiting on top of that only added latency: the
-        simulated BERT-base H100 pipeline at 230 / 560 / 840 / 1400 queries/s averaged
-        16.9 / 21.5 / 24.9 / 32.6 ms with the paper's window and 10.3 / 11.0 / 11.1 / 22.1 ms
-        without. With Policy III, the load's window (``_load_window``) while idle."""
+        clustered when it takes them), and waiting on top of that only added latency at every
+        load measured. With Policy III, the load's window (``_load_window``) while idle."""
         length = self._length(None, [oldest])
         slowest = max(self._times(1, length))  # the pipeline serves one query per this, unbatched
         window = 0.0

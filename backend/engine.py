@@ -45,9 +45,8 @@ def ort_options(threads: int | None = None, spinning: bool = False):
     that sleep rather than spin when idle unless ``spinning`` (an idle stage must not take cores
     from a busy one; a lone model on idle cores may gain from spinning). Spinning threads stop
     when a run ends (``session.force_spinning_stop``): between runs the cores belong to the
-    threads that admit and answer queries. MiniLM on GLUE RTE through Triton, one run side by
-    side: spinning only within runs averaged 26.5 / 50.9 ms at low / medium load, spinning
-    between runs too 33.3 / 69.7, sleeping 29.9 / 79.2 (``docs/results/minilm-rte-spinstop``)."""
+    threads that admit and answer queries (on MiniLM through Triton this beat both spinning
+    between runs and never spinning)."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()

@@ -24,10 +24,9 @@ def named_sizes(specs: Sequence[TensorSpec], inputs: Mapping[str, np.ndarray]) -
 
 def stack(arrays: Sequence[np.ndarray], spec: TensorSpec, sizes: Mapping[str, int], value: float = 0) -> np.ndarray:
     """``arrays`` one after another along the batch axis, each padded at the end of each named
-    axis in ``sizes`` to that size: one array filled with ``value`` and one copy of each, where
-    padding each array on its own (``np.pad``) and concatenating cost 10 µs per input per query
-    (a plain model padding that way peaked 20 % below one whose client padded). Arrays that need
-    no padding are concatenated as they are."""
+    axis in ``sizes`` to that size: one array filled with ``value`` and one copy of each (padding
+    each on its own with ``np.pad`` and concatenating cost a plain model a fifth of its peak).
+    Arrays that need no padding are concatenated as they are."""
     first = arrays[0]
     shape = tuple(sizes[dim] if isinstance(dim, str) and dim in sizes else size
                   for dim, size in zip(spec.dims, first.shape[1:]))

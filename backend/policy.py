@@ -19,12 +19,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from .batch_table import BatchRow
+from .errors import ConfigError
 from .manifest import Manifest
 from .query import BatchShape, Query, shape_key, take_batch
-
-
-class ConfigError(ValueError):
-    """A model's config.pbtxt parameter is invalid; the message names it."""
 
 
 @dataclass(frozen=True)
@@ -118,7 +115,6 @@ class RandomPolicy(Policy):
     split_probability: float = 0.3
     _rng: random.Random = field(init=False, repr=False)
     _lock: threading.Lock = field(init=False, repr=False, default_factory=threading.Lock)
-    _to_split: set = field(init=False, repr=False, default_factory=set)
 
     def __post_init__(self):
         for name in ("stretch_probability", "split_probability"):
@@ -140,18 +136,3 @@ class RandomPolicy(Policy):
                 return None
             cuts = sorted(self._rng.sample(range(1, batch.bs), self._rng.randint(1, batch.bs - 1)))
         return [b - a for a, b in zip([0, *cuts], [*cuts, batch.bs])]
-
-
-def parse_value(parameter: str, text: str, kind: type) -> bool | int | float | str:
-    """``text`` as ``kind``; a ConfigError naming ``parameter`` if it is not one."""
-    if kind is bool:
-        if text.lower() in ("true", "1", "yes"):
-            return True
-        if text.lower() in ("false", "0", "no"):
-            return False
-        raise ConfigError(f"parameter '{parameter}' must be true or false, got {text!r}")
-    try:
-        return kind(text)
-    except ValueError:
-        raise ConfigError(f"parameter '{parameter}' must be {'an' if kind is int else 'a'} {kind.__name__}, "
-                          f"got {text!r}") from None

@@ -1,4 +1,5 @@
-"""The multi-entry multi-exit runtime: entry, stage executors, buffers, exits.
+"""The multi-entry multi-exit runtime: the wiring of the entry (``entry.py``), the stage
+executors and their buffers, and the exit (``exit.py``).
 
 ``submit`` validates queries and hands them to the entry, waiting at most until stage 0 has
 computed them, so Triton's ``execute`` returns while they are still in the pipeline and the next
@@ -11,12 +12,9 @@ moved them.
 
 from __future__ import annotations
 
-import itertools
 import logging
-import queue
 import threading
 import time
-from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -24,222 +22,20 @@ import numpy as np
 
 from .batch_table import BatchItem, BatchRow, BatchTable
 from .buffers import Boundary
-from .config import QueuePolicy, RuntimeConfig
+from .config import RuntimeConfig
 from .device import CpuDevice, Device
 from .engine import Engine
+from .entry import CANCELLED, Entry
 from .executor import BatchQueue, StageExecutor, Trace
+from .exit import Exit
 from .manifest import Manifest
 from .metrics import IN_FLIGHT, WAITING, Family, Metrics
 from .padding import cut, stack
-from .query import BatchShape, Code, Failure, Query, refuse_invalid
+from .query import Code, Failure, Query, refuse_invalid
 from .scheduler import Scheduler
 
 log = logging.getLogger(__name__)
-RATE_SAMPLES = 8  # arrivals before the entry trusts its estimate of the arrival rate
-SCAN = 64  # waiting queries an admission looks at, from the oldest
-CANCEL_AFTER_S = 0.02  # a waiting query is asked whether it was cancelled once it has waited this long
 CANCEL_IN_FLIGHT_S = 0.1  # a query in the pipeline is asked once it is this old, then at most this often
-CANCELLED = Failure("the request was cancelled", Code.CANCELLED)
-ANSWERING_THREADS = 4
-
-
-class Entry:
-    """Queries waiting for the first stage; the first stage's batch queue (paper: BatchQueue_1).
-
-    When stage 0 asks for work, the entry waits out the batch window if there is one (a fixed
-    ``window_s``, else the policy's, which knows whether the pipeline is busy and how fast queries
-    arrive) and the room the policy leaves for rows in flight, then lets the scheduler admit.
-    Batches the policy formed beyond the first enter on the next requests, without waiting. The
-    backend's ``execute`` waits on the entry too (``wait_ready``): that back-pressure is what
-    keeps Triton's own batching alive in front of it."""
-
-    def __init__(self, scheduler: Scheduler, max_batch_size: int, window_s: float | None,
-                 queue: QueuePolicy | None = None):
-        self._scheduler = scheduler
-        self._max = max_batch_size
-        self._window = window_s
-        self._queue = queue or QueuePolicy()
-        self._waiting: deque[Query] = deque()
-        self._formed: deque[tuple[list[Query], BatchShape]] = deque()
-        self._arrivals: deque[float] = deque(maxlen=32)
-        self._changed = threading.Condition()
-        self._closed = False
-        self._ready = True  # stage 0 is done with its item, or waits here: it takes queries next
-        self._windowing = False  # stage 0 waits in its batch window for more queries
-
-    def put(self, queries: Sequence[Query]) -> None:
-        """Queue the queries; those beyond ``max_queue`` are refused at once, as Triton's queue
-        policy refuses them."""
-        with self._changed:
-            limit = self._queue.max_queue_size
-            room = limit - len(self._waiting) if limit > 0 else len(queries)
-            accepted, refused = queries[:max(room, 0)], queries[max(room, 0):]
-            self._waiting.extend(accepted)
-            self._arrivals.extend(q.arrived for q in accepted)
-            self._changed.notify_all()
-        for query in refused:
-            query.answer(failure=Failure(f"Exceeds maximum queue size ({limit} queries waiting)", Code.UNAVAILABLE))
-
-    def _head(self) -> list[Query]:
-        """The oldest ``SCAN`` waiting queries, taken off the queue, less those whose client
-        cancelled them or whose timeout expired (with Triton's REJECT timeout action), which are
-        answered. Admission only looks this far, so its cost does not grow with the queue.
-        Asking Triton whether a request was cancelled is a round trip to its process, so only
-        the oldest batch's worth is asked, and only once it has waited ``CANCEL_AFTER_S``."""
-        head = [self._waiting.popleft() for _ in range(min(SCAN, len(self._waiting)))]
-        now, reject, kept = time.monotonic(), self._queue.reject, []
-        for position, query in enumerate(head):
-            if position < self._max and query.gave_up(now, CANCEL_AFTER_S):
-                query.answer(failure=CANCELLED)
-            elif reject and query.deadline is not None and query.deadline <= now:
-                query.answer(failure=Failure("Request timeout expired", Code.UNAVAILABLE))
-            else:
-                kept.append(query)
-        return kept
-
-    def wake(self) -> None:
-        """Rows left the pipeline: there may be room for more."""
-        with self._changed:
-            self._changed.notify_all()
-
-    def ready(self) -> None:
-        """Stage 0 finished computing its item: it takes queries next, once it has an output buffer."""
-        with self._changed:
-            self._ready = True
-            self._changed.notify_all()
-
-    def wait_ready(self, timeout: float) -> None:
-        """Back-pressure for Triton's batcher, in the backend's ``execute``: return once stage 0
-        took every waiting query and finished computing them (it takes queries next), or waits
-        in its batch window for more, or the entry closed; at most after ``timeout``. Meanwhile
-        Triton gathers the requests that arrive into its next batch: one ``execute`` and one
-        admission for many, as a plain model batches. Returning when stage 0 finished computing,
-        not when it asks (after it got an output buffer), lets that batch travel from Triton
-        while stage 0 waits for the next stage; and not when its queries were taken, so that
-        Triton's next batch holds everything that arrived meanwhile, not a few stragglers. (A slow
-        two-stage timed pipeline emulated without Triton kept its stages 73 %, 69 % and 83 % busy
-        returning when stage 0 asks, when the queries are taken, and when they are computed.)"""
-        with self._changed:
-            self._changed.wait_for(lambda: (self._ready and not self._waiting) or self._windowing or self._closed,
-                                   timeout)
-
-    def _hand(self, item: BatchItem) -> BatchItem:
-        self._ready = False
-        return item
-
-    def get(self) -> BatchItem | None:
-        """The next item for stage 0, or None once closed and drained."""
-        with self._changed:
-            while True:
-                if not self._ready:
-                    self._ready = True
-                    self._changed.notify_all()
-                self._changed.wait_for(lambda: self._waiting or self._formed or self._closed)
-                if self._formed:
-                    return self._hand(self._scheduler.new(*self._formed.popleft()))
-                if not self._waiting:
-                    return None
-                room = self._room()
-                if room < self._waiting[0].rows:
-                    self._changed.wait()
-                    continue
-                window = self._window if self._window is not None else self._policy_window()
-                deadline = self._waiting[0].arrived + window
-                while (not self._closed and self._joining_rows() < room
-                       and (left := deadline - time.monotonic()) > 0):
-                    self._windowing = True
-                    self._changed.notify_all()
-                    self._changed.wait(left)
-                self._windowing = False
-                head = self._head()
-                if not head:
-                    continue
-                try:
-                    taken, item, formed = self._scheduler.admit(head, self._room())
-                except BaseException:
-                    self._waiting.extendleft(reversed(head))
-                    raise
-                gone = {id(q) for q in taken}
-                self._waiting.extendleft(reversed([q for q in head if id(q) not in gone]))
-                self._formed.extend(formed)
-                return self._hand(item)
-
-    def _joining_rows(self) -> int:
-        """Rows among the oldest ``SCAN`` that can share a batch with the oldest: what the window
-        waits for (rows of another shape would not fill the batch it closes for)."""
-        oldest, policy = self._waiting[0], self._scheduler.policy
-        try:
-            return sum(q.rows for q in itertools.islice(self._waiting, SCAN) if policy.joins(oldest, q))
-        except Exception:  # a policy's bug must not stop admission: count every row
-            log.exception("policy %r failed to say which queries batch together", policy.name)
-            return sum(q.rows for q in itertools.islice(self._waiting, SCAN))
-
-    def _policy_window(self) -> float:
-        try:
-            return self._scheduler.policy.window(self._waiting[0], len(self._scheduler.table) > 0,
-                                                 self._arrival_rate())
-        except Exception:  # a policy's bug must not stop admission: no window then
-            log.exception("policy %r failed to give a batch window", self._scheduler.policy.name)
-            return 0.0
-
-    def _room(self) -> int:
-        """Rows the policy lets in now; a full batch when nothing is in flight, so that a query
-        larger than the bound still runs."""
-        limit, in_flight = self._scheduler.policy.max_in_flight, self._scheduler.table.rows_in_flight()
-        return min(self._max, limit - in_flight) if limit > 0 and in_flight else self._max
-
-    def _arrival_rate(self) -> float:
-        """Queries per second over the latest arrivals (0 until there are ``RATE_SAMPLES``: two
-        queries that happen to come close together are not a load)."""
-        if len(self._arrivals) < RATE_SAMPLES:
-            return 0.0
-        span = self._arrivals[-1] - self._arrivals[0]
-        return (len(self._arrivals) - 1) / span if span > 0 else 0.0
-
-    def __len__(self) -> int:
-        with self._changed:
-            return len(self._waiting) + sum(len(queries) for queries, _ in self._formed)
-
-    def close(self) -> list[Query]:
-        """Stop waiting for more; the queries not yet admitted are returned."""
-        with self._changed:
-            self._closed = True
-            left = [*self._waiting, *(q for queries, _ in self._formed for q in queries)]
-            self._waiting, self._formed = deque(), deque()
-            self._changed.notify_all()
-            return left
-
-
-class Exit:
-    """Answers queries off the last stage's thread, from ``ANSWERING_THREADS`` threads. A response
-    sent through its response sender is a round trip to Triton's process that blocks the sending
-    thread (the GIL released) for 130-200 us here, far longer than a cheap stage computes: the
-    last stage must not wait for it, and one thread sending one answer after another became a
-    queue (the hand-off wait grew to 1.4-6.8 ms at 8-32 requests in flight). Four senders
-    answered 1.4-1.7x as many requests per second as one (issue 20's measurements). Answers are
-    copies, never views of buffers a later batch may overwrite."""
-
-    def __init__(self, threads: int = ANSWERING_THREADS):
-        self._answers: queue.SimpleQueue[tuple[Query, dict[str, np.ndarray]] | None] = queue.SimpleQueue()
-        self._threads = [threading.Thread(target=self._run, name=f"dvabatch-exit-{i}", daemon=True)
-                         for i in range(threads)]
-        for thread in self._threads:
-            thread.start()
-
-    def answer(self, query: Query, outputs: dict[str, np.ndarray]) -> None:
-        self._answers.put((query, {name: np.array(array) for name, array in outputs.items()}))
-
-    def _run(self) -> None:
-        while (item := self._answers.get()) is not None:
-            query, outputs = item
-            query.answer(outputs)
-
-    def close(self, timeout: float) -> None:
-        for _ in self._threads:
-            self._answers.put(None)
-        deadline = time.monotonic() + timeout
-        for thread in self._threads:
-            thread.join(max(deadline - time.monotonic(), 0))
 
 
 class Runtime:

@@ -75,8 +75,7 @@ def serve(manifest: Manifest, version_dir: Path, config: RuntimeConfig, device: 
     config.bind(manifest)
     # Where compute is dear (ONNX Runtime on the CPU's cores) the policy's clusters by length save
     # it; on engines that overlap (a GPU; timed) the host's CPU is what is dear, and one padded run
-    # per batch spends least of it: clustered, a TensorRT-speed BERT on GLUE RTE peaked at 2,620
-    # requests/s where the plain model padding each batch to its longest reached 3,000.
+    # per batch spends least of it.
     clusters = config.batching != "triton" and on_host_cores(manifest, device)
     form = (lambda queries: config.policy.form(queries, manifest.max_batch_size, time.monotonic())) if clusters \
         else padded_to_longest

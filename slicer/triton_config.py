@@ -66,8 +66,8 @@ def render(name: str, manifest: Manifest, parameters: Mapping[str, str] | None =
     (``allow_ragged_batch``): the backend batches them itself (Policy I clusters and pads them; a
     model served as a plain one pads each batch to its longest), and ``execute`` waits for stage
     0 (back-pressure), so a batcher that kept lengths apart would hand over one length per
-    ``execute``: GLUE RTE's spread of lengths held a simulated TensorRT BERT to 900 requests/s
-    where the plain model answered 3,400. ``comment`` replaces the note on what the slicer found.
+    ``execute``, a fraction of a plain model's throughput on real text. ``comment`` replaces the
+    note on what the slicer found.
     """
     axis = manifest.length_axis
     inputs = ",\n".join(tensor_line(s, axis is not None and axis in s.dims) for s in manifest.inputs)

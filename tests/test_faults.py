@@ -17,7 +17,8 @@ from backend.engine import OnnxRuntimeEngine, load_engines
 from backend.manifest import Manifest
 from backend.policy import Policy, RandomPolicy
 from backend.query import Code
-from backend.runtime import CANCEL_IN_FLIGHT_S, SCAN, Runtime
+from backend.entry import SCAN
+from backend.runtime import CANCEL_IN_FLIGHT_S, Runtime
 from slicer.sample import sample_inputs
 from slicer.slicing import VERSION
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from backend.config import RuntimeConfig, make_policy
-from backend.policy import ConfigError
+from backend.errors import ConfigError
 from backend.query import Query, refuse_invalid
 
 from .test_schedule import T, assert_times, check_rows

@@ -374,7 +374,8 @@ def test_tensorrt_profiles_of_every_possible_stage_cover_every_length(sources, t
 
 def test_served_sizes_stop_where_tensorrt_engines_were_built(tmp_path):
     """``max_size.<axis>`` may not raise a TensorRT model's length beyond its engines' profile."""
-    from backend.config import ConfigError, RuntimeConfig
+    from backend.config import RuntimeConfig
+    from backend.errors import ConfigError
 
     spec = TensorSpec("ids", "int64", ("sequence",))
     table = LatencyTable(batch_sizes=(1, 2), mean=((1.0, 2.0), (2.0, 3.0)), p99=((1.0, 2.0), (2.0, 3.0)),

@@ -13,7 +13,8 @@ from backend.config import RuntimeConfig
 from backend.device import CpuDevice
 from backend.engine import ort_options
 from backend.executor import ExecutorState
-from backend.policy import ConfigError, FixedPolicy, RandomPolicy
+from backend.errors import ConfigError
+from backend.policy import FixedPolicy, RandomPolicy
 from backend.query import Query
 
 from .timed import Clock, flat, timed_manifest
