@@ -63,7 +63,7 @@ AUTO = "auto"
 
 @dataclass(frozen=True)
 class SliceOptions:
-    """Everything ``python -m slicer`` can be told; the README's option table explains each."""
+    """Everything ``python -m slicer`` can be told; docs/slicer.md's option table explains each."""
 
     stages: int | str | None = None  # None: one more than the diversity cuts (with cut_at_diversity); AUTO
     max_batch_size: int = 8
