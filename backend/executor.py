@@ -28,6 +28,7 @@ from .buffers import Boundary, Buffer, BufferState
 from .device import Device
 from .engine import Engine
 from .manifest import StageSpec
+from .query import each_alone
 from .scheduler import Scheduler
 
 log = logging.getLogger(__name__)
@@ -226,13 +227,9 @@ class StageExecutor(threading.Thread):
             if len(chunks) == 1:
                 self.runtime.fail_rows(row, item.start, item.num, exc)
                 return
-            for start, num in chunks:
-                if row.answered(start, num):  # its queries already failed elsewhere
-                    continue
-                try:
-                    self._run_rows(row, start, num, source, target)
-                except Exception as exc:  # noqa: BLE001
-                    self.runtime.fail_rows(row, start, num, exc)
+            each_alone([(s, n) for s, n in chunks if not row.answered(s, n)],  # (not those failed elsewhere)
+                       lambda chunk: self._run_rows(row, *chunk, source, target),
+                       lambda chunk, error: self.runtime.fail_rows(row, *chunk, error))
 
     def _run_rows(self, row: BatchRow, start: int, num: int, source: Buffer | None, target: Buffer | None) -> None:
         first = row.offset + start

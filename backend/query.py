@@ -13,11 +13,14 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import TypeVar
 
 import numpy as np
 
 from .manifest import Manifest, TensorSpec
 from .padding import named_sizes
+
+T = TypeVar("T")
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +47,21 @@ class Failure:
     @property
     def bad_input(self) -> bool:
         return self.code is Code.INVALID_ARG
+
+    @classmethod
+    def of(cls, error: BaseException) -> Failure:
+        """An engine's error, as the queries it cost are told."""
+        return cls(f"inference failed: {type(error).__name__}: {error}")
+
+
+def each_alone(parts: Sequence[T], run: Callable[[T], None], fail: Callable[[T, Exception], None]) -> None:
+    """After a batch failed: run each part (a query, a query's rows) on its own, so that only a
+    part that cannot run fails, with its own error."""
+    for part in parts:
+        try:
+            run(part)
+        except Exception as exc:  # noqa: BLE001 - a part's error is its own
+            fail(part, exc)
 
 
 # Called exactly once per query: with its outputs, or with a Failure.

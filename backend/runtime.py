@@ -191,7 +191,7 @@ class Runtime:
     def fail_rows(self, row: BatchRow, start: int, num: int, error: Exception) -> None:
         for member, *_ in row.members_in(start, num):
             self._forget(member.query)
-            member.query.answer(failure=Failure(f"inference failed: {type(error).__name__}: {error}"))
+            member.query.answer(failure=Failure.of(error))
 
     def _forget(self, query: Query) -> None:
         """Drop the rows gathered so far for a query answered otherwise."""

@@ -26,7 +26,7 @@ from .engine import Engine, run_stages
 from .manifest import Manifest
 from .metrics import Metrics
 from .padding import cut, stack
-from .query import BatchShape, Failure, Query, refuse_invalid
+from .query import BatchShape, Failure, Query, each_alone, refuse_invalid
 
 log = logging.getLogger(__name__)
 
@@ -71,11 +71,8 @@ class WholeBatch:
         try:
             self._run(queries, shape)
         except Exception:  # noqa: BLE001 - rerun one by one: only a query that cannot run fails
-            for query in queries:
-                try:
-                    self._run([query], BatchShape.of([query]))
-                except Exception as exc:  # noqa: BLE001
-                    query.answer(failure=Failure(f"inference failed: {type(exc).__name__}: {exc}"))
+            each_alone(queries, lambda query: self._run([query], BatchShape.of([query])),
+                       lambda query, exc: query.answer(failure=Failure.of(exc)))
 
     def _run(self, queries: Sequence[Query], shape: BatchShape) -> None:
         sizes = [q.sizes for q in queries]

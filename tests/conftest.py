@@ -14,8 +14,8 @@ import pytest
 import tritonclient.grpc as grpcclient
 
 from slicer.slicing import SliceOptions, slice_model
-from tools import synthetic
-from tools.bench import free_port
+from tools.lib import synthetic
+from tools.lib.processes import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 E2E_STAGES = {"resnet_like": 3, "unet_like": 3, "bert_like": 4}

@@ -18,9 +18,9 @@ from backend.engine import OnnxRuntimeEngine
 from backend.manifest import Manifest
 from slicer.sample import sample_inputs
 from slicer.slicing import VERSION, slice_model
-from tools.client import infer
-from tools.serve import children_of, stubs_of
-from tools.soak import resident_mb
+from tools.lib.client import infer
+from tools.lib.processes import children_of, resident_mb
+from tools.lib.triton import stubs_of
 
 from .conftest import E2E_STAGES, FAST, MAX_BATCH
 

@@ -8,7 +8,7 @@ import yaml
 
 from backend.manifest import Manifest
 from slicer.slicing import VERSION
-from tools.build_examples import EXAMPLES, build
+from tools.lib.examples import EXAMPLES, build
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -18,10 +18,9 @@ from backend.engine import OnnxRuntimeEngine
 from backend.manifest import Manifest
 from slicer.sample import sample_inputs
 from slicer.slicing import VERSION
-from tools.bench import free_port
-from tools.client import infer
-from tools.gpu_bundle import LIMIT, TOP, main
-from tools.serve import children_of
+from tools.lib.processes import children_of, free_port
+from tools.lib.client import infer
+from tools.lib.bundle import LIMIT, TOP
 
 PYTHON = f"{sys.version_info.major}.{sys.version_info.minor}"
 
@@ -30,7 +29,9 @@ PYTHON = f"{sys.version_info.major}.{sys.version_info.minor}"
 def bundle(tmp_path_factory):
     folder = tmp_path_factory.mktemp("bundle")
     archive = folder / "dvabatch-gpu.tar.xz"
-    assert main([str(archive), "--python", PYTHON]) == 0
+    done = subprocess.run([sys.executable, "-m", "tools.gpu_bundle", str(archive), "--python", PYTHON],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
     with tarfile.open(archive) as tar:
         names = tar.getnames()
         tar.extractall(folder)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tools.intervals import Ratio, pooled, ratio
-from tools.perf_analyzer import Load, Window
+from tools.lib.intervals import Ratio, pooled, ratio
+from tools.lib.perf_analyzer import Load, Window
 
 RATE = Load(rate=100)
 

@@ -13,12 +13,13 @@ import pytest
 from backend.engine import OnnxRuntimeEngine
 from backend.manifest import Manifest
 from slicer.slicing import VERSION
-from tools.input_data import interface_of
-from tools.perf_analyzer import (ATTEMPTS, HANG_AFTER_S, HANG_FACTOR, Load, PerfAnalyzerError, command, measure,
+from tools.lib.workload import interface_of
+from tools.lib.perf_analyzer import (ATTEMPTS, HANG_AFTER_S, HANG_FACTOR, Load, PerfAnalyzerError, command, measure,
                                  read_csv, read_export, run_until_done)
-from tools.perf_analyzer.install import VERSION as PA_VERSION
-from tools.perf_analyzer.install import _deb_member, install, installed_version
-from tools.workload import glue, write_input_data
+from tools.lib.perf_analyzer import VERSION as PA_VERSION
+from tools.lib.perf_analyzer import installed_version
+from tools.lib.perf_analyzer_install import _deb_member, install
+from tools.lib.workload import glue, write_input_data
 
 
 def test_installed_into_the_virtualenv_and_installing_again_does_nothing():

@@ -257,8 +257,8 @@ def with_tables(manifest: Manifest, tables: list[dict]) -> Manifest:
 
 def timed_manifest(folder, one_ms: float, full_ms: float, rows: int, stages: int = 2) -> Manifest:
     """A timed model written by ``tools.simulate`` from a linear engine profile."""
-    from tools.engine_profile import profile
-    from tools.simulate import from_profile, write_timed
+    from tools.lib.profiles import profile
+    from tools.lib.timed import from_profile, write_timed
 
     path = folder / f"{one_ms}-{full_ms}-{stages}.json"
     path.write_text(json.dumps(profile("p", one_ms, full_ms, rows, stages=stages)))

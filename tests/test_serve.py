@@ -13,8 +13,8 @@ import time
 import numpy as np
 import tritonclient.grpc as grpcclient
 
-from tools.client import infer
-from tools.serve import TritonInstall
+from tools.lib.client import infer
+from tools.lib.triton import TritonInstall
 
 from .conftest import ROOT, free_port, processes_matching
 

@@ -21,11 +21,11 @@ from backend.manifest import Manifest
 from slicer.sample import sample_inputs
 from slicer import triton_config
 from slicer.slicing import VERSION
-from tools import metrics as prom
-from tools.baselines import link_version
-from tools.client import infer
-from tools.gpu_profile import groups
-from tools.models import MODELS
+from tools.lib import prometheus as prom
+from tools.lib.peers import link_version
+from tools.lib.client import infer
+from tools.lib.real_models import MODELS
+from tools.lib.timed import groups
 
 from .conftest import ROOT
 
@@ -96,7 +96,7 @@ def test_peers_of_a_model_sliced_for_torch_run_torch(client, server, repository,
     from dataclasses import replace
 
     from slicer.slicing import slice_model
-    from tools.baselines import write_ensemble, write_plain
+    from tools.lib.peers import write_ensemble, write_plain
 
     from .conftest import FAST
 
@@ -190,7 +190,7 @@ def test_ensemble_peer_of_the_same_stages_answers_as_the_unsliced_model(run, cli
 
 def test_peers_for_a_gpu_host_use_tritons_own_backends(repository, tmp_path):
     """On a GPU host the plain model and each step can be Triton's onnxruntime backend."""
-    from tools.baselines import Peer, write_ensemble, write_plain
+    from tools.lib.peers import Peer, write_ensemble, write_plain
 
     peer = Peer(delay_us=500, backend="onnxruntime", threads=1)
     plain = write_plain(repository / "resnet_like", tmp_path, "plain", peer)

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from backend.manifest import TensorSpec
-from tools.workload import GLUE_TEXT, ModelInterface, WorkloadError, glue, glue_texts, input_data, synthetic
+from tools.lib.workload import GLUE_TEXT, ModelInterface, WorkloadError, glue, glue_texts, input_data, synthetic
 
 from .conftest import ROOT
 

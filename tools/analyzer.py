@@ -32,11 +32,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tools.baselines import link_version
-from tools.input_data import interface_of
-from tools.perf_analyzer import PerfAnalyzerError, binary
-from tools.serve import TritonInstall, _refuse_numpy_2, assemble_backends
-from tools.workload import WorkloadError, add_workload_arguments, from_arguments, write_input_data
+from tools.lib.peers import link_version
+from tools.lib.perf_analyzer import PerfAnalyzerError, binary
+from tools.lib.triton import TritonInstall, assemble_backends, refuse_numpy_2
+from tools.lib.workload import WorkloadError, add_workload_arguments, from_arguments, interface_of, write_input_data
 
 VERSION_PINNED = "1.58.0"
 
@@ -103,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{VERSION_PINNED})", file=sys.stderr)
         return 2
     try:
-        _refuse_numpy_2()
+        refuse_numpy_2()
         install = TritonInstall.from_wheel()
         shutil.rmtree(args.out / "repository", ignore_errors=True)
         shutil.rmtree(args.out / "backends", ignore_errors=True)

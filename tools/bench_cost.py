@@ -40,17 +40,17 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from tools import metrics as prom
-from tools.baselines import write_ensemble, write_plain
-from tools.bench import Bench
-from tools.input_data import interface_of
-from tools.intervals import pooled, ratio
-from tools.perf_analyzer import Load, Window
-from tools.serve import stubs_of
-from tools.simulate import from_profile, timed_whole, write_timed
-from tools.workload import synthetic, write_input_data
+from tools.lib import prometheus as prom
+from tools.lib.peers import write_ensemble, write_plain
+from tools.lib.harness import Bench
+from tools.lib.intervals import pooled, ratio
+from tools.lib.paths import ROOT
+from tools.lib.perf_analyzer import Load, Window
+from tools.lib.triton import stubs_of
+from tools.lib.timed import from_profile, timed_whole, write_timed
+from tools.lib.workload import interface_of, synthetic, write_input_data
 
-PROFILES = Path(__file__).resolve().parent.parent / "docs" / "profiles"
+PROFILES = ROOT / "docs" / "profiles"
 DEFAULT_PROFILES = (PROFILES / "zero_2stages.json", PROFILES / "bert_base_trt_a100_2stages.json")
 MODELS = ("plain", "ensemble", "pipeline", "auto")
 TICK_S = 1 / os.sysconf("SC_CLK_TCK")

@@ -24,9 +24,10 @@ from backend.engine import OnnxRuntimeEngine
 from backend.manifest import Manifest
 from slicer.sample import sample_inputs
 from slicer.slicing import VERSION
-from tools.build_examples import CACHE, EXAMPLES
-from tools.client import infer
-from tools.serve import DEFAULT_REPOSITORY, Server
+from tools.lib.examples import EXAMPLES
+from tools.lib.client import infer
+from tools.lib.paths import CACHE, DEFAULT_REPOSITORY
+from tools.lib.triton import Server
 
 # (rows, size of every named dynamic axis) of each request sent to each model.
 REQUESTS = ((1, 5), (3, 12), (2, 7), (8, 16))

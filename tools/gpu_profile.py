@@ -20,18 +20,12 @@ import json
 import statistics
 import sys
 import time
-from itertools import combinations
 from pathlib import Path
 
 import numpy as np
 
-
-def batch_sizes_up_to(maximum: int) -> list[int]:
-    sizes, size = [], 1
-    while size < maximum:
-        sizes.append(size)
-        size *= 2
-    return [*sizes, maximum]
+from slicer.profile import batch_sizes_up_to
+from tools.lib.timed import groups
 
 
 def profile(config_path: Path, batch_sizes: list[int], lengths: list[int], fp16: bool, repeats: int):
@@ -88,17 +82,6 @@ def profile(config_path: Path, batch_sizes: list[int], lengths: list[int], fp16:
                 whole[li, bi] = statistics.median(totals)
     name = torch.cuda.get_device_name() if cuda else "cpu"
     return [n for n, _ in parts], times, whole, name
-
-
-def groups(costs: list[float], stages: int) -> list[tuple[int, int]]:
-    """Contiguous (start, end) groups of parts whose slowest sum is smallest."""
-    best = None
-    for cuts in combinations(range(1, len(costs)), stages - 1):
-        bounds = [0, *cuts, len(costs)]
-        slowest = max(sum(costs[a:b]) for a, b in zip(bounds, bounds[1:]))
-        if best is None or slowest < best[0]:
-            best = (slowest, list(zip(bounds, bounds[1:])))
-    return best[1]
 
 
 def table(values: np.ndarray, batch_sizes: list[int], lengths: list[int]) -> dict:

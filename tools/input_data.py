@@ -17,19 +17,11 @@ from __future__ import annotations
 
 import argparse
 import sys
-from dataclasses import replace
 from pathlib import Path
 
-from backend.manifest import Manifest
-from slicer.slicing import VERSION
-from tools.workload import ModelInterface, WorkloadError, add_workload_arguments, from_arguments, write_input_data
-
-
-def interface_of(model_dir: Path) -> ModelInterface:
-    """A sliced model's interface as Triton serves it (named dims are variable: -1)."""
-    manifest = Manifest.load(model_dir / VERSION)
-    inputs = tuple(replace(s, dims=tuple(d if isinstance(d, int) else -1 for d in s.dims)) for s in manifest.inputs)
-    return ModelInterface(model_dir.name, manifest.max_batch_size, inputs, tuple(s.name for s in manifest.outputs))
+from tools.lib.workload import (
+    ModelInterface, WorkloadError, interface_of, add_workload_arguments, from_arguments, write_input_data,
+)
 
 
 def main(argv: list[str] | None = None) -> int:

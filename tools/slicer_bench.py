@@ -32,8 +32,8 @@ from slicer.errors import SliceError
 from slicer.graph import tensor_uses, analyse
 from slicer.slicing import SliceOptions, slice_model
 from slicer.targets import optimize
-from tools.build_examples import CACHE
-from tools.models import BY_NAME, export_minilm, unpacked
+from tools.lib.paths import CACHE
+from tools.lib.real_models import BY_NAME, export_minilm, unpacked
 
 EXPORTS = CACHE / "exports"
 FAMILIES = ("bert", "gpt2", "cnn", "unet", "minilm", "resnet50", "vgg16")

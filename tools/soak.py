@@ -36,10 +36,10 @@ from backend.engine import OnnxRuntimeEngine
 from backend.manifest import Manifest
 from slicer.sample import sample_inputs
 from slicer.slicing import VERSION, sha256
-from tools.baselines import find_source
-from tools.bench import free_port
-from tools.compare.configs import write_variant
-from tools.serve import Server, children_of
+from tools.lib.peers import find_source
+from tools.lib.peers import write_variant
+from tools.lib.processes import free_port, resident_mb
+from tools.lib.triton import Server
 
 FEEDS_PER_MODEL = 48
 ATOL = 1e-4
@@ -123,16 +123,6 @@ def build(model_dirs: Sequence[Path], policies: Sequence[str], repository: Path,
     return targets
 
 
-def resident_mb(pid: int) -> float:
-    """Resident memory of process ``pid`` and its children (Triton's stubs), in MiB."""
-    total = 0
-    for process in [pid, *children_of(pid)]:
-        try:
-            total += next(int(line.split()[1]) for line in Path(f"/proc/{process}/status").read_text().splitlines()
-                          if line.startswith("VmRSS:"))
-        except (OSError, StopIteration, ValueError, IndexError):
-            continue
-    return total / 1024
 
 
 class Soak:

@@ -32,10 +32,9 @@ from rich.table import Table
 from backend.manifest import Manifest
 from slicer.errors import SliceError
 from slicer.slicing import VERSION, SliceOptions, slice_model
-from tools.bench import Bench
-from tools.input_data import interface_of
-from tools.perf_analyzer import Load, PerfAnalyzerError
-from tools.workload import WorkloadError, add_workload_arguments, from_arguments, write_input_data
+from tools.lib.harness import add_measurement_arguments, Bench
+from tools.lib.perf_analyzer import Load, PerfAnalyzerError
+from tools.lib.workload import WorkloadError, add_workload_arguments, from_arguments, interface_of, write_input_data
 
 
 @dataclass
@@ -78,12 +77,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--by", choices=("peak", "latency"), default="peak", help="what picks the winner (default peak)")
     p.add_argument("--rate", type=float, help="--by latency: the load, in requests/s (Poisson)")
     add_workload_arguments(p)
-    p.add_argument("--qos-ms", type=float, default=200, help="--by peak: latency target (default 200)")
-    p.add_argument("--percentile", type=int, default=99, help="--by peak: percentile held to the QoS (default 99)")
-    p.add_argument("--probe-seconds", type=float, default=5, help="--by peak: seconds per probe (default 5)")
-    p.add_argument("--window", type=float, default=10, help="--by latency: seconds per window (default 10)")
-    p.add_argument("--rounds", type=int, default=2, help="--by latency: windows per stage count (default 2)")
-    p.add_argument("--warmup", type=float, default=2, help="unmeasured seconds before each measurement")
+    add_measurement_arguments(p, rounds=2)  # --by peak: the QoS and probes; --by latency: the windows
     p.add_argument("--csv", type=Path, help="write every try here")
     return p
 

@@ -37,14 +37,13 @@ from tritonclient.utils import InferenceServerException
 from backend.manifest import Manifest
 from slicer.errors import SliceError
 from slicer.slicing import VERSION
-from tools.baselines import delay_candidates, find_source, timed
-from tools.bench import Bench, Peak, Probe
+from tools.lib.peers import delay_candidates, find_source, timed
+from tools.lib.harness import add_measurement_arguments, Bench, Peak, Probe
 from tools.compare import configs as cfg
 from tools.compare import output
 from tools.compare.results import Level, Results
-from tools.input_data import interface_of
-from tools.perf_analyzer import Load, PerfAnalyzerError
-from tools.workload import WorkloadError, add_workload_arguments, from_arguments, write_input_data
+from tools.lib.perf_analyzer import Load, PerfAnalyzerError
+from tools.lib.workload import WorkloadError, add_workload_arguments, from_arguments, interface_of, write_input_data
 
 
 def _numbers(kind: type, positive: bool = True):
@@ -74,20 +73,15 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("model_dir", type=Path, help="a model directory written by python -m slicer")
     add_workload_arguments(p)
     p.add_argument("--source", type=Path, help="the unsliced ONNX model (default: found by its sha256)")
+    add_measurement_arguments(p, rounds=4)
     p.add_argument("--variant", action="append", default=[], metavar="NAME:key=value,...",
                    help="also serve the model with these config.pbtxt parameters (e.g. pass:policy=pass)")
-    p.add_argument("--qos-ms", type=float, default=200, help="latency target of the peaks and goodput (default 200)")
-    p.add_argument("--percentile", type=int, default=99, help="latency percentile held to the QoS (default 99)")
     p.add_argument("--loads", type=_numbers(float), default=(0.25, 0.6, 0.9),
                    help="Poisson loads as fractions of the best baseline's peak (default 0.25,0.6,0.9)")
     p.add_argument("--concurrency", type=_numbers(int), default=(1, 16),
                    help="closed loops to measure, requests in flight (default 1,16; empty: none)")
     p.add_argument("--intervals", type=Path, action="append", default=[],
                    help="a file of microseconds between requests (perf_analyzer's --request-intervals) to measure")
-    p.add_argument("--rounds", type=int, default=4, help="interleaved windows of each configuration per load")
-    p.add_argument("--window", type=float, default=10, help="seconds measured per window (default 10)")
-    p.add_argument("--warmup", type=float, default=2, help="unmeasured seconds before each window (default 2)")
-    p.add_argument("--probe-seconds", type=float, default=5, help="seconds of each probe of the peak (default 5)")
     p.add_argument("--tolerance", type=float, default=0.05, help="bisect the peak to this fraction (default 0.05)")
     p.add_argument("--delays-us", type=_numbers(int),
                    help="batcher delays to try after 0 (default: from the model's times; empty: none)")

@@ -15,14 +15,13 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from backend.manifest import Manifest
 from slicer.slicing import VERSION
-from slicer.triton_config import PARAMETER, parameters_of
-from tools.baselines import Peer, link_version, write_ensemble, write_plain
+from tools.lib.peers import write_variant, Peer, write_ensemble, write_plain
 
 
 @dataclass(frozen=True)
@@ -65,22 +64,6 @@ def parse_variant(text: str) -> tuple[str, dict[str, str]]:
             raise ValueError(f"--variant {text!r}: {item!r} is not key=value")
         parameters[key.strip()] = value.strip()
     return name, parameters
-
-
-def write_variant(model_dir: Path, repository: Path, name: str, overrides: Mapping[str, str]) -> Path:
-    """``model_dir`` as model ``name`` with ``overrides`` on its config.pbtxt parameters; the rest
-    of its config (instances, batcher, comments) as the user left it."""
-    out = repository / name
-    link_version(model_dir, out)
-    lines = (model_dir / "config.pbtxt").read_text().splitlines()
-    parameters = parameters_of("\n".join(lines))
-    if "policy" in overrides:
-        parameters = {k: v for k, v in parameters.items() if not k.startswith("policy.")}
-    parameters.update(overrides)
-    kept = [re.sub(r'^name:\s*".*"', f'name: "{name}"', line) for line in lines if not PARAMETER.match(line.strip())]
-    kept += [f'parameters: {{ key: "{k}" value: {{ string_value: "{v}" }} }}' for k, v in parameters.items()]
-    (out / "config.pbtxt").write_text("\n".join(kept) + "\n")
-    return out
 
 
 def ours(model_dir: Path, repository: Path, variants: Sequence[str]) -> list[Config]:

@@ -21,8 +21,8 @@ from rich.table import Table
 
 from tools.compare.configs import Config
 from tools.compare.results import Level, Results
-from tools.intervals import Ratio
-from tools.perf_analyzer.install import VERSION
+from tools.lib.intervals import Ratio
+from tools.lib.perf_analyzer import VERSION
 
 P = 99
 NAMES = {"mean": "mean", "p99": "p99", "goodput": "goodput", "throughput": "answered/s"}

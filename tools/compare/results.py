@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from tools.bench import Measured, Peak
+from tools.lib.harness import Measured, Peak
 from tools.compare.configs import Config
-from tools.intervals import Ratio, pooled, ratio
-from tools.perf_analyzer import Load, Window
+from tools.lib.intervals import Ratio, pooled, ratio
+from tools.lib.perf_analyzer import Load, Window
 
 # What each kind of load is judged on: latency under an open loop, throughput under a closed one.
 OPEN_STATISTICS = ("mean", "p99", "goodput")

@@ -22,7 +22,7 @@ from backend.engine import cpu_cores, load_engines
 from backend.manifest import LatencyTable, Manifest
 from backend.query import Query
 from backend.runtime import Runtime
-from tools.workload import ModelInterface, glue
+from tools.lib.workload import ModelInterface, glue
 
 MODEL = Path("model_repository_real/minilm/1")
 TOKENIZER = Path.home() / ".cache/dvabatch/sources/minilm.tokenizer.json"

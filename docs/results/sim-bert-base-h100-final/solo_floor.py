@@ -9,7 +9,7 @@ import statistics
 from pathlib import Path
 
 from backend.manifest import LatencyTable, TensorSpec
-from tools.workload import ModelInterface, glue
+from tools.lib.workload import ModelInterface, glue
 
 profile = json.loads(Path("docs/profiles/bert_base_h100_2stages.json").read_text())
 stages = [LatencyTable.from_json(stage["latency"]) for stage in profile["stages"]]

@@ -21,7 +21,7 @@ from backend.engine import OnnxRuntimeEngine, TorchEngine, cpu_cores
 from slicer.graph import input_specs
 from slicer.sample import sample_inputs
 from slicer.targets import optimize
-from tools.build_examples import SOURCES
+from tools.lib.paths import SOURCES
 
 RUNS = 30
 

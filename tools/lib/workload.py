@@ -19,16 +19,17 @@ import csv
 import json
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 
-from backend.manifest import TensorSpec
+from backend.manifest import Manifest, TensorSpec
 from slicer.sample import sample_inputs
+from slicer.slicing import VERSION
+from tools.lib.paths import ROOT
 from slicer.triton_config import TRITON_DTYPES
 
-ROOT = Path(__file__).resolve().parents[1]
 GLUE_DIR = Path(os.environ.get("DVABATCH_GLUE", ROOT.parent / "shared" / "data" / "glue"))
 NUMPY_DTYPES = {triton: numpy for numpy, triton in TRITON_DTYPES.items()}
 
@@ -219,3 +220,11 @@ def from_arguments(args: argparse.Namespace, model: ModelInterface, pad_to: int 
         raise WorkloadError(f"--input-data {args.input_data} is a file: it is sent as it is")
     return synthetic(model, 1, dict(args.shape), zero=args.input_data == "zero", count=args.count, seed=args.seed,
                      lengths=args.lengths)
+
+
+def interface_of(model_dir: Path) -> ModelInterface:
+    """A sliced model's interface as Triton serves it (named dims are variable: -1)."""
+    manifest = Manifest.load(model_dir / VERSION)
+    inputs = tuple(replace(s, dims=tuple(d if isinstance(d, int) else -1 for d in s.dims)) for s in manifest.inputs)
+    return ModelInterface(model_dir.name, manifest.max_batch_size, inputs, tuple(s.name for s in manifest.outputs))
+

@@ -22,19 +22,22 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from backend.manifest import LatencyTable, Manifest, StageSpec, TensorSpec
 from slicer import triton_config
+from slicer.triton_config import PARAMETER, parameters_of
 from slicer.errors import SliceError
 from slicer.slicing import VERSION, sha256
-from tools.build_examples import SOURCES
-from tools.simulate import timed_whole
+from tools.lib.paths import BACKEND_DIR, SOURCES
+from tools.lib.timed import timed_whole
 
 PLAIN_MODEL = Path(__file__).with_name("plain_model.py")
-TORCH_INTERPRETER = Path(__file__).resolve().parent.parent.parent / "backend" / "onnx_torch.py"
+TORCH_INTERPRETER = BACKEND_DIR / "onnx_torch.py"
 BACKENDS = ("python", "onnxruntime", "tensorrt")
 
 
@@ -274,3 +277,20 @@ def _step(model_dir: Path, repository: Path, name: str, stage: StageSpec, manife
                                               f"# Step {stage.index} of the ensemble of {model_dir.name}.\n",
                                               on_gpu(manifest, peer)))
     return out
+
+
+def write_variant(model_dir: Path, repository: Path, name: str, overrides: Mapping[str, str]) -> Path:
+    """``model_dir`` as model ``name`` with ``overrides`` on its config.pbtxt parameters; the rest
+    of its config (instances, batcher, comments) as the user left it."""
+    out = repository / name
+    link_version(model_dir, out)
+    lines = (model_dir / "config.pbtxt").read_text().splitlines()
+    parameters = parameters_of("\n".join(lines))
+    if "policy" in overrides:
+        parameters = {k: v for k, v in parameters.items() if not k.startswith("policy.")}
+    parameters.update(overrides)
+    kept = [re.sub(r'^name:\s*".*"', f'name: "{name}"', line) for line in lines if not PARAMETER.match(line.strip())]
+    kept += [f'parameters: {{ key: "{k}" value: {{ string_value: "{v}" }} }}' for k, v in parameters.items()]
+    (out / "config.pbtxt").write_text("\n".join(kept) + "\n")
+    return out
+

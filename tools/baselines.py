@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 
 from slicer.errors import SliceError
-from tools.baselines import BACKENDS, Peer, write_ensemble, write_plain
+from tools.lib.peers import BACKENDS, Peer, write_ensemble, write_plain
 
 
 def main(argv: list[str] | None = None) -> int:

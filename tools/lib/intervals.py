@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tools.perf_analyzer import Window
+from tools.lib.perf_analyzer import Window
 
 DRAWS = 2000
 LOWER_IS_BETTER = {"mean": True, "p99": True, "throughput": False, "goodput": False}

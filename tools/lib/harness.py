@@ -12,15 +12,17 @@ tritonserver and measured with the real perf_analyzer, the same data sent to eac
 
 from __future__ import annotations
 
+import argparse
 import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tools import metrics as prom
-from tools.perf_analyzer import Load, Window, measure
-from tools.serve import Server
+from tools.lib import prometheus as prom
+from tools.lib.perf_analyzer import Load, Window, measure
+from tools.lib.processes import free_port
+from tools.lib.triton import Server
 
 METRICS_SETTLE_S = 1.3  # the backend exports its counters about once a second
 
@@ -54,12 +56,6 @@ class Peak:
         return (self.ceiling - self.rate) / self.rate if self.rate > 0 else math.inf
 
 
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Bench:
@@ -154,3 +150,14 @@ class Bench:
             if rate in (low, high):
                 break
         return Peak(low, high, tuple(probes))
+
+
+def add_measurement_arguments(parser: argparse.ArgumentParser, rounds: int) -> None:
+    """The options the measuring commands share (``tools.compare``, ``tools.tune``): the latency
+    target a peak holds, the probes that find it, and the measured windows."""
+    parser.add_argument("--qos-ms", type=float, default=200, help="latency target of a peak (default 200)")
+    parser.add_argument("--percentile", type=int, default=99, help="latency percentile held to the QoS (default 99)")
+    parser.add_argument("--probe-seconds", type=float, default=5, help="seconds of each probe of a peak (default 5)")
+    parser.add_argument("--window", type=float, default=10, help="seconds measured per window (default 10)")
+    parser.add_argument("--rounds", type=int, default=rounds, help=f"windows of each configuration (default {rounds})")
+    parser.add_argument("--warmup", type=float, default=2, help="unmeasured seconds before each window (default 2)")

@@ -1,0 +1,232 @@
+"""perf_analyzer, the load generator Triton users measure with, run one window at a time.
+
+A window is one perf_analyzer run against one model, with a warm-up it does not measure:
+
+- **closed loop** (``concurrency``): that many requests in flight for ``seconds`` (three time
+  windows of a third each, perf_analyzer's stability rule switched off so that it never repeats);
+- **Poisson** (``rate``): perf_analyzer's own Poisson schedule, drawn from a fixed seed, so that
+  every model of a comparison sees the same arrivals; a fixed number of requests
+  (``--request-count``: rate x seconds), so that every request counts however late it comes back;
+- **intervals** (``intervals``: a file of microseconds between requests, one per line, e.g. a
+  recorded burst), also a fixed number of requests.
+
+Each request's send and answer times come from perf_analyzer's profile export (read here, then
+deleted: it also holds every input and output); its CSV gives Triton's server-side columns.
+perf_analyzer stops at the first failed request; a window that did raises ``PerfAnalyzerError``
+with perf_analyzer's own words. The binary is ``<venv>/bin/perf_analyzer`` (``make setup``
+installs it, ``tools.perf_analyzer.install``).
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+
+DELAYED = re.compile(r"(\d+(?:\.\d+)?)% of the requests were delayed")
+_REQUEST = re.compile(rb'\{"timestamp":(\d+),(?:"sequence_id":\d+,)?"request_inputs":')
+HANG_AFTER_S, HANG_FACTOR, ATTEMPTS = 30.0, 4.0, 3  # a window runs past 30 s + 4 x its length only if hung
+_ANSWERS = re.compile(rb'"response_timestamps":\[([0-9,]*)\]')
+
+
+VERSION = "2.51.0"  # the tritonclient wheel perf_analyzer comes from: Triton 24.10's, which nvidia-pytriton serves
+
+
+class PerfAnalyzerError(RuntimeError):
+    """perf_analyzer is missing, or a window failed; the message says why in its words."""
+
+
+def venv() -> Path:
+    return Path(sys.prefix)
+
+
+
+def wrapper_path(prefix: Path | None = None) -> Path:
+    return (prefix or venv()) / "bin" / "perf_analyzer"
+
+
+
+def installed_version(binary: Path) -> str | None:
+    """What ``binary --version`` says, or None if it does not run."""
+    try:
+        done = subprocess.run([str(binary), "--version"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    words = (done.stdout + done.stderr).split()  # 2.51 prints it on stderr
+    return words[words.index("Version") + 1] if done.returncode == 0 and "Version" in words else None
+
+
+
+def binary() -> Path:
+    """The installed perf_analyzer (``$DVABATCH_PERF_ANALYZER``, e.g. a GPU bundle's, else the
+    virtualenv's), or an error saying how to install it."""
+    given = os.environ.get("DVABATCH_PERF_ANALYZER")
+    path = Path(given) if given else wrapper_path()
+    if installed_version(path) != VERSION:
+        raise PerfAnalyzerError(f"perf_analyzer {VERSION} is not installed at {path}: run `make setup` "
+                                f"(or {Path(sys.executable).name} -m tools.perf_analyzer.install)")
+    return path
+
+
+@dataclass(frozen=True)
+class Load:
+    """What perf_analyzer sends: exactly one of a concurrency, a Poisson rate or an intervals file."""
+
+    concurrency: int | None = None
+    rate: float | None = None
+    intervals: Path | None = None
+
+    def __post_init__(self):
+        if sum(v is not None for v in (self.concurrency, self.rate, self.intervals)) != 1:
+            raise ValueError("a load has one of concurrency, rate or intervals")
+
+    @property
+    def closed(self) -> bool:
+        return self.concurrency is not None
+
+    @property
+    def label(self) -> str:
+        if self.concurrency is not None:
+            return f"concurrency {self.concurrency}"
+        return f"{self.rate:g}/s Poisson" if self.rate is not None else f"intervals {self.intervals.name}"
+
+    def offered(self) -> float:
+        """Requests per second the schedule asks for (open loop)."""
+        if self.rate is not None:
+            return self.rate
+        gaps = [float(v) for v in self.intervals.read_text().split()]
+        return len(gaps) / (sum(gaps) / 1e6)
+
+    def flags(self) -> list[str]:
+        if self.concurrency is not None:
+            return ["--concurrency-range", str(self.concurrency)]
+        if self.rate is not None:
+            return ["--request-rate-range", f"{self.rate:g}", "--request-distribution", "poisson"]
+        return ["--request-intervals", str(self.intervals)]
+
+
+@dataclass(frozen=True)
+class Window:
+    """One measured window: every request's latency, in the order they were sent."""
+
+    load: Load
+    sent_s: np.ndarray  # seconds from the first send
+    latency_ms: np.ndarray
+    seconds: float  # from the first send to the last answer
+    schedule_s: float  # open loop: the requests over the offered rate; closed loop: ``seconds``
+    server_us: dict[str, float] = field(default_factory=dict)  # perf_analyzer's CSV: Triton's columns
+    delayed_percent: float = 0.0  # open loop: requests perf_analyzer sent late (it warns past 10 %)
+
+    @property
+    def requests(self) -> int:
+        return len(self.latency_ms)
+
+    @property
+    def mean_ms(self) -> float:
+        return float(self.latency_ms.mean()) if self.requests else math.nan
+
+    def percentile_ms(self, p: float) -> float:
+        """Nearest rank, as perf_analyzer reports its percentiles."""
+        return float(np.percentile(self.latency_ms, p, method="inverted_cdf")) if self.requests else math.nan
+
+    @property
+    def throughput(self) -> float:
+        """Answers per second, until the last answer."""
+        return self.requests / self.seconds if self.seconds > 0 else math.nan
+
+    def goodput(self, qos_ms: float) -> float:
+        """Answers within ``qos_ms`` per second of the load: under an open loop the offered rate
+        times the share answered in time (every configuration is offered the same schedule)."""
+        return int((self.latency_ms <= qos_ms).sum()) / self.schedule_s if self.schedule_s > 0 else math.nan
+
+
+def read_export(path: Path) -> tuple[np.ndarray, np.ndarray]:
+    """(send times, answer times) in nanoseconds of every request of a profile export. Read with a
+    pattern, not a JSON parser: the file also holds every input and output (hundreds of kB per
+    request for a BERT's hidden states)."""
+    data = path.read_bytes()
+    sent = [int(m.group(1)) for m in _REQUEST.finditer(data)]
+    answers = [m.group(1) for m in _ANSWERS.finditer(data)]
+    if len(sent) != len(answers):
+        raise PerfAnalyzerError(f"{path}: {len(sent)} requests but {len(answers)} answer lists; not the export "
+                                f"format of perf_analyzer 2.51")
+    if any(not a for a in answers):
+        raise PerfAnalyzerError(f"{path}: {sum(not a for a in answers)} requests were never answered")
+    return np.array(sent, dtype=np.int64), np.array([int(a.rsplit(b",", 1)[-1]) for a in answers], dtype=np.int64)
+
+
+def read_csv(path: Path) -> dict[str, float]:
+    """perf_analyzer's CSV row (one level): column -> value."""
+    with open(path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    if not rows:
+        return {}
+    return {k: float(v) for k, v in rows[-1].items() if k and v not in (None, "")}
+
+
+def command(model: str, url: str, load: Load, data: str | Path, seconds: float, warmup_s: float,
+            csv_path: Path, export: Path) -> list[str]:
+    """The perf_analyzer command line of one window."""
+    args = [str(binary()), "-m", model, "-u", url, "-i", "grpc", "--async", "--input-data", str(data),
+            *load.flags(), "-f", str(csv_path), "--profile-export-file", str(export)]
+    # perf_analyzer splits a request count among its threads (the concurrency, or 4 for a rate)
+    # and a thread given none runs forever: every count here leaves each thread a few.
+    if load.closed:
+        args += ["-p", str(max(100, round(seconds * 1000 / 3))), "-s", "100000", "-r", "3",
+                 "--warmup-request-count", str(2 * load.concurrency)]
+    else:
+        rate = load.offered()  # perf_analyzer also wants at least a second's worth of requests
+        args += ["--request-count", str(max(16, math.ceil(rate), round(rate * seconds))),
+                 "--warmup-request-count", str(max(8, round(rate * warmup_s)))]
+    return args
+
+
+def run_until_done(args: list[str], limit: float, what: str) -> subprocess.CompletedProcess:
+    """Run perf_analyzer, again if it hangs. perf_analyzer 2.51 sometimes stops sending in the
+    middle of a window and never ends (the server has answered everything it was sent; about one
+    Poisson window in 20 here, with or without a warm-up): such a run is killed after ``limit`` and
+    repeated, up to ``ATTEMPTS`` times in all."""
+    for attempt in range(1, ATTEMPTS + 1):
+        try:
+            return subprocess.run(args, capture_output=True, text=True, timeout=limit)
+        except subprocess.TimeoutExpired:
+            print(f"    perf_analyzer ({what}) hung for {limit:.0f} s (attempt {attempt} of {ATTEMPTS})",
+                  file=sys.stderr, flush=True)
+    raise PerfAnalyzerError(f"perf_analyzer ({what}) did not finish in {limit:.0f} s, {ATTEMPTS} times")
+
+
+def measure(model: str, url: str, load: Load, data: str | Path, seconds: float, warmup_s: float = 1.0,
+            timeout_s: float | None = None) -> Window:
+    """One window of ``load`` against ``model`` at the gRPC address ``url``, sending the entries of
+    ``data`` (perf_analyzer's ``--input-data``: a JSON file, ``zero`` or ``random``)."""
+    folder = Path(tempfile.mkdtemp(prefix="dvabatch-pa-"))
+    try:
+        csv_path, export = folder / "window.csv", folder / "export.json"
+        args = command(model, url, load, data, seconds, warmup_s, csv_path, export)
+        limit = timeout_s or HANG_AFTER_S + HANG_FACTOR * (seconds + warmup_s)
+        done = run_until_done(args, limit, f"{load.label} on {model}")
+        output = done.stdout + done.stderr
+        if done.returncode != 0 or not export.is_file():
+            said = [line.strip() for line in output.splitlines() if "rror" in line or "ailed" in line]
+            raise PerfAnalyzerError(f"perf_analyzer ({load.label} on {model}) failed: "
+                                    + (" | ".join(dict.fromkeys(said)) or output.strip()[-500:]))
+        sent, answered = read_export(export)
+        order = np.argsort(sent, kind="stable")
+        sent, answered = sent[order], answered[order]
+        delayed = DELAYED.search(output)
+        seconds = float(answered.max() - sent[0]) / 1e9
+        return Window(load, (sent - sent[0]) / 1e9, (answered - sent) / 1e6, seconds,
+                      seconds if load.closed else len(sent) / load.offered(),
+                      read_csv(csv_path) if csv_path.is_file() else {}, float(delayed.group(1)) if delayed else 0.0)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
