@@ -138,6 +138,13 @@ class TritonPythonModel:
         pb_utils.Logger.log_error(f"dvabatch: {reason}; this model's stub exits so that it can be loaded again")
         threading.Timer(1.0, os._exit, args=(1,)).start()
 
+    def is_ready(self) -> bool:
+        """Asked by Triton 26.03 and newer (python_backend PR #430; older releases never call
+        it): false once the pipeline cannot serve (an executor died; the stub then exits so that
+        the model can be loaded again), so that a server run with ``--strict-readiness`` reports
+        not ready meanwhile. A model served as a plain one has no threads to lose."""
+        return self._inline or self._server.ready
+
     def execute(self, requests: list) -> list | None:
         if self._trace is None:
             return self._execute(requests)

@@ -90,6 +90,11 @@ class Runtime:
         if wait_s > 0:
             self.entry.wait_ready(wait_s)
 
+    @property
+    def ready(self) -> bool:
+        """Whether it can serve: no executor died and every executor thread runs."""
+        return self.dead is None and all(executor.is_alive() for executor in self.executors)
+
     def executor_died(self, stage: int, error: BaseException) -> None:
         """An executor thread ended on an error nothing could recover from: every query held
         anywhere is answered, and every later one refused, rather than left hanging."""

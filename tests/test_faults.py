@@ -259,6 +259,7 @@ def test_an_executor_thread_that_dies_answers_everything_and_refuses_more(reposi
     feeds = [sample_inputs(manifest.inputs, 1, seed=i) for i in range(8)]
     runtime.submit([inbox.query(0, feeds[0])])
     inbox.wait(1)
+    assert runtime.ready  # what the model's is_ready() tells Triton 26.03+
     runtime.submit([inbox.query(1, feeds[1])])
     while dying.runs < 2:
         time.sleep(0.005)
@@ -267,6 +268,7 @@ def test_an_executor_thread_that_dies_answers_everything_and_refuses_more(reposi
     inbox.wait(6)
     runtime.submit([inbox.query(i, feeds[i]) for i in range(6, 8)])
     inbox.wait(8)
+    assert not runtime.ready
     started = time.monotonic()
     runtime.close()
     assert time.monotonic() - started < 5

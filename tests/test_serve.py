@@ -14,6 +14,7 @@ import numpy as np
 import tritonclient.grpc as grpcclient
 
 from tools.lib.client import infer
+from tools.lib.processes import children_of, in_group
 from tools.lib.triton import TritonInstall
 
 from .conftest import ROOT, free_port, processes_matching
@@ -70,3 +71,61 @@ def test_a_killed_serve_leaves_no_tritonserver_behind(tmp_path):
     while processes_matching(f"--grpc-port={grpc_port}") and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not processes_matching(f"--grpc-port={grpc_port}")
+
+
+def _serve(repository, *more: str) -> tuple[subprocess.Popen, int]:
+    """tools.serve on ``repository`` (resnet_like loaded, in a stub), returned once it is ready."""
+    grpc_port = free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "tools.serve", "--model-repository", str(repository), "--grpc-port", str(grpc_port),
+         "--http-port", str(free_port()), "--metrics-port", str(free_port()), *more,
+         "--", "--model-control-mode=explicit", "--load-model=resnet_like"],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    for line in process.stdout:
+        if "Triton is ready" in line:
+            return process, grpc_port
+    raise AssertionError(f"tools.serve exited early: {process.wait()}")
+
+
+
+def _tritonserver(serve: subprocess.Popen) -> int:
+    [pid] = [pid for pid, args in children_of(serve.pid).items() if args[0].endswith(b"tritonserver")]
+    return pid
+
+
+def test_a_killed_tritonserver_leaves_no_stub_and_serve_says_so(repository):
+    """SIGKILL on tritonserver itself (what the OOM killer does): its backend stubs, which ignore
+    SIGTERM, are ended by pid, and tools.serve exits with status 1 saying how Triton died."""
+    serve, _ = _serve(repository)
+    triton = _tritonserver(serve)
+    deadline = time.monotonic() + 30
+    while len(in_group(triton)) < 2 and time.monotonic() < deadline:  # tritonserver and resnet_like's stub
+        time.sleep(0.1)
+    assert len(in_group(triton)) >= 2
+    os.kill(triton, signal.SIGKILL)
+    assert serve.wait(60) == 1
+    said = serve.stdout.read()
+    assert "tritonserver killed by SIGKILL" in said and "backend stub(s) it left were ended" in said, said
+    assert not in_group(triton), "a stub outlived tritonserver"
+
+
+def test_serve_restarts_a_dead_tritonserver_when_asked(repository):
+    """--restart 1: the server comes back on the same port and serves; SIGTERM then stops it
+    cleanly, and nothing of either tritonserver is left."""
+    serve, grpc_port = _serve(repository, "--restart", "1")
+    first = _tritonserver(serve)
+    os.kill(first, signal.SIGKILL)
+    for line in serve.stdout:
+        if "Triton is ready" in line:
+            break
+    threading.Thread(target=serve.stdout.read, daemon=True).start()  # keep the pipe drained
+    second = _tritonserver(serve)
+    assert second != first and not in_group(first)
+    with grpcclient.InferenceServerClient(f"127.0.0.1:{grpc_port}") as client:
+        deadline = time.monotonic() + 60
+        while not client.is_model_ready("resnet_like") and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert infer(client, "resnet_like", {"image": np.ones((1, 3, 32, 32), np.float32)})["logits"].shape == (1, 10)
+    serve.send_signal(signal.SIGTERM)
+    assert serve.wait(60) == 0
+    assert not in_group(second)

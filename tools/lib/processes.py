@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import socket
 from pathlib import Path
 
@@ -38,3 +39,28 @@ def resident_mb(pid: int) -> float:
         except (OSError, StopIteration, ValueError, IndexError):
             continue
     return total / 1024
+
+
+def in_group(pgid: int) -> list[int]:
+    """The live processes of process group ``pgid`` (Linux): a tritonserver started in a session of
+    its own and its backend stubs, which stay in its group after it dies (reparented to init)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except (OSError, IndexError):
+                continue
+            if len(fields) > 2 and fields[0] != "Z" and int(fields[2]) == pgid:
+                found.append(int(entry.name))
+    return found
+
+
+def how_it_ended(returncode: int) -> str:
+    """A process's end in words: ``killed by SIGKILL`` or ``exited with status 1``."""
+    if returncode < 0:
+        try:
+            return f"killed by {signal.Signals(-returncode).name}"
+        except ValueError:
+            return f"killed by signal {-returncode}"
+    return f"exited with status {returncode}"

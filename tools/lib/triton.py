@@ -25,7 +25,7 @@ from pathlib import Path
 from types import TracebackType
 
 from tools.lib.paths import BACKEND_DIR, DEFAULT_REPOSITORY
-from tools.lib.processes import children_of
+from tools.lib.processes import children_of, in_group
 
 STOP_TIMEOUT_S = 30.0
 
@@ -258,6 +258,19 @@ class Server:
                 time.sleep(0.25)
         raise TimeoutError(f"tritonserver was not ready within {timeout_s:.0f} s")
 
+    def end_stubs(self) -> list[int]:
+        """SIGKILL whatever is left of tritonserver's process group, by pid (tritonserver itself
+        if it still runs): its Python backend stubs outlive a tritonserver that was killed (the
+        OOM killer's SIGKILL), keep their models' memory and ignore SIGTERM. Returns the pids
+        ended."""
+        left = in_group(self.process.pid) if self.process is not None else []
+        for pid in left:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        return left
+
     def stop(self) -> int | None:
         """Stop gracefully (SIGTERM), then make sure no server or stub process is left."""
         code = None
@@ -271,10 +284,7 @@ class Server:
                     self.process.wait(STOP_TIMEOUT_S)
                 except subprocess.TimeoutExpired:
                     pass
-            try:
-                os.killpg(self.process.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+            self.end_stubs()  # tritonserver too, if it outlived the grace period
             code = self.process.wait()
         if self._output is not None:
             self._output.close()
