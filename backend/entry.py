@@ -25,6 +25,7 @@ RATE_SAMPLES = 8  # arrivals before the entry trusts its estimate of the arrival
 SCAN = 64  # waiting queries an admission looks at, from the oldest
 CANCEL_AFTER_S = 0.02  # a waiting query is asked whether it was cancelled once it has waited this long
 CANCELLED = Failure("the request was cancelled", Code.CANCELLED)
+EXPIRED = Failure("Request timeout expired", Code.UNAVAILABLE)  # as Triton's queue policy words it
 
 
 class Entry:
@@ -75,8 +76,8 @@ class Entry:
         for position, query in enumerate(head):
             if position < self._max and query.gave_up(now, CANCEL_AFTER_S):
                 query.answer(failure=CANCELLED)
-            elif reject and query.deadline is not None and query.deadline <= now:
-                query.answer(failure=Failure("Request timeout expired", Code.UNAVAILABLE))
+            elif reject and query.expired(now):
+                query.answer(failure=EXPIRED)
             else:
                 kept.append(query)
         return kept
@@ -127,7 +128,7 @@ class Entry:
                     self._changed.wait()
                     continue
                 window = self._window if self._window is not None else self._policy_window()
-                deadline = self._waiting[0].arrived + window
+                deadline = min(self._waiting[0].arrived + window, self._window_bound())
                 while (not self._closed and self._joining_rows() < room
                        and (left := deadline - time.monotonic()) > 0):
                     self._windowing = True
@@ -146,6 +147,13 @@ class Entry:
                 self._waiting.extendleft(reversed([q for q in head if id(q) not in gone]))
                 self._formed.extend(formed)
                 return self._hand(item)
+
+    def _window_bound(self) -> float:
+        """When the window must close at the latest, for the queries it would batch (the oldest
+        ``SCAN``): halfway from each one's arrival to its deadline, so that it never outlasts a
+        deadline and leaves every query at least half its time to be computed in."""
+        return min((q.arrived + (q.deadline - q.arrived) / 2 for q in itertools.islice(self._waiting, SCAN)
+                    if q.deadline is not None), default=float("inf"))
 
     def _joining_rows(self) -> int:
         """Rows among the oldest ``SCAN`` that can share a batch with the oldest: what the window

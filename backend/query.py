@@ -88,6 +88,10 @@ class Query:
     def rows(self) -> int:
         return len(next(iter(self.inputs.values())))
 
+    def expired(self, now: float) -> bool:
+        """Whether its timeout (its request's, or the queue policy's default) has passed."""
+        return self.deadline is not None and self.deadline <= now
+
     def gave_up(self, now: float, every: float) -> bool:
         """Whether the client cancelled it, asked only once it has waited ``every`` seconds and
         at most once per ``every``: asking Triton is a round trip to its process, too dear for

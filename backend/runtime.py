@@ -25,7 +25,7 @@ from .buffers import Boundary
 from .config import RuntimeConfig
 from .device import CpuDevice, Device
 from .engine import Engine
-from .entry import CANCELLED, Entry
+from .entry import CANCELLED, EXPIRED, Entry
 from .executor import BatchQueue, StageExecutor, Trace
 from .exit import Exit
 from .manifest import Manifest
@@ -61,6 +61,7 @@ class Runtime:
                                    left=lambda: self.entry.wake())
         window = config.batch_window_ms / 1000 if config.batch_window_ms >= 0 else None
         self.entry = Entry(self.scheduler, manifest.max_batch_size, window, config.queue)
+        self._reject = config.queue.reject  # a query past its timeout is answered, not computed
         self.boundaries = [Boundary(i, config.buffer_pairs, self.device.event) for i in range(stages - 1)]
         self._outputs = {t.name: t for t in manifest.outputs}
         self._partial: dict[Query, dict[str, np.ndarray]] = {}
@@ -185,13 +186,20 @@ class Runtime:
             self.entry.ready()
 
     def drop_cancelled(self, row: BatchRow, item: BatchItem) -> None:
-        """At a stage boundary: answer the item's queries whose clients gave up (the executor then
-        skips rows nobody waits for; see ``StageExecutor._compute``)."""
+        """At a stage boundary: answer the item's queries whose timeout expired (timeout action
+        REJECT, as at the entry) or whose clients gave up, before they cost another stage (the
+        executor then skips rows nobody waits for; see ``StageExecutor._compute``)."""
         now = time.monotonic()
         for member, *_ in row.members_in(item.start, item.num):
-            if not member.query.answered and member.query.gave_up(now, CANCEL_IN_FLIGHT_S):
-                self._forget(member.query)
-                member.query.answer(failure=CANCELLED)
+            query = member.query
+            if query.answered:
+                continue
+            if self._reject and query.expired(now):
+                self._forget(query)
+                query.answer(failure=EXPIRED)
+            elif query.gave_up(now, CANCEL_IN_FLIGHT_S):
+                self._forget(query)
+                query.answer(failure=CANCELLED)
 
     def fail_rows(self, row: BatchRow, start: int, num: int, error: Exception) -> None:
         for member, *_ in row.members_in(start, num):

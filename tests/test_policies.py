@@ -241,3 +241,45 @@ def test_policy1_reads_between_the_tabulated_lengths():
 
     assert lengths(70, 128) == [[70], [128]]
     assert lengths(120, 128) == [[120, 128]]
+
+
+def _queue(reject: bool, **config) -> RuntimeConfig:
+    from backend.config import QueuePolicy
+
+    return RuntimeConfig(policy=make_policy("pass", {}), queue=QueuePolicy(reject=reject), **config)
+
+
+def test_a_query_whose_timeout_passes_in_the_pipeline_is_answered_before_more_compute():
+    """Four stages of T; query 0 must be done within 1.5T, query 1 has no timeout, and they share
+    a batch. At the boundary after stage 1 (2T) query 0 is answered UNAVAILABLE, as Triton's queue
+    policy words an expired request; query 1 leaves at 4T with its rows. A batch of only an expired
+    query passes the stages left without computing."""
+    clock = Clock(timed_manifest([flat(T)] * 4), _queue(reject=True))
+    clock.submit(clock.query(0, deadline_ms=1.5 * T), clock.query(1))
+    time.sleep(T / 1000 * 0.5)
+    clock.submit(clock.query(2, deadline_ms=1.2 * T))  # a batch of its own, behind the first
+    got = clock.wait(3)
+    assert_times(got, {0: 2 * T, 1: 4 * T}, steps=4)
+    for key in (0, 2):
+        failure = clock.answers[key][2]
+        assert (failure.code.name, failure.message) == ("UNAVAILABLE", "Request timeout expired")
+    assert clock.answers[1][2] is None
+    lone = {r[1] for r in clock.runs if r[0] == 0 and r[3] == 1}
+    late = [r[5] - r[4] for r in clock.runs if r[1] in lone and r[0] >= 2]
+    assert late and max(late) < T / 4, f"stages 2-3 computed an expired batch: {late} ms"
+
+
+def test_with_timeout_action_delay_an_expired_query_still_runs():
+    clock = Clock(timed_manifest([flat(T)] * 4), _queue(reject=False))
+    clock.submit(clock.query(0, deadline_ms=1.5 * T))
+    assert_times(clock.wait(1), {0: 4 * T}, steps=4)
+    check_rows(clock)
+
+
+def test_the_batch_window_never_takes_more_than_half_of_a_deadline():
+    """A fixed window of 20T, and a query that must be done within 6T: the window closes at 3T
+    (half its time) and the query leaves through two stages at 5T, with its rows."""
+    clock = Clock(timed_manifest([flat(T)] * 2), _queue(reject=True, batch_window_ms=20 * T))
+    clock.submit(clock.query(0, deadline_ms=6 * T))
+    assert_times(clock.wait(1), {0: 5 * T}, steps=3)
+    check_rows(clock)
