@@ -16,7 +16,7 @@ test: lint
 # everything that starts no tritonserver, in about half a minute.
 FAST_TESTS := tests/test_units.py tests/test_schedule.py tests/test_policies.py tests/test_faults.py \
 	tests/test_runtime.py tests/test_intervals.py tests/test_slicer.py tests/test_torch.py tests/test_workload.py \
-	tests/test_docs.py tests/test_layout.py
+	tests/test_docs.py tests/test_layout.py tests/test_deploy.py
 test-fast: lint
 	$(PY) -m pytest -q $(FAST_TESTS)
 

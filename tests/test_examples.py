@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import yaml
 
 from backend.manifest import Manifest
 from slicer.slicing import VERSION
@@ -25,14 +24,3 @@ def test_examples_are_sliced_with_latency_tables_and_rebuilt_only_when_stale(tmp
     assert build(repository) == []
     (repository / "unet_like" / VERSION / "stage_0.onnx").unlink()
     assert build(repository) == [repository / "unet_like"]
-
-
-def test_docker_compose_parses_and_mounts_the_backend():
-    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
-    triton, sdk = compose["services"]["triton"], compose["services"]["sdk"]
-    assert any(v.endswith(":/opt/tritonserver/backends/dvabatch") or "/opt/tritonserver/backends/dvabatch" in str(v)
-               for v in triton["volumes"])
-    assert triton["image"].startswith("nvcr.io/nvidia/tritonserver:") and triton["image"].endswith("-py3")
-    assert sdk["image"].endswith("-py3-sdk")
-    assert triton["deploy"]["resources"]["reservations"]["devices"][0]["driver"] == "nvidia"
-    assert {"8000:8000", "8001:8001", "8002:8002"} <= set(triton["ports"])
