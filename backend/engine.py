@@ -96,11 +96,12 @@ class TorchEngine:
             torch.backends.cudnn.allow_tf32 = False
         self.graph = TorchGraph(model, "cpu" if on_cpu else device.device)
         self._outputs = output_names
-        self._on_cpu = on_cpu
 
     def run(self, inputs: Mapping[str, Any]) -> Tensors:
         outputs = self.graph.run(inputs, self._outputs)
-        return {name: tensor.numpy() for name, tensor in outputs.items()} if self._on_cpu else outputs
+        if self.graph.device.type == "cpu":  # host buffers are numpy arrays, as other CPU engines give
+            return {name: tensor.numpy() for name, tensor in outputs.items()}
+        return outputs
 
 
 class TimedEngine:

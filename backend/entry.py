@@ -128,7 +128,9 @@ class Entry:
                     self._changed.wait()
                     continue
                 window = self._window if self._window is not None else self._policy_window()
-                deadline = min(self._waiting[0].arrived + window, self._window_bound())
+                deadline = self._waiting[0].arrived + window
+                if window > 0:
+                    deadline = min(deadline, self._window_bound())
                 while (not self._closed and self._joining_rows() < room
                        and (left := deadline - time.monotonic()) > 0):
                     self._windowing = True

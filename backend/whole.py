@@ -6,8 +6,9 @@ every query is answered before ``run`` returns (so the backend returns the respo
 ``execute``), with the same engines and validation as the pipeline.
 
 Requests whose inputs differ along the length axis arrive in one of Triton's batches (the slicer
-writes ``allow_ragged_batch`` on that axis). A ``Former`` decides how they run: ONNX Runtime
-stages where the policy stepped aside run them as its ``form`` groups them (Policy I clusters
+writes ``allow_ragged_batch`` on that axis). A ``Former`` decides how they run: stages on the
+host's cores (ONNX Runtime; torch on a CPU instance) where the policy stepped aside run them as
+its ``form`` groups them (Policy I clusters
 them by length, each group padded only to its own longest, which on a CPU costs far less than
 padding all to the longest; without input diversity, equal shapes run together); other engines
 and ``batching: triton`` run them all padded to the longest (``padded_to_longest``: the paper's

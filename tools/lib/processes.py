@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import signal
 import socket
+from collections.abc import Iterator
 from pathlib import Path
 
 
@@ -14,18 +15,26 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def _processes() -> Iterator[tuple[int, str, int, int]]:
+    """(pid, state, parent pid, process group) of every process (Linux ``/proc/<pid>/stat``)."""
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                state, ppid, pgrp = (entry / "stat").read_text().rsplit(")", 1)[1].split()[:3]
+            except (OSError, ValueError):
+                continue
+            yield int(entry.name), state, int(ppid), int(pgrp)
+
+
 def children_of(pid: int) -> dict[int, list[bytes]]:
     """The live child processes of ``pid``: child pid -> its command line arguments (Linux)."""
     found = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            if ppid == pid:
-                found[int(entry.name)] = (entry / "cmdline").read_bytes().split(b"\0")
-        except (OSError, IndexError, ValueError):
-            continue
+    for child, _, ppid, _ in _processes():
+        if ppid == pid:
+            try:
+                found[child] = Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
     return found
 
 
@@ -44,16 +53,7 @@ def resident_mb(pid: int) -> float:
 def in_group(pgid: int) -> list[int]:
     """The live processes of process group ``pgid`` (Linux): a tritonserver started in a session of
     its own and its backend stubs, which stay in its group after it dies (reparented to init)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            except (OSError, IndexError):
-                continue
-            if len(fields) > 2 and fields[0] != "Z" and int(fields[2]) == pgid:
-                found.append(int(entry.name))
-    return found
+    return [pid for pid, state, _, pgrp in _processes() if pgrp == pgid and state != "Z"]
 
 
 def how_it_ended(returncode: int) -> str:
