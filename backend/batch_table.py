@@ -16,6 +16,9 @@ executor therefore computes on exactly its item's rows wherever the batch came f
 - **split**: a finished item covering a whole batch becomes several batches, pushed one by one;
   each leaves the pipeline on its own. Split batches and their parts are never stretched.
 
+The entry reads the table as ``Flight`` snapshots (where each batch is, since when) to predict
+when each stage frees, so that a policy can time the next batch (``DiversityPolicy.window_end``).
+
 Pure bookkeeping, thread-safe, no Triton or CUDA.
 """
 
@@ -63,6 +66,7 @@ class BatchRow:
     members: list[Member]
     shape: BatchShape
     held: dict[int, list[BatchItem]] = field(default_factory=dict)  # stage -> items waiting there
+    began: dict[int, float] = field(default_factory=dict)  # stage -> when it began on the batch's latest item
 
     def members_in(self, start: int, num: int) -> Iterator[tuple[Member, int, int, int]]:
         """(member, first query row, first batch row, rows) for each member overlapping the rows."""
@@ -74,6 +78,18 @@ class BatchRow:
     def answered(self, start: int, num: int) -> bool:
         """Whether every query with rows among these has been answered (a failure elsewhere)."""
         return all(member.query.answered for member, *_ in self.members_in(start, num))
+
+
+@dataclass(frozen=True)
+class Flight:
+    """A batch in the pipeline as the entry sees it: ``rows``, its ``sizes`` on the named axes,
+    the first ``stage`` that has not finished all of its rows, and when that stage began on it
+    (None: it waits in that stage's queue)."""
+
+    rows: int
+    sizes: dict[str, int]
+    stage: int
+    began: float | None
 
 
 class BatchTable:
@@ -103,6 +119,25 @@ class BatchTable:
     def rows(self) -> list[BatchRow]:
         with self.lock:
             return list(self._rows.values())
+
+    def flights(self) -> list[Flight]:
+        """The batches in flight, oldest first (the order in which the stages take them)."""
+        with self.lock:
+            flights = []
+            for row in self._rows.values():
+                stage = next((s for s, done in enumerate(row.status) if done < row.bs), None)
+                if stage is None or not row.members:
+                    continue
+                sizes = dict(row.shape.sizes) if row.shape.pads else row.members[0].query.sizes
+                flights.append(Flight(row.bs, sizes, stage, row.began.get(stage)))
+            return flights
+
+    def begin(self, stage: int, batch_id: int, now: float) -> None:
+        """``stage`` began computing an item of the batch (what ``flights`` reports)."""
+        with self.lock:
+            row = self._rows.get(batch_id)
+            if row is not None:
+                row.began[stage] = now
 
     def get(self, batch_id: int) -> BatchRow:
         with self.lock:
@@ -167,6 +202,7 @@ class BatchTable:
         with self.lock:
             row = self._rows[item.batch_id]
             row.status[stage] += item.num
+            row.began.pop(stage, None)
             if stage == self.stages - 1:
                 if row.status[stage] == row.bs:
                     self._remove(row)

@@ -19,7 +19,10 @@
   less than ``t_comp_wait_ms`` and the merged batch fits. With ``t_comp_wait_ms`` -1 the limit
   comes from the tables: stretch while merging saves at least as much work in the remaining
   stages as the early queries lose waiting for the late ones to catch up, and only when others
-  are queued to gain from that work (a lone batch is never slowed down for nothing).
+  are queued to gain from that work (a lone batch is never slowed down for nothing). Beyond the
+  paper, the load also times new batches: the first stage waits for more queries while a later
+  stage is predicted to be busy with the batches ahead until the waiting ones would reach it
+  (the pipeline's slack), so they leave no later and the queries arriving meanwhile join them.
 - **Deadlines (beyond the paper).** A query's deadline is its request's timeout (Triton's, set by
   the client) or ``deadline_ms`` after it arrived. Stretching never makes an early or a late
   query miss a deadline a new batch would meet; clustering avoids groupings that miss one. The
@@ -44,7 +47,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from .batch_table import BatchRow
+from .batch_table import BatchRow, Flight
 from .manifest import LatencyTable, Manifest
 from .errors import ConfigError
 from .policy import Choice, Policy
@@ -131,22 +134,63 @@ class DiversityPolicy(Policy):
 
     # Policy I.
 
-    def window(self, oldest: Query, busy: bool, arrivals_per_s: float) -> float:
-        """Policy I's window (``window_ms``; -1: the paper's, the first stage's time at the largest
-        batch, at the oldest query's length), waited only while the pipeline is busy and queries
-        arrive faster than half of what it serves unbatched, so a lone query never waits. None by
-        default: in this runtime a busy pipeline batches by itself (the first stage cannot run
-        ahead of the buffers the next ones free, so queries gather at the entry meanwhile and are
-        clustered when it takes them), and waiting on top of that only added latency at every
-        load measured. With Policy III, the load's window (``_load_window``) while idle."""
+    def window_end(self, waiting: Sequence[Query], rows: int, ahead: Sequence[Flight], arrivals_per_s: float,
+                   now: float) -> float:
+        """Until when the entry waits for more queries. Policy I's window (``window_ms``; -1:
+        the paper's, the first stage's time at the largest batch, at the oldest query's length),
+        waited only while the pipeline is busy and queries arrive faster than half of what it
+        serves unbatched, so a lone query never waits; none by default: a busy pipeline batches
+        by itself (the first stage cannot run ahead of the buffers the next ones free, so
+        queries gather at the entry meanwhile), and a fixed wait on top of that only added
+        latency at every load measured. With Policy III, the load's window while nothing is in
+        flight (``_load_window``) and the pipeline's slack while something is (``_slack``)."""
+        oldest = waiting[0]
         length = self._length(None, [oldest])
         slowest = max(self._times(1, length))  # the pipeline serves one query per this, unbatched
-        window = 0.0
-        if self.input:
+        end = now
+        if self.input and ahead:
             window = self.window_ms / 1000 if self.window_ms >= 0 else self._time(0, self._max, length)
-            unbatched = arrivals_per_s * slowest
-            window = window if busy and unbatched >= 0.5 and arrivals_per_s * window >= 1 else 0.0
-        return max(window, 0.0 if busy else self._load_window(length, arrivals_per_s, slowest))
+            if arrivals_per_s * slowest >= 0.5 and arrivals_per_s * window >= 1:
+                end = max(end, oldest.arrived + window)
+        if not ahead:
+            return max(end, oldest.arrived + self._load_window(length, arrivals_per_s, slowest))
+        if self.load:
+            slack = self._slack(rows, self._length(None, waiting), ahead, now)
+            if arrivals_per_s * slack >= 1:  # someone is expected to join meanwhile
+                end = max(end, now + slack)
+        return end
+
+    def _slack(self, rows: int, length: int | None, ahead: Sequence[Flight], now: float) -> float:
+        """Beyond the paper: how long the first stage may wait before it starts the rows waiting
+        now without them leaving any later, by the tables: where a later stage is still busy
+        with the batches ahead when the rows would reach it, they would wait there anyway.
+        Waiting at the entry instead lets the queries that arrive meanwhile enter in the same
+        batch, where starting at once makes them a batch of their own that every stage runs
+        again (a closed loop's clients send again in bursts, just after the first of them is
+        taken). Per-stage batchers (Triton's ensemble) get the same effect by batching afresh
+        at every step; here the batch is formed once, at the right moment."""
+        free = self._free_at(ahead, now)
+        done, slack = now, 0.0
+        for stage, took in enumerate(self._times(max(rows, 1), length)):
+            if stage > 0:
+                slack = max(slack, free[stage] - done)
+            done = max(done, free[stage]) + took
+        return slack
+
+    def _free_at(self, ahead: Sequence[Flight], now: float) -> list[float]:
+        """When each stage is predicted to have finished the batches ``ahead`` (oldest first),
+        from the tables and from when a stage began on each (a run past its prediction is taken
+        to end now)."""
+        free = [now] * len(self._tables)
+        for flight in ahead:
+            times = self._times(flight.rows, flight.sizes.get(self._axis) or None)
+            done = now
+            for stage in range(flight.stage, len(times)):
+                began = flight.began if stage == flight.stage and flight.began is not None \
+                    else max(free[stage], done)
+                done = max(began + times[stage], now)
+                free[stage] = max(free[stage], done)
+        return free
 
     def _load_window(self, length: int | None, arrivals_per_s: float, slowest: float) -> float:
         """Beyond the paper: half a query's time in the slowest stage, waited only while nothing

@@ -83,7 +83,8 @@ class Entry:
         return kept
 
     def wake(self) -> None:
-        """Rows left the pipeline: there may be room for more."""
+        """Rows left the pipeline or moved on in it: there may be room for more, or a window to
+        decide again."""
         with self._changed:
             self._changed.notify_all()
 
@@ -127,12 +128,7 @@ class Entry:
                 if room < self._waiting[0].rows:
                     self._changed.wait()
                     continue
-                window = self._window if self._window is not None else self._policy_window()
-                deadline = self._waiting[0].arrived + window
-                if window > 0:
-                    deadline = min(deadline, self._window_bound())
-                while (not self._closed and self._joining_rows() < room
-                       and (left := deadline - time.monotonic()) > 0):
+                while not self._closed and (left := self._window_end(room) - time.monotonic()) > 0:
                     self._windowing = True
                     self._changed.notify_all()
                     self._changed.wait(left)
@@ -157,23 +153,39 @@ class Entry:
         return min((q.arrived + (q.deadline - q.arrived) / 2 for q in itertools.islice(self._waiting, SCAN)
                     if q.deadline is not None), default=float("inf"))
 
-    def _joining_rows(self) -> int:
-        """Rows among the oldest ``SCAN`` that can share a batch with the oldest: what the window
-        waits for (rows of another shape would not fill the batch it closes for)."""
-        oldest, policy = self._waiting[0], self._scheduler.policy
-        try:
-            return sum(q.rows for q in itertools.islice(self._waiting, SCAN) if policy.joins(oldest, q))
-        except Exception:  # a policy's bug must not stop admission: count every row
-            log.exception("policy %r failed to say which queries batch together", policy.name)
-            return sum(q.rows for q in itertools.islice(self._waiting, SCAN))
+    def _window_end(self, room: int) -> float:
+        """Until when to wait for more queries to batch with the oldest: never once ``room``
+        rows that can join it are waiting; else the fixed window after the oldest arrived, or
+        the policy's (asked again whenever more arrive: the pipeline's state and the rows
+        waiting decide it), and never past the bound the deadlines set (``_window_bound``)."""
+        joining = self._joining()
+        if sum(q.rows for q in joining) >= room:
+            return 0.0
+        if self._window is not None:
+            end = self._waiting[0].arrived + self._window
+        else:
+            end = self._policy_window_end(joining, room)
+        return min(end, self._window_bound()) if end > time.monotonic() else end
 
-    def _policy_window(self) -> float:
+    def _joining(self) -> list[Query]:
+        """Queries among the oldest ``SCAN`` that can share a batch with the oldest: what the
+        window waits for (rows of another shape would not fill the batch it closes for)."""
+        oldest, policy = self._waiting[0], self._scheduler.policy
+        head = list(itertools.islice(self._waiting, SCAN))
         try:
-            return self._scheduler.policy.window(self._waiting[0], len(self._scheduler.table) > 0,
-                                                 self._arrival_rate())
+            return [q for q in head if policy.joins(oldest, q)]
+        except Exception:  # a policy's bug must not stop admission: count every query
+            log.exception("policy %r failed to say which queries batch together", policy.name)
+            return head
+
+    def _policy_window_end(self, joining: list[Query], room: int) -> float:
+        now = time.monotonic()
+        try:
+            return self._scheduler.policy.window_end(joining, min(sum(q.rows for q in joining), room),
+                                                     self._scheduler.table.flights(), self._arrival_rate(), now)
         except Exception:  # a policy's bug must not stop admission: no window then
             log.exception("policy %r failed to give a batch window", self._scheduler.policy.name)
-            return 0.0
+            return now
 
     def _room(self) -> int:
         """Rows the policy lets in now; a full batch when nothing is in flight, so that a query

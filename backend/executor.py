@@ -177,6 +177,7 @@ class StageExecutor(threading.Thread):
         target = work.target = self._claim_output(table.kept_buffer(self.spec.index, item.batch_id))
         self._set(ExecutorState.WORKING)
         began = time.monotonic()
+        table.begin(self.spec.index, item.batch_id, began)
         with self.device.running_on(self.stream):
             for buffer in (source, target):
                 if buffer is not None:

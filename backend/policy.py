@@ -1,7 +1,7 @@
 """Scheduling policies: the user-defined conditions of the paper's Figure 12.
 
-The scheduler asks a policy at the entry, when the first stage is ready for more queries: how
-long to wait for more (the batch window), should they *stretch* the latest batch (the table
+The scheduler asks a policy at the entry, when the first stage is ready for more queries: until
+when to wait for more (the batch window), should they *stretch* the latest batch (the table
 offers it only when that is legal), and if not, which *new* batches to form from them and may
 those be stretched later? After a stage finishes a whole batch: should it be *split*, into
 which sizes, and do the parts run one after another? Everything else (*pass on*) is the default.
@@ -18,7 +18,7 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from .batch_table import BatchRow
+from .batch_table import BatchRow, Flight
 from .errors import ConfigError
 from .manifest import Manifest
 from .query import BatchShape, Query, shape_key, take_batch
@@ -44,9 +44,13 @@ class Policy:
     def bind(self, manifest: Manifest) -> None:
         """Read what the policy needs from the model (its latency tables); ConfigError if it cannot run."""
 
-    def window(self, oldest: Query, busy: bool, arrivals_per_s: float) -> float:
-        """Seconds the entry may wait after ``oldest`` arrived, for more to batch with it."""
-        return 0.0
+    def window_end(self, waiting: Sequence[Query], rows: int, ahead: Sequence[Flight], arrivals_per_s: float,
+                   now: float) -> float:
+        """Until when (``time.monotonic()`` seconds) the entry may wait for more queries to batch
+        with ``waiting`` (those that can share a batch with the oldest, oldest first, of which
+        ``rows`` rows would enter now), given the batches ``ahead`` of them in the pipeline and
+        the queries' arrival rate. Asked again whenever more arrive. Here: not at all."""
+        return now
 
     def joins(self, oldest: Query, query: Query) -> bool:
         """Can ``query`` share a batch with ``oldest``? The batch window waits for rows that can:

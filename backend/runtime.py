@@ -181,9 +181,12 @@ class Runtime:
 
     def computed(self, stage: int) -> None:
         """Stage 0 handed its item on and takes queries next: ``execute`` may return, for Triton
-        to send its next batch."""
+        to send its next batch. A later stage freed sooner or later than predicted: the entry's
+        window, if it waits one, is decided again."""
         if stage == 0:
             self.entry.ready()
+        else:
+            self.entry.wake()
 
     def drop_cancelled(self, row: BatchRow, item: BatchItem) -> None:
         """At a stage boundary: answer the item's queries whose timeout expired (timeout action
