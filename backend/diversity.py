@@ -50,7 +50,7 @@ from dataclasses import dataclass, field
 from .batch_table import BatchRow, Flight
 from .manifest import LatencyTable, Manifest
 from .errors import ConfigError
-from .policy import Choice, Policy
+from .policy import Choice, Outlook, Policy
 from .query import BatchShape, Query
 
 SPLIT_GAIN = 0.05  # how much sooner a split must answer, in sum, for ``auto`` to keep a CPU pipeline
@@ -134,8 +134,7 @@ class DiversityPolicy(Policy):
 
     # Policy I.
 
-    def window_end(self, waiting: Sequence[Query], rows: int, ahead: Sequence[Flight], arrivals_per_s: float,
-                   now: float) -> float:
+    def window_end(self, waiting: Sequence[Query], rows: int, outlook: Outlook, now: float) -> float:
         """Until when the entry waits for more queries. Policy I's window (``window_ms``; -1:
         the paper's, the first stage's time at the largest batch, at the oldest query's length),
         waited only while the pipeline is busy and queries arrive faster than half of what it
@@ -144,7 +143,7 @@ class DiversityPolicy(Policy):
         queries gather at the entry meanwhile), and a fixed wait on top of that only added
         latency at every load measured. With Policy III, the load's window while nothing is in
         flight (``_load_window``) and the pipeline's slack while something is (``_slack``)."""
-        oldest = waiting[0]
+        oldest, ahead, arrivals_per_s = waiting[0], outlook.ahead, outlook.arrivals_per_s
         length = self._length(None, [oldest])
         slowest = max(self._times(1, length))  # the pipeline serves one query per this, unbatched
         end = now
@@ -211,9 +210,10 @@ class DiversityPolicy(Policy):
             return super().joins(oldest, query)
         return query.rigid == oldest.rigid
 
-    def form(self, waiting: Sequence[Query], room: int, now: float) -> list[tuple[list[Query], BatchShape]]:
+    def form(self, waiting: Sequence[Query], room: int, now: float, outlook: Outlook = Outlook()
+             ) -> list[tuple[list[Query], BatchShape]]:
         if not self.input or waiting[0].rigid is None:
-            return super().form(waiting, room, now)
+            return super().form(waiting, room, now, outlook)
         first, taken, rows = waiting[0], [], 0
         for query in waiting:  # oldest first, as many rows as there is room for
             if query.rigid == first.rigid and rows + query.rows <= room:
@@ -222,18 +222,25 @@ class DiversityPolicy(Policy):
         chosen = {id(q) for q in taken}
         backlog = sum(q.rows for q in waiting if id(q) not in chosen)
         taken.sort(key=lambda q: q.sizes[self._axis])
-        groups = self._cluster(taken, now, backlog)
+        groups = self._cluster(taken, now, backlog, outlook)
         return [(group, BatchShape.of(group, pads=True)) for group in groups]
 
-    def _cluster(self, queries: list[Query], now: float, backlog: int = 0) -> list[list[Query]]:
+    def _cluster(self, queries: list[Query], now: float, backlog: int = 0, outlook: Outlook = Outlook()
+                 ) -> list[list[Query]]:
         """Contiguous groups of ``queries`` (sorted by length) with the lowest summed predicted
-        latency, run shortest first, counting the ``backlog`` rows left waiting, who wait for
-        every group (so the busier the entry, the fewer and fuller the batches: smaller groups
-        answer their own queries sooner but take longer in all); a group that would miss a
-        deadline costs as if it took an hour per query. Queries of one length always share a
-        group (nothing tells them apart); a dynamic programme over those blocks keeps, for each
-        prefix, the best grouping and when it frees each stage. A group's length is its last
-        block's (they are sorted), so each option costs one prediction per stage."""
+        latency, run shortest first after the batches ahead (``outlook``: the stages are not
+        free before the tables say they finish those), counting the rows that wait for every
+        group at the last stage: the ``backlog`` left waiting, and beyond the paper the
+        queries expected to arrive by the time the group is done (at the arrival rate). So the
+        busier the entry and the heavier the load, the fewer and fuller the batches: smaller
+        groups answer their own queries sooner, but every group pays the stages' fixed cost
+        again, and under load the queries behind pay it too (counting only the admitted ones,
+        a closed loop of 64 RTE queries on two slow stages ran batches of 5 rows, 0.7x the
+        throughput). A group that would miss a deadline costs as if it took an hour per query.
+        Queries of one length always share a group (nothing tells them apart); a dynamic
+        programme over those blocks keeps, for each prefix, the best grouping and when it frees
+        each stage. A group's length is its last block's (they are sorted), so each option
+        costs one prediction per stage."""
         blocks: list[list[Query]] = []
         for query in queries:
             if blocks and blocks[-1][-1].sizes[self._axis] == query.sizes[self._axis]:
@@ -243,7 +250,8 @@ class DiversityPolicy(Policy):
         block_rows = [sum(q.rows for q in block) for block in blocks]
         block_deadline = [min(self._deadline(q) for q in block) for block in blocks]
         stages = len(self._tables)
-        best: list[tuple[float, list[float], list[int]]] = [(0.0, [0.0] * stages, [])]  # cost, stage free at, cuts
+        ahead = [free - now for free in self._free_at(outlook.ahead, now)] if outlook.ahead else [0.0] * stages
+        best: list[tuple[float, list[float], list[int]]] = [(0.0, ahead, [])]  # cost, stage free at, cuts
         for end in range(1, len(blocks) + 1):
             options, rows, deadline = [], 0, float("inf")
             length = self._length(None, blocks[end - 1])
@@ -255,7 +263,8 @@ class DiversityPolicy(Policy):
                     done = max(done, free[stage]) + took
                     finished.append(done)
                 late = now + done > deadline
-                waited = backlog * (done - free[-1])  # the rows left waiting wait for this group too
+                behind = backlog + outlook.arrivals_per_s * done  # who waits for this group too
+                waited = behind * (done - free[-1])
                 options.append((cost + rows * (done + MISSED * late) + waited, finished, [*cuts, start]))
             best.append(min(reversed(options), key=lambda option: option[0]))  # ties: the fuller group
         cuts = [*best[-1][2], len(blocks)]

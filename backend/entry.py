@@ -17,6 +17,7 @@ from collections.abc import Sequence
 
 from .batch_table import BatchItem
 from .config import QueuePolicy
+from .policy import Outlook
 from .query import BatchShape, Code, Failure, Query
 from .scheduler import Scheduler
 
@@ -128,7 +129,10 @@ class Entry:
                 if room < self._waiting[0].rows:
                     self._changed.wait()
                     continue
-                while not self._closed and (left := self._window_end(room) - time.monotonic()) > 0:
+                while True:
+                    outlook = Outlook(tuple(self._scheduler.table.flights()), self._arrival_rate())
+                    if self._closed or (left := self._window_end(room, outlook) - time.monotonic()) <= 0:
+                        break
                     self._windowing = True
                     self._changed.notify_all()
                     self._changed.wait(left)
@@ -137,7 +141,7 @@ class Entry:
                 if not head:
                     continue
                 try:
-                    taken, item, formed = self._scheduler.admit(head, self._room())
+                    taken, item, formed = self._scheduler.admit(head, self._room(), outlook)
                 except BaseException:
                     self._waiting.extendleft(reversed(head))
                     raise
@@ -153,7 +157,7 @@ class Entry:
         return min((q.arrived + (q.deadline - q.arrived) / 2 for q in itertools.islice(self._waiting, SCAN)
                     if q.deadline is not None), default=float("inf"))
 
-    def _window_end(self, room: int) -> float:
+    def _window_end(self, room: int, outlook: Outlook) -> float:
         """Until when to wait for more queries to batch with the oldest: never once ``room``
         rows that can join it are waiting; else the fixed window after the oldest arrived, or
         the policy's (asked again whenever more arrive: the pipeline's state and the rows
@@ -164,7 +168,7 @@ class Entry:
         if self._window is not None:
             end = self._waiting[0].arrived + self._window
         else:
-            end = self._policy_window_end(joining, room)
+            end = self._policy_window_end(joining, room, outlook)
         return min(end, self._window_bound()) if end > time.monotonic() else end
 
     def _joining(self) -> list[Query]:
@@ -178,11 +182,10 @@ class Entry:
             log.exception("policy %r failed to say which queries batch together", policy.name)
             return head
 
-    def _policy_window_end(self, joining: list[Query], room: int) -> float:
+    def _policy_window_end(self, joining: list[Query], room: int, outlook: Outlook) -> float:
         now = time.monotonic()
         try:
-            return self._scheduler.policy.window_end(joining, min(sum(q.rows for q in joining), room),
-                                                     self._scheduler.table.flights(), self._arrival_rate(), now)
+            return self._scheduler.policy.window_end(joining, min(sum(q.rows for q in joining), room), outlook, now)
         except Exception:  # a policy's bug must not stop admission: no window then
             log.exception("policy %r failed to give a batch window", self._scheduler.policy.name)
             return now

@@ -25,6 +25,15 @@ from .query import BatchShape, Query, shape_key, take_batch
 
 
 @dataclass(frozen=True)
+class Outlook:
+    """What the entry knows when it admits: the batches ``ahead`` in the pipeline (oldest first)
+    and the queries' recent arrival rate (0 until it has enough arrivals to say)."""
+
+    ahead: tuple[Flight, ...] = ()
+    arrivals_per_s: float = 0.0
+
+
+@dataclass(frozen=True)
 class Choice:
     """Whether a model pipelines, why, and the requests/s predicted for each way of serving
     (``plain``, ``pipeline``) where the choice compared them: for the log and the metrics."""
@@ -44,12 +53,10 @@ class Policy:
     def bind(self, manifest: Manifest) -> None:
         """Read what the policy needs from the model (its latency tables); ConfigError if it cannot run."""
 
-    def window_end(self, waiting: Sequence[Query], rows: int, ahead: Sequence[Flight], arrivals_per_s: float,
-                   now: float) -> float:
+    def window_end(self, waiting: Sequence[Query], rows: int, outlook: Outlook, now: float) -> float:
         """Until when (``time.monotonic()`` seconds) the entry may wait for more queries to batch
         with ``waiting`` (those that can share a batch with the oldest, oldest first, of which
-        ``rows`` rows would enter now), given the batches ``ahead`` of them in the pipeline and
-        the queries' arrival rate. Asked again whenever more arrive. Here: not at all."""
+        ``rows`` rows would enter now). Asked again whenever more arrive. Here: not at all."""
         return now
 
     def joins(self, oldest: Query, query: Query) -> bool:
@@ -57,7 +64,8 @@ class Policy:
         here, rows of exactly the same shape."""
         return shape_key(query) == shape_key(oldest)
 
-    def form(self, waiting: Sequence[Query], room: int, now: float) -> list[tuple[list[Query], BatchShape]]:
+    def form(self, waiting: Sequence[Query], room: int, now: float, outlook: Outlook = Outlook()
+             ) -> list[tuple[list[Query], BatchShape]]:
         """New batches from the waiting queries (oldest first), at most ``room`` rows in all, in the
         order they enter: here the oldest with every later query of the same shape, as Triton's
         dynamic batcher forms a batch."""

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 
 from .batch_table import BatchItem, BatchRow, BatchTable
 from .metrics import Metrics
-from .policy import Policy
+from .policy import Outlook, Policy
 from .query import BatchShape, Query, take_batch
 
 log = logging.getLogger(__name__)
@@ -37,14 +37,15 @@ class Scheduler:
         self.left = left  # hears that a batch has left the pipeline
         self._after: dict[int, tuple[int, BatchItem]] = {}  # batch id -> (stage, part entering when it leaves)
 
-    def admit(self, waiting: Sequence[Query], room: int) -> tuple[list[Query], BatchItem, Formed]:
+    def admit(self, waiting: Sequence[Query], room: int, outlook: Outlook = Outlook()
+              ) -> tuple[list[Query], BatchItem, Formed]:
         """Admit waiting queries, at most ``room`` rows: they stretch the latest batch if it
         admits them and the policy wants (atomically with the table, so the batch cannot leave
         or split meanwhile), else the policy forms new batches from them, and the first enters
         now. Returns the queries taken, the item for stage 0 and the batches formed to enter
         next (the caller removes all taken queries from ``waiting``)."""
         try:
-            return self._admit(waiting, room)
+            return self._admit(waiting, room, outlook)
         except Exception:  # a policy's bug must not stop admission: batch as Triton would
             log.exception("policy %r failed at admission; admitting a plain new batch", self.policy.name)
             batch = take_batch(waiting, room)
@@ -53,7 +54,7 @@ class Scheduler:
             self._admitted("new", batch, now)
             return batch, item, []
 
-    def _admit(self, waiting: Sequence[Query], room: int) -> tuple[list[Query], BatchItem, Formed]:
+    def _admit(self, waiting: Sequence[Query], room: int, outlook: Outlook) -> tuple[list[Query], BatchItem, Formed]:
         now = self.clock()
         with self.table.lock:
             candidate = self.table.stretch_candidate(waiting[0])
@@ -68,7 +69,7 @@ class Scheduler:
                     item = self.table.stretch(candidate.id, joining)
                     self._admitted("stretch", joining, now)
                     return joining, item, []
-        formed = self.policy.form(waiting, room, now)
+        formed = self.policy.form(waiting, room, now, outlook)
         (batch, shape), rest = formed[0], formed[1:]
         item = self.new(batch, shape)
         return [q for queries, _ in formed for q in queries], item, rest

@@ -71,10 +71,10 @@ class BrokenPolicy(Policy):
     def __init__(self, bad_sizes: bool):
         self.bad_sizes = bad_sizes
 
-    def window(self, oldest, busy, arrivals_per_s):
+    def window_end(self, waiting, rows, outlook, now):
         raise RuntimeError("window")
 
-    def form(self, waiting, room, now):
+    def form(self, waiting, room, now, outlook=None):
         raise RuntimeError("form")
 
     def stretchable(self, queries, now):
@@ -409,9 +409,9 @@ class Watching(Policy):
     def __init__(self):
         self.shown: list[int] = []
 
-    def form(self, waiting, room, now):
+    def form(self, waiting, room, now, outlook=None):
         self.shown.append(len(waiting))
-        return super().form(waiting, room, now)
+        return super().form(waiting, room, now, outlook)
 
 
 def test_admission_looks_at_a_bounded_head_of_the_queue(repository):

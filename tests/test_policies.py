@@ -10,6 +10,7 @@ import pytest
 
 from backend.batch_table import Flight
 from backend.config import RuntimeConfig, make_policy
+from backend.policy import Outlook
 from backend.errors import ConfigError
 from backend.query import Query, refuse_invalid
 
@@ -199,11 +200,11 @@ def test_load_window_waits_only_under_load_where_batching_pays():
     linear.bind(timed_manifest([PER_ROW, PER_ROW], dims=(4,)))
     oldest = Query({"x": np.zeros((1, 4), np.float32)}, lambda outputs, failure: None)
     now, per_s = oldest.arrived, 1000 / T  # one query per T: the slowest stage busy all the time unbatched
-    in_stage_1 = [Flight(1, {}, 1, now)]  # stage 1 (T/2) just began a batch: free before stage 0 is done
-    assert sublinear.window_end([oldest], 1, [], per_s, now) == pytest.approx(now + T / 2000)
-    assert sublinear.window_end([oldest], 1, in_stage_1, per_s, now) == now  # a busy pipeline is its own window
-    assert sublinear.window_end([oldest], 1, [], 0.6 * per_s, now) == now  # busy 60 %: queueing costs less
-    assert linear.window_end([oldest], 1, [], 4 * per_s, now) == now  # two rows cost two: nothing to gain
+    in_stage_1 = (Flight(1, {}, 1, now),)  # stage 1 (T/2) just began a batch: free before stage 0 is done
+    assert sublinear.window_end([oldest], 1, Outlook((), per_s), now) == pytest.approx(now + T / 2000)
+    assert sublinear.window_end([oldest], 1, Outlook(in_stage_1, per_s), now) == now  # busy: its own window
+    assert sublinear.window_end([oldest], 1, Outlook((), 0.6 * per_s), now) == now  # busy 60 %: queueing costs less
+    assert linear.window_end([oldest], 1, Outlook((), 4 * per_s), now) == now  # two rows cost two: nothing to gain
 
 
 def test_load_waits_out_the_pipelines_slack():
@@ -214,13 +215,13 @@ def test_load_waits_out_the_pipelines_slack():
     load.bind(timed_manifest([flat(T / 4), flat(T)], dims=(4,)))
     oldest = Query({"x": np.zeros((1, 4), np.float32)}, lambda outputs, failure: None)
     now = oldest.arrived
-    in_stage_1 = [Flight(8, {}, 1, now)]
-    assert load.window_end([oldest], 1, in_stage_1, 4000 / T, now) == pytest.approx(now + 0.75 * T / 1000)
-    assert load.window_end([oldest], 1, in_stage_1, 1000 / T, now) == now  # nobody expected within 3T/4
-    queued = [Flight(8, {}, 1, None)]  # waits for stage 1, which then takes T
-    assert load.window_end([oldest], 1, queued, 4000 / T, now) == pytest.approx(now + 0.75 * T / 1000)
-    overdue = [Flight(8, {}, 1, now - 2 * T / 1000)]  # past its prediction: taken to end now
-    assert load.window_end([oldest], 1, overdue, 4000 / T, now) == now
+    in_stage_1 = (Flight(8, {}, 1, now),)
+    assert load.window_end([oldest], 1, Outlook(in_stage_1, 4000 / T), now) == pytest.approx(now + 0.75 * T / 1000)
+    assert load.window_end([oldest], 1, Outlook(in_stage_1, 1000 / T), now) == now  # nobody expected within 3T/4
+    queued = (Flight(8, {}, 1, None),)  # waits for stage 1, which then takes T
+    assert load.window_end([oldest], 1, Outlook(queued, 4000 / T), now) == pytest.approx(now + 0.75 * T / 1000)
+    overdue = (Flight(8, {}, 1, now - 2 * T / 1000),)  # past its prediction: taken to end now
+    assert load.window_end([oldest], 1, Outlook(overdue, 4000 / T), now) == now
 
 
 def test_queries_arriving_in_the_slack_join_the_batch_they_would_have_followed():
@@ -253,6 +254,21 @@ def test_policy1_forms_fuller_batches_when_others_wait():
     assert [len(group) for group, _ in alone] == [3, 1]
     crowded = auto.form(queries, 4, time.monotonic())
     assert [len(group) for group, _ in crowded] == [4] and dict(crowded[0][1].sizes) == {"sequence": 16}
+
+
+def test_policy1_forms_fuller_batches_under_load():
+    """The same four queries with nobody left waiting, but queries arriving: those that arrive
+    by the time a group is done wait for it too. Two batches cost 3T, plus 1.75T x (arrivals
+    per T) for those arriving meanwhile; one padded batch 4T, plus T x (arrivals per T): from
+    4/3 arrivals per T on, one batch."""
+    manifest = timed_manifest([PER_LENGTH])
+    auto = make_policy("input", {})
+    auto.bind(manifest)
+    queries = refuse_invalid(manifest, [Query({"x": np.zeros((1, n), np.float32)}, lambda o, f: None)
+                                        for n in [5, 6, 8, 16]])
+    light, heavy = Outlook((), 1 * 1000 / T), Outlook((), 2 * 1000 / T)
+    assert [len(group) for group, _ in auto.form(queries, 4, time.monotonic(), light)] == [3, 1]
+    assert [len(group) for group, _ in auto.form(queries, 4, time.monotonic(), heavy)] == [4]
 
 
 def test_policy1_reads_between_the_tabulated_lengths():
