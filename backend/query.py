@@ -168,15 +168,23 @@ def validate(manifest: Manifest, query: Query, limits: Mapping[str, int] | None 
     return None
 
 
-def refuse_invalid(manifest: Manifest, queries: Sequence[Query], limits: Mapping[str, int] | None = None
-                   ) -> list[Query]:
+Judged = dict[tuple, tuple[str | None, dict[str, int], tuple | None]]
+JUDGED_MAX = 4096  # input signatures a model remembers the judgement of (then it starts afresh)
+
+
+def refuse_invalid(manifest: Manifest, queries: Sequence[Query], limits: Mapping[str, int] | None = None,
+                   judged: Judged | None = None) -> list[Query]:
     """Answer every query that cannot run with the reason (a client error); return the others,
-    with their named sizes and open shapes filled in."""
+    with their named sizes and open shapes filled in. ``judged``: the judgements of earlier
+    calls for the same model and limits, kept by the caller."""
     good = []
-    seen: dict[tuple, tuple[str | None, dict[str, int], tuple | None]] = {}
+    seen: Judged = {} if judged is None else judged
+    if len(seen) > JUDGED_MAX:
+        seen.clear()
     for query in queries:
         # Queries alike in every input's dtype and shape and in the outputs asked for are judged
-        # once per batch: a batch of equal shapes costs one validation, not one per query.
+        # once: a batch of equal shapes costs one validation, and unpadded text, whose lengths
+        # differ from query to query but recur, one per length the model has seen.
         key = (tuple((name, a.dtype, a.shape) for name, a in query.inputs.items()), query.requested_outputs)
         if key not in seen:
             error = validate(manifest, query, limits)

@@ -31,7 +31,7 @@ from .exit import Exit
 from .manifest import Manifest
 from .metrics import IN_FLIGHT, WAITING, Family, Metrics
 from .padding import cut, stack
-from .query import Code, Failure, Query, refuse_invalid
+from .query import Code, Failure, Judged, Query, refuse_invalid
 from .scheduler import Scheduler
 
 log = logging.getLogger(__name__)
@@ -53,6 +53,7 @@ class Runtime:
         config.bind(manifest)
         self.pad_values = config.pad_values
         self.size_limits = config.size_limits(manifest)
+        self._judged: Judged = {}
         self.table = BatchTable(stages, manifest.max_batch_size)
         self.metrics = metrics or Metrics()
         self.queues = [BatchQueue() for _ in range(stages - 1)]
@@ -87,7 +88,7 @@ class Runtime:
             for query in queries:
                 query.answer(failure=Failure(self.dead, Code.UNAVAILABLE))
             return
-        self.entry.put(refuse_invalid(self.manifest, queries, self.size_limits))
+        self.entry.put(refuse_invalid(self.manifest, queries, self.size_limits, self._judged))
         if wait_s > 0:
             self.entry.wait_ready(wait_s)
 

@@ -27,7 +27,7 @@ from .engine import Engine, run_stages
 from .manifest import Manifest
 from .metrics import Metrics
 from .padding import cut, stack
-from .query import BatchShape, Failure, Query, each_alone, refuse_invalid
+from .query import BatchShape, Failure, Judged, Query, each_alone, refuse_invalid
 
 log = logging.getLogger(__name__)
 
@@ -49,9 +49,10 @@ class WholeBatch:
         self.pad_values = pad_values or {}
         self.size_limits = size_limits
         self.form = form
+        self._judged: Judged = {}
 
     def run(self, queries: Sequence[Query]) -> None:
-        pending = refuse_invalid(self.manifest, queries, self.size_limits)
+        pending = refuse_invalid(self.manifest, queries, self.size_limits, self._judged)
         if pending:
             self.metrics.admitted(time.monotonic() - q.arrived for q in pending)
         while pending:

@@ -17,7 +17,7 @@ from backend.engine import OnnxRuntimeEngine, load_engines
 from backend.manifest import LatencyTable, Manifest
 from backend.metrics import Metrics
 from backend.policy import FixedPolicy, RandomPolicy
-from backend.query import Failure, Handover, Query, take_batch, validate
+from backend.query import Failure, Handover, Query, refuse_invalid, take_batch, validate
 from backend.runtime import Runtime
 from backend.serving import Mode, decide, serve
 from backend.whole import WholeBatch
@@ -70,6 +70,23 @@ def test_validate_names_what_is_wrong(bert):
     assert "do not exist" in check(good, ["nope"])
     too_many = sample_inputs(manifest.inputs, MAX_BATCH + 1, {"sequence": 6})
     assert "more than max_batch_size" in check(too_many)
+
+
+def test_judgements_kept_across_calls_still_refuse_and_fill_in_sizes(bert):
+    """A model keeps the judgement of each input signature it has seen (unpadded text repeats
+    lengths): a query judged before gets the same refusal, or its sizes, from the memo."""
+    manifest, _ = bert
+    judged: dict = {}
+    good = sample_inputs(manifest.inputs, 1, {"sequence": 6})
+    bad = {**good, "input_ids": good["input_ids"].astype(np.int32)}
+    for _ in range(2):
+        refused: list = []
+        queries = [Query(dict(good), lambda o, f: None),
+                   Query(dict(bad), lambda o, f, refused=refused: refused.append(f))]
+        kept = refuse_invalid(manifest, queries, judged=judged)
+        assert kept == queries[:1] and kept[0].sizes == {"sequence": 6}
+        assert [f.message for f in refused] == ["input 'input_ids' has dtype int32, expected int64"]
+    assert len(judged) == 2
 
 
 def test_take_batch_stacks_matching_shapes_in_order_up_to_max_rows():
