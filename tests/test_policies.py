@@ -271,6 +271,23 @@ def test_policy1_forms_fuller_batches_under_load():
     assert [len(group) for group, _ in auto.form(queries, 4, time.monotonic(), heavy)] == [4]
 
 
+def test_policy1_cuts_a_crowd_of_one_length_to_fill_the_pipeline():
+    """Eight queries of one length, two stages. Where time grows with the rows, four groups of
+    two overlap in the pipeline (leaving at T, 1.5T, 2T, 2.5T: 14T summed, against 32T in one
+    batch); where a run costs T at any size, one batch."""
+    def groups(tables: list[dict]) -> list[int]:
+        manifest = timed_manifest(tables)
+        auto = make_policy("input", {})
+        auto.bind(manifest)
+        queries = refuse_invalid(manifest, [Query({"x": np.zeros((1, 8), np.float32)}, lambda o, f: None)
+                                            for _ in range(8)])
+        return [len(group) for group, _ in auto.form(queries, 8, time.monotonic())]
+
+    assert groups([PER_ROW, PER_ROW]) == [2, 2, 2, 2]
+    assert groups([flat(T), flat(T)]) == [8]
+    assert groups([PER_ROW]) == [8]  # one stage (a fused model): nothing to overlap
+
+
 def test_policy1_reads_between_the_tabulated_lengths():
     """A CPU-like table, tabulated at 64 and 128 tokens: 3T per batch and T per row of 64
     tokens. Queries of 70 and 128 tokens padded together finish at 2 x 7T (14T summed); run
