@@ -82,7 +82,7 @@ class DiversityPolicy(Policy):
     operator: bool = False
     load: bool = False
     auto: bool = False  # keep only the policies for the diversities the manifest records
-    window_ms: float = 0.0  # Policy I's window; 0: none (see ``window``); -1: the paper's, stage 0 at the largest batch
+    window_ms: float = 0.0  # Policy I window; 0: none (``window_end``); -1: the paper's, stage 0 at the largest batch
     t_comp_wait_ms: float = -1.0  # Policy III; -1: no limit but the prediction's
     max_in_flight: int = -1  # rows admitted and not yet answered; -1: a full batch per stage with Policy I; 0: none
     statistic: str = "mean"  # mean | p99: which column of the tables predictions read
