@@ -137,7 +137,8 @@ class Entry:
                     continue
                 while True:
                     outlook = Outlook(tuple(self._scheduler.table.flights()), self._arrival_rate())
-                    if self._closed or (left := self._window_end(room, outlook) - time.monotonic()) <= 0:
+                    now = time.monotonic()
+                    if self._closed or (left := self._window_end(room, outlook, now) - now) <= 0:
                         break
                     self._windowing = True
                     self._changed.notify_all()
@@ -164,19 +165,25 @@ class Entry:
         return min((q.arrived + (q.deadline - q.arrived) / 2 for q in itertools.islice(self._waiting, SCAN)
                     if q.deadline is not None), default=float("inf"))
 
-    def _window_end(self, room: int, outlook: Outlook) -> float:
+    def _window_end(self, room: int, outlook: Outlook, now: float) -> float:
         """Until when to wait for more queries to batch with the oldest: never once ``room``
         rows that can join it are waiting; else the fixed window after the oldest arrived, or
         the policy's (asked again whenever more arrive: the pipeline's state and the rows
         waiting decide it), and never past the bound the deadlines set (``_window_bound``)."""
         joining = self._joining()
-        if sum(q.rows for q in joining) >= room:
-            return 0.0
+        rows = sum(q.rows for q in joining)
+        if rows >= room:
+            return now
         if self._window is not None:
             end = self._waiting[0].arrived + self._window
         else:
-            end = self._policy_window_end(joining, room, outlook)
-        return min(end, self._window_bound()) if end > time.monotonic() else end
+            policy = self._scheduler.policy
+            try:
+                end = policy.window_end(joining, rows, outlook, now)
+            except Exception:  # a policy's bug must not stop admission: no window then
+                log.exception("policy %r failed to give a batch window", policy.name)
+                end = now
+        return min(end, self._window_bound()) if end > now else end
 
     def _joining(self) -> list[Query]:
         """Queries among the oldest ``SCAN`` that can share a batch with the oldest: what the
@@ -188,14 +195,6 @@ class Entry:
         except Exception:  # a policy's bug must not stop admission: count every query
             log.exception("policy %r failed to say which queries batch together", policy.name)
             return head
-
-    def _policy_window_end(self, joining: list[Query], room: int, outlook: Outlook) -> float:
-        now = time.monotonic()
-        try:
-            return self._scheduler.policy.window_end(joining, min(sum(q.rows for q in joining), room), outlook, now)
-        except Exception:  # a policy's bug must not stop admission: no window then
-            log.exception("policy %r failed to give a batch window", self._scheduler.policy.name)
-            return now
 
     def _room(self) -> int:
         """Rows the policy lets in now; a full batch when nothing is in flight, so that a query
