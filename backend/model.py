@@ -38,7 +38,7 @@ from .config import QueuePolicy, RuntimeConfig, triton_parameters
 from .device import make_device
 from .manifest import Manifest
 from .metrics import FAMILIES, Metrics
-from .query import Handover, Query
+from .query import Handover, Query, Responder
 from .serving import Mode, serve
 
 METRICS_INTERVAL_S = 1.0
@@ -104,6 +104,7 @@ class TritonPythonModel:
     def initialize(self, args: dict) -> None:
         version_dir = Path(args["model_repository"]) / args["model_version"]
         self._manifest = Manifest.load(version_dir)
+        self._input_names = tuple(spec.name for spec in self._manifest.inputs)
         config = json.loads(args["model_config"])
         if config.get("max_batch_size", 0) > self._manifest.max_batch_size:
             raise ValueError(
@@ -155,16 +156,14 @@ class TritonPythonModel:
             self._trace.write(f"execute\t{began:.6f}\t{time.monotonic():.6f}\t{len(requests)}\n")
 
     def _execute(self, requests: list) -> list | None:
-        if self._inline:
-            responses: list = [None] * len(requests)
-            self._server.run([self._query(request, lambda response, i=i: responses.__setitem__(i, response))
-                             for i, request in enumerate(requests)])
-            # A response that could not be built (logged by Query.answer) must not leave its request hanging.
-            return [r if r is not None else pb_utils.InferenceResponse(error=pb_utils.TritonError(
-                "the response could not be built (see the server log)")) for r in responses]
+        if self._inline:  # every query is answered before run returns; its reply is kept on it
+            queries = [self._query(request) for request in requests]
+            self._server.run(queries)
+            return [self._response_of(query.reply) for query in queries]
         handover = Handover([self._sender(request) for request in requests])
-        self._server.submit([self._query(request, lambda response, i=i: handover.deliver(i, response))
-                             for i, request in enumerate(requests)], wait_s=BACKPRESSURE_MAX_S)
+        self._server.submit([self._query(request, lambda outputs, failure, i=i: handover.deliver(
+            i, self._response_of((outputs, failure)))) for i, request in enumerate(requests)],
+            wait_s=BACKPRESSURE_MAX_S)
         return handover.close()
 
     def finalize(self) -> None:
@@ -179,24 +178,33 @@ class TritonPythonModel:
         return lambda response: request.get_response_sender().send(
             response, flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
 
-    def _query(self, request, deliver) -> Query:
-        """The request as a Query whose answer becomes a response handed to ``deliver``."""
-        inputs = {}
-        for spec in self._manifest.inputs:
-            tensor = pb_utils.get_input_tensor_by_name(request, spec.name)
-            if tensor is not None:
-                # Through the pipeline, copied out of Triton's shared memory: the batch runs after execute().
-                inputs[spec.name] = tensor.as_numpy() if self._inline else tensor.as_numpy().copy()
-
-        def respond(outputs, failure):
-            if failure is not None:
-                code = getattr(pb_utils.TritonError, failure.code.name, pb_utils.TritonError.INTERNAL)
-                deliver(pb_utils.InferenceResponse(error=pb_utils.TritonError(failure.message, code)))
-            else:
-                deliver(pb_utils.InferenceResponse([pb_utils.Tensor(n, a) for n, a in outputs.items()]))
-
+    def _query(self, request, respond: Responder | None = None) -> Query:
+        """The request as a Query answered through ``respond``, or, without one, keeping its reply."""
+        if self._inline:
+            inputs = {name: tensor.as_numpy() for name in self._input_names
+                      if (tensor := pb_utils.get_input_tensor_by_name(request, name)) is not None}
+        else:  # copied out of Triton's shared memory: the batch runs after execute() returned
+            inputs = {name: tensor.as_numpy().copy() for name in self._input_names
+                      if (tensor := pb_utils.get_input_tensor_by_name(request, name)) is not None}
         arrived = time.monotonic()
         timeout_us = self._queue.timeout_us(request.timeout())  # 0: none
-        return Query(inputs=inputs, respond=respond, requested_outputs=tuple(request.requested_output_names()),
-                     arrived=arrived, deadline=arrived + timeout_us / 1e6 if timeout_us else None,
-                     cancelled=request.is_cancelled)
+        return Query(inputs, respond, tuple(request.requested_output_names()), arrived,
+                     arrived + timeout_us / 1e6 if timeout_us else None, request.is_cancelled)
+
+    @staticmethod
+    def _response_of(reply: tuple | None):
+        """The InferenceResponse of a query's (outputs, failure); an error response where there
+        is none or it cannot be built, so that no request is left hanging."""
+        if reply is None:
+            log.error("a request was not answered")
+            return pb_utils.InferenceResponse(error=pb_utils.TritonError("the request was not answered (a bug)"))
+        outputs, failure = reply
+        try:
+            if failure is None:
+                return pb_utils.InferenceResponse([pb_utils.Tensor(n, a) for n, a in outputs.items()])
+            code = getattr(pb_utils.TritonError, failure.code.name, pb_utils.TritonError.INTERNAL)
+            return pb_utils.InferenceResponse(error=pb_utils.TritonError(failure.message, code))
+        except Exception as exc:  # a bad output fails its own request, logged
+            log.exception("could not build a response")
+            return pb_utils.InferenceResponse(error=pb_utils.TritonError(
+                f"the response could not be built: {type(exc).__name__}: {exc}"))

@@ -68,12 +68,14 @@ def each_alone(parts: Sequence[T], run: Callable[[T], None], fail: Callable[[T, 
 Responder = Callable[[Tensors | None, Failure | None], None]
 
 
-@dataclass(eq=False)  # a query is itself, whatever its tensors hold
+@dataclass(eq=False, slots=True)  # a query is itself, whatever its tensors hold
 class Query:
-    """One client request: its input tensors (rows first) and how to answer it."""
+    """One client request: its input tensors (rows first) and how to answer it: through
+    ``respond``, or, where it is None (a caller that serves it before returning, as a plain
+    model's ``execute`` does), by keeping the answer in ``reply`` for the caller to read."""
 
     inputs: Tensors
-    respond: Responder
+    respond: Responder | None
     requested_outputs: tuple[str, ...] = ()  # empty: all outputs
     arrived: float = field(default_factory=time.monotonic)
     deadline: float | None = None  # time.monotonic() by which the client wants its answer (its timeout)
@@ -83,6 +85,7 @@ class Query:
     # Set by validation: the size of each named axis, and the shapes with named axes left open.
     sizes: dict[str, int] = field(default_factory=dict, init=False)
     rigid: tuple | None = field(default=None, init=False)
+    reply: tuple[Tensors | None, Failure | None] | None = field(default=None, init=False)
 
     @property
     def rows(self) -> int:
@@ -111,6 +114,9 @@ class Query:
             self.answered = True
         if outputs is not None and self.requested_outputs:
             outputs = {name: outputs[name] for name in self.requested_outputs}
+        if self.respond is None:
+            self.reply = outputs, failure
+            return
         try:
             self.respond(outputs, failure)
         except Exception:  # the response channel is outside our control
@@ -185,18 +191,25 @@ def refuse_invalid(manifest: Manifest, queries: Sequence[Query], limits: Mapping
         # Queries alike in every input's dtype and shape and in the outputs asked for are judged
         # once: a batch of equal shapes costs one validation, and unpadded text, whose lengths
         # differ from query to query but recur, one per length the model has seen.
-        key = (tuple((name, a.dtype, a.shape) for name, a in query.inputs.items()), query.requested_outputs)
-        if key not in seen:
-            error = validate(manifest, query, limits)
-            seen[key] = (error, {}, None) if error else (None, named_sizes(manifest.inputs, query.inputs), tuple(
-                sorted((spec.name, _open_shape(spec, query.inputs[spec.name])) for spec in manifest.inputs)))
-        error, sizes, rigid = seen[key]
+        key = (*[(name, a.dtype, a.shape) for name, a in query.inputs.items()], query.requested_outputs)
+        judgement = seen.get(key)
+        if judgement is None:
+            judgement = seen[key] = _judge(manifest, query, limits)
+        error, query.sizes, query.rigid = judgement  # the sizes are shared by the queries alike: read only
         if error:
             query.answer(failure=Failure(error, Code.INVALID_ARG))
-            continue
-        query.sizes, query.rigid = dict(sizes), rigid
-        good.append(query)
+        else:
+            good.append(query)
     return good
+
+
+def _judge(manifest: Manifest, query: Query, limits: Mapping[str, int] | None) -> tuple:
+    """(why it cannot run or None, its named sizes, its open shapes) of a query."""
+    error = validate(manifest, query, limits)
+    if error:
+        return error, {}, None
+    return None, named_sizes(manifest.inputs, query.inputs), tuple(
+        sorted((spec.name, _open_shape(spec, query.inputs[spec.name])) for spec in manifest.inputs))
 
 
 def _open_shape(spec: TensorSpec, array: np.ndarray) -> tuple:

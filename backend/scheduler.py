@@ -86,8 +86,7 @@ class Scheduler:
         return item
 
     def _admitted(self, kind: str, queries: list[Query], now: float) -> None:
-        self.metrics.meta_operation(kind)
-        self.metrics.admitted(now - q.arrived for q in queries)
+        self.metrics.admitted(len(queries), len(queries) * now - sum(q.arrived for q in queries), kind)
 
     def schedule(self, stage: int, item: BatchItem, buffer: int | None) -> tuple[int, list[BatchItem]]:
         """After ``stage`` finished ``item`` (its rows now in ``buffer``): how many items will

@@ -30,7 +30,7 @@ from .manifest import Manifest
 from .metrics import Metrics
 from .policy import Choice
 from .runtime import Runtime
-from .whole import WholeBatch, padded_to_longest
+from .whole import WholeBatch, together
 
 
 class Mode(Enum):
@@ -77,7 +77,7 @@ def serve(manifest: Manifest, version_dir: Path, config: RuntimeConfig, device: 
     # it; on engines that overlap (a GPU; timed) the host's CPU is what is dear, and one padded run
     # per batch spends least of it.
     clusters = config.batching != "triton" and on_host_cores(manifest, device)
-    form = (lambda queries: config.policy.form(queries, manifest.max_batch_size, time.monotonic())) if clusters \
-        else padded_to_longest
+    form = (lambda queries: [batch for batch, _ in config.policy.form(queries, manifest.max_batch_size,
+                                                                       time.monotonic())]) if clusters else together
     return decision, WholeBatch(manifest, engines, device, metrics, config.pad_values, config.size_limits(manifest),
                                 form)
