@@ -13,6 +13,7 @@ example ``"sequence"`` for both ``input_ids`` and ``attention_mask``).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -30,6 +31,12 @@ class TensorSpec:
     name: str
     dtype: str
     dims: tuple[Dim, ...]
+
+    @functools.cached_property
+    def named(self) -> tuple[tuple[int, str], ...]:
+        """(axis, name) of each named dim, axes counted with the batch axis (0): what padding
+        reads for every batch, worked out once."""
+        return tuple((axis, dim) for axis, dim in enumerate(self.dims, start=1) if isinstance(dim, str))
 
     @classmethod
     def from_json(cls, data: dict) -> TensorSpec:

@@ -18,34 +18,41 @@ from .manifest import TensorSpec
 
 def named_sizes(specs: Sequence[TensorSpec], inputs: Mapping[str, np.ndarray]) -> dict[str, int]:
     """The size of every named axis in one query's inputs (validation made them agree)."""
-    return {dim: inputs[spec.name].shape[axis] for spec in specs
-            for axis, dim in enumerate(spec.dims, start=1) if isinstance(dim, str)}
+    return {dim: inputs[spec.name].shape[axis] for spec in specs for axis, dim in spec.named}
 
 
 def stack(arrays: Sequence[np.ndarray], spec: TensorSpec, sizes: Mapping[str, int], value: float = 0) -> np.ndarray:
     """``arrays`` one after another along the batch axis, each padded at the end of each named
     axis in ``sizes`` to that size: one array filled with ``value`` and one copy of each (padding
-    each on its own with ``np.pad`` and concatenating cost a plain model a fifth of its peak).
-    Arrays that need no padding (no ``sizes``, or each already of them) are concatenated as they are."""
+    each with ``np.pad`` and concatenating cost a plain model a fifth of its peak). Arrays that
+    need no padding (no ``sizes``, or each already of them) are concatenated as they are."""
     first = arrays[0]
     if not sizes:
         return first if len(arrays) == 1 else np.concatenate(arrays)
-    shape = tuple(sizes[dim] if isinstance(dim, str) and dim in sizes else size
-                  for dim, size in zip(spec.dims, first.shape[1:]))
+    padded = list(first.shape)
+    for axis, dim in spec.named:
+        padded[axis] = sizes.get(dim, padded[axis])
+    shape = tuple(padded[1:])
     if all(a.shape[1:] == shape for a in arrays):
         return first if len(arrays) == 1 else np.concatenate(arrays)
-    out = np.full((sum(len(a) for a in arrays), *shape), value, dtype=first.dtype)
+    out = np.full((sum(map(len, arrays)), *shape), value, dtype=first.dtype)
     row = 0
+    if spec.named == ((1, spec.dims[0]),):  # text, [batch, sequence, ...]: the plainest index copies fastest
+        for array in arrays:
+            out[row:row + len(array), :array.shape[1]] = array
+            row += len(array)
+        return out
     for array in arrays:
-        out[(slice(row, row + len(array)), *(slice(0, n) for n in array.shape[1:]))] = array
+        out[(slice(row, row + len(array)), *map(slice, array.shape[1:]))] = array
         row += len(array)
     return out
 
 
-def cut(array: np.ndarray, spec: TensorSpec, own: Mapping[str, int]) -> np.ndarray:
-    """``array`` cut back along each named axis to a query's ``own`` sizes."""
-    if not any(isinstance(dim, str) and dim in own for dim in spec.dims):
-        return array
-    index = (slice(None),) + tuple(slice(0, own[dim]) if isinstance(dim, str) and dim in own else slice(None)
-                                   for dim in spec.dims)
-    return array[index]
+def cut(array: np.ndarray, spec: TensorSpec, own: Mapping[str, int], rows: slice = slice(None)) -> np.ndarray:
+    """``array[rows]``, cut back along each named axis to a query's ``own`` sizes."""
+    index = [rows]
+    for axis, dim in spec.named:
+        if dim in own:
+            index += [slice(None)] * (axis - len(index))
+            index.append(slice(own[dim]))
+    return array[tuple(index)]

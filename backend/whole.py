@@ -103,6 +103,6 @@ class WholeBatch:
         start = 0
         for query, own in zip(queries, sizes):
             end = start + query.rows
-            query.answer({spec.name: array[start:end] if even else cut(array[start:end], spec, own)
+            query.answer({spec.name: array[start:end] if even else cut(array, spec, own, slice(start, end))
                           for spec, array in host})
             start = end

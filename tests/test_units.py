@@ -14,6 +14,8 @@ from backend.device import CpuDevice
 from backend.engine import ort_options
 from backend.executor import ExecutorState
 from backend.errors import ConfigError
+from backend.manifest import TensorSpec
+from backend.padding import cut, stack
 from backend.policy import FixedPolicy, RandomPolicy
 from backend.query import Query
 
@@ -195,3 +197,30 @@ def test_spinning_threads_spin_only_within_a_run():
     assert spinning.get_session_config_entry("session.intra_op.allow_spinning") == "1"
     assert spinning.get_session_config_entry("session.force_spinning_stop") == "1"
     assert sleeping.get_session_config_entry("session.intra_op.allow_spinning") == "0"
+
+
+@pytest.mark.parametrize("dims, shapes", [
+    (("sequence",), [(1, 5), (2, 3), (1, 7)]),  # text: the copy with the plainest index
+    (("sequence", 4), [(1, 5, 4), (2, 3, 4), (3, 7, 4)]),
+    ((3, "sequence"), [(1, 3, 5), (2, 3, 2), (1, 3, 7)]),
+    (("height", "width"), [(1, 3, 5), (2, 2, 2), (1, 3, 1)]),
+    (("height", "width"), [(1, 3, 5), (2, 3, 5)]),  # equal: concatenated as they are
+])
+def test_padding_stacks_each_query_at_the_start_of_its_rows_and_cuts_it_back(dims, shapes):
+    """Queries padded at the end of every named axis to the batch's size with the pad value, in
+    order along the batch axis; each query's rows cut back to its own sizes give it back."""
+    spec = TensorSpec("x", "float32", dims)
+    rng = np.random.default_rng(0)
+    arrays = [rng.standard_normal(shape).astype(np.float32) for shape in shapes]
+    own = [{dim: a.shape[axis] for axis, dim in spec.named} for a in arrays]
+    sizes = {dim: max(o[dim] for o in own) for dim in own[0]}
+    batch = stack(arrays, spec, sizes, -1.5)
+    assert batch.shape == (sum(len(a) for a in arrays), *(sizes.get(d, d) for d in dims))
+    row = 0
+    for array, sizes_of in zip(arrays, own):
+        rows = slice(row, row + len(array))
+        assert np.array_equal(cut(batch, spec, sizes_of, rows), array)
+        padding = np.ones(batch[rows].shape, bool)
+        padding[tuple(slice(n) for n in array.shape)] = False
+        assert (batch[rows][padding] == -1.5).all()
+        row += len(array)
