@@ -48,11 +48,18 @@ def stack(arrays: Sequence[np.ndarray], spec: TensorSpec, sizes: Mapping[str, in
     return out
 
 
-def cut(array: np.ndarray, spec: TensorSpec, own: Mapping[str, int], rows: slice = slice(None)) -> np.ndarray:
-    """``array[rows]``, cut back along each named axis to a query's ``own`` sizes."""
+def own_index(named: tuple[tuple[int, str], ...], own: Mapping[str, int], rows: slice = slice(None)) -> tuple:
+    """The index of a query's ``rows`` in a batch's tensor whose named axes are ``named``
+    (``TensorSpec.named``), cut back along each to the query's ``own`` sizes: the same for every
+    output laid out alike, so a batch's answers work it out once per query and layout."""
     index = [rows]
-    for axis, dim in spec.named:
+    for axis, dim in named:
         if dim in own:
             index += [slice(None)] * (axis - len(index))
             index.append(slice(own[dim]))
-    return array[tuple(index)]
+    return tuple(index)
+
+
+def cut(array: np.ndarray, spec: TensorSpec, own: Mapping[str, int], rows: slice = slice(None)) -> np.ndarray:
+    """``array[rows]``, cut back along each named axis to a query's ``own`` sizes."""
+    return array[own_index(spec.named, own, rows)]

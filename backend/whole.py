@@ -27,7 +27,7 @@ from .device import Device
 from .engine import Engine, run_stages
 from .manifest import Manifest
 from .metrics import Metrics
-from .padding import cut, stack
+from .padding import own_index, stack
 from .query import Failure, Judged, Query, each_alone, refuse_invalid
 
 log = logging.getLogger(__name__)
@@ -55,6 +55,7 @@ class WholeBatch:
         self.form = form
         self._judged: Judged = {}
         self._columns = [(spec, itemgetter(spec.name), self.pad_values.get(spec.name, 0)) for spec in manifest.inputs]
+        self._layouts = {spec.named for spec in manifest.outputs}
 
     def run(self, queries: Sequence[Query]) -> None:
         pending = refuse_invalid(self.manifest, queries, self.size_limits, self._judged)
@@ -99,10 +100,13 @@ class WholeBatch:
         rows = len(next(iter(feed.values())))
         outputs = run_stages(self.engines, self.manifest.stages, feed,
                              ran=lambda stage, seconds: self.metrics.stage_ran(stage, rows, seconds))
-        host = [(spec, self.device.to_host(outputs[spec.name])) for spec in self.manifest.outputs]
+        host = [(spec.name, spec.named, self.device.to_host(outputs[spec.name])) for spec in self.manifest.outputs]
         start = 0
         for query, own in zip(queries, sizes):
             end = start + query.rows
-            query.answer({spec.name: array[start:end] if even else cut(array, spec, own, slice(start, end))
-                          for spec, array in host})
+            if even:
+                query.answer({name: array[start:end] for name, _, array in host})
+            else:
+                index = {named: own_index(named, own, slice(start, end)) for named in self._layouts}
+                query.answer({name: array[index[named]] for name, named, array in host})
             start = end
