@@ -14,6 +14,7 @@ through the custom metrics API.
 """
 
 import dataclasses
+import gc
 import importlib
 import json
 import logging
@@ -83,12 +84,14 @@ class MetricsExporter(threading.Thread):
                     kind = pb_utils.MetricFamily.COUNTER if family.kind == "counter" else pb_utils.MetricFamily.GAUGE
                     self._families[name] = pb_utils.MetricFamily(name=name, description=family.description, kind=kind)
                 self._series[key] = self._families[name].Metric(labels={**self._labels, **dict(labels)})
-            if family.kind == "counter":
-                if value > self._sent.get(key, 0.0):
-                    self._series[key].increment(value - self._sent.get(key, 0.0))
-                    self._sent[key] = value
-            else:
+            # Each call is a round trip to the Triton process, and in Triton 24.10 a gauge's set
+            # holds the GIL through it (60 us: execute waits), so only what changed is sent.
+            sent = self._sent.get(key)
+            if family.kind == "counter" and value > (sent or 0.0):
+                self._series[key].increment(value - (sent or 0.0))
+            elif family.kind == "gauge" and value != sent:
                 self._series[key].set(value)
+            self._sent[key] = value
 
 
 def _trace_file(model: str):
@@ -129,6 +132,10 @@ class TritonPythonModel:
         labels = {"model": args["model_name"], "version": args["model_version"]}
         self._exporter = MetricsExporter(metrics, gauges, labels)
         self._exporter.start()
+        # What loading made (modules, graphs, tables) lives as long as the model: keep the
+        # collector from scanning it again at every full collection (a few ms each, paused
+        # execute; with numpy alone 24k objects, 3.7 ms).
+        gc.freeze()
 
     @staticmethod
     def _died(reason: str) -> None:
