@@ -37,7 +37,7 @@ def stack(arrays: Sequence[np.ndarray], spec: TensorSpec, sizes: Mapping[str, in
         return first if len(arrays) == 1 else np.concatenate(arrays)
     out = np.full((sum(map(len, arrays)), *shape), value, dtype=first.dtype)
     row = 0
-    if spec.named == ((1, spec.dims[0]),):  # text, [batch, sequence, ...]: the plainest index copies fastest
+    if len(spec.named) == 1 and spec.named[0][0] == 1:  # text, [batch, sequence, ...]: the plainest index is fastest
         for array in arrays:
             out[row:row + len(array), :array.shape[1]] = array
             row += len(array)
