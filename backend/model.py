@@ -187,12 +187,9 @@ class TritonPythonModel:
 
     def _query(self, request, respond: Responder | None = None) -> Query:
         """The request as a Query answered through ``respond``, or, without one, keeping its reply."""
-        if self._inline:
-            inputs = {name: tensor.as_numpy() for name in self._input_names
-                      if (tensor := pb_utils.get_input_tensor_by_name(request, name)) is not None}
-        else:  # copied out of Triton's shared memory: the batch runs after execute() returned
-            inputs = {name: tensor.as_numpy().copy() for name in self._input_names
-                      if (tensor := pb_utils.get_input_tensor_by_name(request, name)) is not None}
+        copy = not self._inline  # out of Triton's shared memory: the pipeline runs it after execute() returned
+        inputs = {name: tensor.as_numpy().copy() if copy else tensor.as_numpy() for name in self._input_names
+                  if (tensor := pb_utils.get_input_tensor_by_name(request, name)) is not None}
         arrived = time.monotonic()
         timeout_us = self._queue.timeout_us(request.timeout())  # 0: none
         return Query(inputs, respond, tuple(request.requested_output_names()), arrived,

@@ -9,7 +9,7 @@ Used by the pipeline (Policy I batches) and by single-entry serving (ragged base
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -48,18 +48,23 @@ def stack(arrays: Sequence[np.ndarray], spec: TensorSpec, sizes: Mapping[str, in
     return out
 
 
-def own_index(named: tuple[tuple[int, str], ...], own: Mapping[str, int], rows: slice = slice(None)) -> tuple:
-    """The index of a query's ``rows`` in a batch's tensor whose named axes are ``named``
-    (``TensorSpec.named``), cut back along each to the query's ``own`` sizes: the same for every
-    output laid out alike, so a batch's answers work it out once per query and layout."""
-    index = [rows]
-    for axis, dim in named:
-        if dim in own:
-            index += [slice(None)] * (axis - len(index))
-            index.append(slice(own[dim]))
-    return tuple(index)
+Layout = tuple[tuple[int, str], ...]  # a tensor's named axes, ``TensorSpec.named``
 
 
-def cut(array: np.ndarray, spec: TensorSpec, own: Mapping[str, int], rows: slice = slice(None)) -> np.ndarray:
-    """``array[rows]``, cut back along each named axis to a query's ``own`` sizes."""
-    return array[own_index(spec.named, own, rows)]
+def cut(outputs: Iterable[tuple[str, Layout, np.ndarray]], own: Mapping[str, int],
+        rows: slice = slice(None)) -> dict[str, np.ndarray]:
+    """Each output's ``rows`` (name, layout, batch array), cut back along its named axes to a
+    query's ``own`` sizes. Outputs laid out alike share one index, worked out once."""
+    indexes: dict[Layout, tuple] = {}
+    cut_back = {}
+    for name, named, array in outputs:
+        index = indexes.get(named)
+        if index is None:
+            index = [rows]
+            for axis, dim in named:
+                if dim in own:
+                    index += [slice(None)] * (axis - len(index))
+                    index.append(slice(own[dim]))
+            index = indexes[named] = tuple(index)
+        cut_back[name] = array[index]
+    return cut_back

@@ -123,6 +123,11 @@ class Query:
             log.exception("could not send a response")
 
 
+def waited(queries: Sequence[Query], now: float) -> float:
+    """Seconds ``queries`` have waited since they arrived, in all (what the entry counts)."""
+    return len(queries) * now - sum(q.arrived for q in queries)
+
+
 @functools.cache
 def _dtype(name: str) -> np.dtype:
     return np.dtype(name)

@@ -175,7 +175,7 @@ class Runtime:
     def _own(self, query: Query, outputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         if not query.sizes:
             return outputs
-        return {name: cut(array, self._outputs[name], query.sizes) for name, array in outputs.items()}
+        return cut(((name, self._outputs[name].named, array) for name, array in outputs.items()), query.sizes)
 
     def boundary(self, stage: int) -> Boundary:
         return self.boundaries[stage]

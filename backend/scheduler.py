@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from .batch_table import BatchItem, BatchRow, BatchTable
 from .metrics import Metrics
 from .policy import Outlook, Policy
-from .query import BatchShape, Query, take_batch
+from .query import BatchShape, Query, take_batch, waited
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +86,7 @@ class Scheduler:
         return item
 
     def _admitted(self, kind: str, queries: list[Query], now: float) -> None:
-        self.metrics.admitted(len(queries), len(queries) * now - sum(q.arrived for q in queries), kind)
+        self.metrics.admitted(len(queries), waited(queries, now), kind)
 
     def schedule(self, stage: int, item: BatchItem, buffer: int | None) -> tuple[int, list[BatchItem]]:
         """After ``stage`` finished ``item`` (its rows now in ``buffer``): how many items will

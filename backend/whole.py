@@ -27,8 +27,8 @@ from .device import Device
 from .engine import Engine, run_stages
 from .manifest import Manifest
 from .metrics import Metrics
-from .padding import own_index, stack
-from .query import Failure, Judged, Query, each_alone, refuse_invalid
+from .padding import cut, stack
+from .query import Failure, Judged, Query, each_alone, refuse_invalid, waited
 
 log = logging.getLogger(__name__)
 
@@ -55,13 +55,12 @@ class WholeBatch:
         self.form = form
         self._judged: Judged = {}
         self._columns = [(spec, itemgetter(spec.name), self.pad_values.get(spec.name, 0)) for spec in manifest.inputs]
-        self._layouts = {spec.named for spec in manifest.outputs}
 
     def run(self, queries: Sequence[Query]) -> None:
         pending = refuse_invalid(self.manifest, queries, self.size_limits, self._judged)
         if not pending:
             return
-        admitted, waited = len(pending), len(pending) * time.monotonic() - sum(q.arrived for q in pending)
+        admitted, waited_s = len(pending), waited(pending, time.monotonic())
         batches = 0
         while pending:
             try:
@@ -80,7 +79,7 @@ class WholeBatch:
                 pending = [q for q in pending if id(q) not in chosen]
             else:
                 pending = []
-        self.metrics.admitted(admitted, waited, "new", batches)
+        self.metrics.admitted(admitted, waited_s, "new", batches)
 
     def _run_or_alone(self, queries: list[Query]) -> None:
         try:
@@ -104,9 +103,6 @@ class WholeBatch:
         start = 0
         for query, own in zip(queries, sizes):
             end = start + query.rows
-            if even:
-                query.answer({name: array[start:end] for name, _, array in host})
-            else:
-                index = {named: own_index(named, own, slice(start, end)) for named in self._layouts}
-                query.answer({name: array[index[named]] for name, named, array in host})
+            query.answer({name: array[start:end] for name, _, array in host} if even
+                         else cut(host, own, slice(start, end)))
             start = end

@@ -219,7 +219,7 @@ def test_padding_stacks_each_query_at_the_start_of_its_rows_and_cuts_it_back(dim
     row = 0
     for array, sizes_of in zip(arrays, own):
         rows = slice(row, row + len(array))
-        assert np.array_equal(cut(batch, spec, sizes_of, rows), array)
+        assert np.array_equal(cut([("x", spec.named, batch)], sizes_of, rows)["x"], array)
         padding = np.ones(batch[rows].shape, bool)
         padding[tuple(slice(n) for n in array.shape)] = False
         assert (batch[rows][padding] == -1.5).all()
