@@ -9,6 +9,7 @@
     parameters: { key: "batching"        value: { string_value: "dvabatch" } }  # dvabatch | triton
     parameters: { key: "intra_op_thread_count" value: { string_value: "0" } }   # 0: every core
     parameters: { key: "allow_spinning"  value: { string_value: "auto" } }      # ONNX Runtime threads
+    parameters: { key: "execute_waits"   value: { string_value: "auto" } }      # back-pressure on Triton
 
 ``batching: triton`` serves the model single-entry single-exit: Triton's dynamic batcher forms
 each batch and ``execute`` runs it through every stage to completion and returns the responses,
@@ -75,6 +76,7 @@ class RuntimeConfig:
     batching: str = "dvabatch"
     intra_op_thread_count: int = 0  # ONNX Runtime threads per stage; 0: every core (idle threads sleep)
     allow_spinning: str = "auto"  # let idle ONNX Runtime threads spin: true, false, or auto (see ``spins``)
+    execute_waits: str = "auto"  # a pipeline's execute waits for stage 0: true, false, or auto (``serving.waits``)
     pad_values: Mapping[str, float] = field(default_factory=dict)  # input -> what pads it (default 0)
     max_sizes: Mapping[str, int] = field(default_factory=dict)  # named axis -> largest size served (0: any)
     queue: QueuePolicy = field(default_factory=lambda: QueuePolicy())  # from dynamic_batching, not parameters
@@ -108,11 +110,11 @@ class RuntimeConfig:
         if values.get("intra_op_thread_count", 0) < 0:
             raise ConfigError("parameter 'intra_op_thread_count' must be >= 0 (0: every core), "
                               f"got {values['intra_op_thread_count']}")
-        if "allow_spinning" in values:
-            values["allow_spinning"] = values["allow_spinning"].lower()
-            if values["allow_spinning"] not in ("auto", "true", "false"):
-                raise ConfigError(f"parameter 'allow_spinning' is {values['allow_spinning']!r}; "
-                                  "known: auto, true, false")
+        for switch in ("allow_spinning", "execute_waits"):
+            if switch in values:
+                values[switch] = values[switch].lower()
+                if values[switch] not in ("auto", "true", "false"):
+                    raise ConfigError(f"parameter '{switch}' is {values[switch]!r}; known: auto, true, false")
         if values.get("batching", BATCHING[0]) not in BATCHING:
             raise ConfigError(f"parameter 'batching' is {values['batching']!r}; known: {', '.join(BATCHING)}")
         policy = make_policy(parameters.get("policy", "pass"), settings)

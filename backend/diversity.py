@@ -93,6 +93,7 @@ class DiversityPolicy(Policy):
     _axis: str | None = field(init=False, repr=False, default=None)
     _max: int = field(init=False, repr=False, default=0)
     _settings: tuple[bool, bool, int] = field(init=False, repr=False, default=(False, False, -1))
+    _predicted: dict[tuple[int, int | None], tuple[float, ...]] = field(init=False, repr=False, default_factory=dict)
 
     split_serially = True
 
@@ -107,6 +108,7 @@ class DiversityPolicy(Policy):
             raise ConfigError(f"policy {self.name!r} predicts from the stage latency tables, and stage "
                               f"{missing[0]} has none: slice the model with profiling, or use policy 'pass'")
         self._tables = [s.latency for s in manifest.stages]
+        self._predicted = {}
         self._axis, self._max = manifest.length_axis, manifest.max_batch_size
         # What this manifest makes of the settings (bound again to the fused manifest, the
         # policy decides afresh, not from what an earlier bind made of them).
@@ -122,10 +124,18 @@ class DiversityPolicy(Policy):
     # Predictions, in seconds.
 
     def _time(self, stage: int, rows: int, length: int | None) -> float:
-        return self._tables[stage].predict(rows, length, self.statistic) / 1000
+        return self._times(rows, length)[stage]
 
-    def _times(self, rows: int, length: int | None) -> list[float]:
-        return [self._time(s, rows, length) for s in range(len(self._tables))]
+    def _times(self, rows: int, length: int | None) -> tuple[float, ...]:
+        """Each stage's predicted seconds for ``rows`` of ``length``, read from the tables once:
+        the policies ask a few dozen times per admission (the slack's bisection, the clusters'
+        options), on stage 0's path between two batches, and a prediction costs 4 us (RTE on two
+        slow stages, in-process: window, clusters and stretch 0.5 ms per admission, 0.3 ms so)."""
+        key = (rows, length)
+        times = self._predicted.get(key)
+        if times is None:
+            times = self._predicted[key] = tuple(t.predict(rows, length, self.statistic) / 1000 for t in self._tables)
+        return times
 
     def _length(self, shape: BatchShape | None, queries: Sequence[Query] = ()) -> int | None:
         if self._axis is None:
@@ -379,20 +389,8 @@ class DiversityPolicy(Policy):
         by its slowest stage, each at its best batch size; and neither answers more than the
         host's cores can serve at its CPU cost per request (tritonserver and the stub together,
         ``plain_cost_us`` / ``pipeline_cost_us``), which at GPU engine speed is what decides."""
-        lengths = tables[0].lengths
-        length = lengths[len(lengths) // 2] if lengths else None
-
-        def best(took: Callable[[int], float]) -> float:
-            """Requests/s at the best batch size, of ``took(rows)`` milliseconds per batch."""
-            def rate(rows: int) -> float:
-                ms = took(rows)
-                return rows * 1000 / ms if ms > 0 else math.inf
-            return max(rate(rows) for rows in range(1, tables[0].batch_sizes[-1] + 1))
-
-        plain = best(lambda rows: sum(t.predict(rows, length, self.statistic) for t in tables))
-        pipeline = best(lambda rows: max(t.predict(rows, length, self.statistic) for t in tables))
-        return {"plain": min(plain, cores * 1e6 / self.plain_cost_us),
-                "pipeline": min(pipeline, cores * 1e6 / self.pipeline_cost_us)}
+        return {"plain": min(engine_capacity(tables, False, self.statistic), cores * 1e6 / self.plain_cost_us),
+                "pipeline": min(engine_capacity(tables, True, self.statistic), cores * 1e6 / self.pipeline_cost_us)}
 
     def _split_pays(self, tables: Sequence[LatencyTable]) -> bool:
         for length in tables[0].lengths or (None,):
@@ -409,6 +407,20 @@ class DiversityPolicy(Policy):
                     if split < (1 - SPLIT_GAIN) * min(whole, at_entry):
                         return True
         return False
+
+
+def engine_capacity(tables: Sequence[LatencyTable], pipelined: bool, statistic: str = "mean") -> float:
+    """Requests/s the engines answer at their best batch size and a typical length (the middle
+    tabulated one), by the tables alone: a plain model runs a batch through the stages one
+    after another, a pipeline is held by its slowest stage."""
+    lengths = tables[0].lengths
+    length = lengths[len(lengths) // 2] if lengths else None
+    combine = max if pipelined else sum
+
+    def rate(rows: int) -> float:
+        ms = combine(t.predict(rows, length, statistic) for t in tables)
+        return rows * 1000 / ms if ms > 0 else math.inf
+    return max(rate(rows) for rows in range(1, tables[0].batch_sizes[-1] + 1))
 
 
 def _halves(rows: int, remain: Callable[[int], float]) -> list[int]:

@@ -125,7 +125,9 @@ class TritonPythonModel:
         decision, server = serve(self._manifest, version_dir, runtime_config, device, metrics, on_death=self._died,
                                  trace=stage_ran)
         pb_utils.Logger.log_info(f"{args['model_name']}: serves {decision.mode.value} "
-                                 f"({decision.choice.why}; backend/serving.py)")
+                                 f"({decision.choice.why}{'; ' + decision.waits_why if decision.waits_why else ''}; "
+                                 "backend/serving.py)")
+        self._wait_s = BACKPRESSURE_MAX_S if decision.waits else 0.0
         # Inside execute (fused, in turn) every query is answered before execute returns.
         self._inline, self._server = decision.mode is not Mode.PIPELINE, server
         gauges = dict if self._inline else server.gauges
@@ -170,7 +172,7 @@ class TritonPythonModel:
         handover = Handover([self._sender(request) for request in requests])
         self._server.submit([self._query(request, lambda outputs, failure, i=i: handover.deliver(
             i, self._response_of((outputs, failure)))) for i, request in enumerate(requests)],
-            wait_s=BACKPRESSURE_MAX_S)
+            wait_s=self._wait_s)
         return handover.close()
 
     def finalize(self) -> None:

@@ -14,6 +14,7 @@ import pytest
 from backend.config import RuntimeConfig, make_policy
 from backend.device import CpuDevice
 from backend.engine import OnnxRuntimeEngine, load_engines
+from backend.errors import ConfigError
 from backend.manifest import LatencyTable, Manifest
 from backend.metrics import Metrics
 from backend.policy import FixedPolicy, RandomPolicy
@@ -305,6 +306,24 @@ def test_execute_waits_until_stage_0_has_computed_its_queries(tmp_path):
         assert failure is None and np.array_equal(outputs["input_ids_out"], feed["input_ids"])
     finally:
         runtime.close()
+
+
+def test_a_pipeline_holds_execute_where_the_cpu_caps_it_and_returns_at_once_where_the_engines_do(tmp_path):
+    """Back-pressure keeps Triton's batching where serving each request is what is dear; where
+    the engines are, ``execute`` returns at once so that the entry sees every query as it
+    arrives. ``execute_waits`` decides instead when set; a bad value fails the load by name."""
+    pipelined = lambda **parameters: RuntimeConfig.from_parameters({"policy": "input+load", **parameters})  # noqa: E731
+    zero, slow = (timed_manifest(tmp_path, *line) for line in ((0, 0, 64), (9, 132, 64)))
+    held = decide(zero, pipelined(), cores=2)
+    assert held.mode is Mode.PIPELINE and held.waits and "the CPU caps" in held.waits_why
+    free = decide(slow, pipelined(), cores=2)
+    assert free.mode is Mode.PIPELINE and not free.waits and "the engines cap" in free.waits_why
+    assert decide(slow, pipelined(), cores=1).waits  # half the cores: serving at the engines' pace would take 74 %
+    assert decide(slow, pipelined(execute_waits="true"), cores=2).waits
+    assert not decide(zero, pipelined(execute_waits="FALSE"), cores=2).waits
+    assert not decide(zero, RuntimeConfig.from_parameters({"policy": "auto"}), cores=2).waits  # fused: nothing to hold
+    with pytest.raises(ConfigError, match="execute_waits"):
+        RuntimeConfig.from_parameters({"execute_waits": "sometimes"})
 
 
 def test_a_handover_returns_what_came_before_execute_returned_and_sends_the_rest():
