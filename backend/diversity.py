@@ -130,7 +130,8 @@ class DiversityPolicy(Policy):
         """Each stage's predicted seconds for ``rows`` of ``length``, read from the tables once:
         the policies ask a few dozen times per admission (the slack's bisection, the clusters'
         options), on stage 0's path between two batches, and a prediction costs 4 us (RTE on two
-        slow stages, in-process: window, clusters and stretch 0.5 ms per admission, 0.3 ms so)."""
+        slow stages, in-process: window, clusters and stretch 0.5 ms per admission, 0.3 ms so).
+        At most one entry per batch size and length served."""
         key = (rows, length)
         times = self._predicted.get(key)
         if times is None:
