@@ -36,8 +36,9 @@ class Entry:
     ``window_s``, else the policy's, which knows whether the pipeline is busy and how fast queries
     arrive) and the room the policy leaves for rows in flight, then lets the scheduler admit.
     Batches the policy formed beyond the first enter on the next requests, without waiting. The
-    backend's ``execute`` waits on the entry too (``wait_ready``): that back-pressure is what
-    keeps Triton's own batching alive in front of it."""
+    backend's ``execute`` waits on the entry too (``wait_ready``) where the CPU caps the
+    pipeline (``serving.waits``): that back-pressure is what keeps Triton's own batching alive
+    in front of it."""
 
     def __init__(self, scheduler: Scheduler, max_batch_size: int, window_s: float | None,
                  queue: QueuePolicy | None = None):
