@@ -72,12 +72,13 @@ def waits(manifest: Manifest, config: RuntimeConfig, cores: int) -> tuple[bool, 
     that arrive meanwhile come in one ``execute``, and the responses ready by then go back in
     its list, not one ``send()`` each: where the host's CPU caps the pipeline (serving costs
     ``pipeline_cost_us`` a request, and at the engines' capacity that would take ``CPU_BOUND``
-    of the cores), that is what keeps up (near-zero compute, 64 in flight: 2,400 against 1,800
-    requests/s). Where the engines cap it, the requests waiting unseen in Triton's queue meanwhile
-    are what costs: they miss the batch stage 0 forms next, and the policy's slack and arrival
-    rate cannot count them; returning at once lets the entry see every query as it arrives
-    (two slow stages on RTE: 0.65x the ensemble's mean latency at 474/s against 0.8x waiting,
-    1.25x its answers at 16 in flight against 1.12x). ``execute_waits`` true or false decides
+    of the cores), that is what keeps up (two 1.3 ms stages flat in the batch size, 64 in
+    flight: 2,400 against 1,800 requests/s). Where the engines cap it, the requests waiting
+    unseen in Triton's queue meanwhile are what costs: they miss the batch stage 0 forms next,
+    and the policy's slack and arrival rate cannot count them; returning at once lets the entry
+    see every query as it arrives (two slow stages on RTE: 0.72x the ensemble's mean latency at
+    medium load against 0.92x waiting, 1.25x its answers at 16 in flight against 1.11x;
+    docs/results/sim-slow-rte-nowait). ``execute_waits`` true or false decides
     instead; without latency tables it waits."""
     if config.execute_waits != "auto":
         return config.execute_waits == "true", f"execute_waits is {config.execute_waits}"
