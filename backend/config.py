@@ -10,6 +10,7 @@
     parameters: { key: "intra_op_thread_count" value: { string_value: "0" } }   # 0: every core
     parameters: { key: "allow_spinning"  value: { string_value: "auto" } }      # ONNX Runtime threads
     parameters: { key: "execute_waits"   value: { string_value: "auto" } }      # back-pressure on Triton
+    parameters: { key: "lone_inline"     value: { string_value: "true" } }      # lone batches in execute
 
 ``batching: triton`` serves the model single-entry single-exit: Triton's dynamic batcher forms
 each batch and ``execute`` runs it through every stage to completion and returns the responses,
@@ -77,6 +78,7 @@ class RuntimeConfig:
     intra_op_thread_count: int = 0  # ONNX Runtime threads per stage; 0: every core (idle threads sleep)
     allow_spinning: str = "auto"  # let idle ONNX Runtime threads spin: true, false, or auto (see ``spins``)
     execute_waits: str = "auto"  # a pipeline's execute waits for stage 0: true, false, or auto (``serving.waits``)
+    lone_inline: bool = True  # a batch finding the pipeline empty may run inside execute (``lone.py``)
     pad_values: Mapping[str, float] = field(default_factory=dict)  # input -> what pads it (default 0)
     max_sizes: Mapping[str, int] = field(default_factory=dict)  # named axis -> largest size served (0: any)
     queue: QueuePolicy = field(default_factory=lambda: QueuePolicy())  # from dynamic_batching, not parameters

@@ -69,6 +69,12 @@ class Entry:
         for query in refused:
             query.answer(failure=Failure(f"Exceeds maximum queue size ({limit} queries waiting)", Code.UNAVAILABLE))
 
+    def arrived(self, queries: Sequence[Query]) -> None:
+        """Queries that ran without waiting here (a lone batch inline, ``lone.py``) still count
+        in the arrival rate the policy's window reads."""
+        with self._changed:
+            self._arrivals.extend(q.arrived for q in queries)
+
     def _head(self) -> list[Query]:
         """The oldest ``SCAN`` waiting queries, taken off the queue, less those whose client
         cancelled them or whose timeout expired (with Triton's REJECT timeout action), which are

@@ -15,6 +15,8 @@ Families (every metric also carries Triton's ``model`` and ``version`` labels):
   they waited at the entry (the pipeline's queue; Triton's own queue is ``nv_inference_queue_*``);
 - ``dvabatch_queries_waiting``, ``dvabatch_queries_in_flight``: queries at the entry, and queries
   handed to the backend and not yet answered;
+- ``dvabatch_lone_batches_total{ran}``: batches that found the pipeline empty, by where they ran:
+  ``inline`` (every stage inside ``execute``, answered in its list) or ``pipeline`` (``lone.py``);
 - ``dvabatch_serving{mode}``: 1 for the way the model serves, decided when it loaded (``pipeline``;
   ``fused``: one session inside ``execute`` as a plain model; ``in_turn``: the stages one after
   another inside ``execute``; ``serving.py``);
@@ -50,12 +52,14 @@ ENTRY_WAIT = Family("dvabatch_entry_wait_us_total", "counter",
                     "Microseconds admitted queries waited at the entry of the pipeline")
 WAITING = Family("dvabatch_queries_waiting", "gauge", "Queries waiting at the entry of the pipeline")
 IN_FLIGHT = Family("dvabatch_queries_in_flight", "gauge", "Queries handed to the backend and not yet answered")
+LONE = Family("dvabatch_lone_batches_total", "counter",
+              "Batches that found the pipeline empty, by where they ran (inline: inside execute; pipeline)")
 SERVING = Family("dvabatch_serving", "gauge",
                  "1 for how the model serves: pipeline, fused (one session inside execute) or in_turn")
 CAPACITY = Family("dvabatch_predicted_capacity", "gauge",
                   "Requests/s predicted at load for plain and pipeline serving, where the policy compared them")
 FAMILIES = {f.name: f for f in (META_OPERATIONS, BATCHES, STAGE_BUSY, ENTRY_QUERIES, ENTRY_WAIT, WAITING, IN_FLIGHT,
-                                SERVING, CAPACITY)}
+                                LONE, SERVING, CAPACITY)}
 
 
 Key = tuple[str, Labels]
@@ -67,6 +71,9 @@ _ENTRY_WAIT: Key = (ENTRY_WAIT.name, ())
 @functools.cache
 def _meta_key(kind: str) -> Key:
     return META_OPERATIONS.name, (("kind", kind),)
+
+
+_LONE: dict[bool, Key] = {True: (LONE.name, (("ran", "inline"),)), False: (LONE.name, (("ran", "pipeline"),))}
 
 
 @functools.cache
@@ -96,6 +103,10 @@ class Metrics:
         """``queries`` taken from the entry, having waited ``waited_s`` seconds there in all, by
         ``batches`` meta operations of kind ``operation`` (``new`` batches, or a ``stretch``)."""
         self._add((_ENTRY_QUERIES, queries), (_ENTRY_WAIT, waited_s * 1e6), (_meta_key(operation), batches))
+
+    def lone(self, inline: bool) -> None:
+        """A batch found the pipeline empty and ran ``inline`` inside ``execute``, or in the pipeline."""
+        self._add((_LONE[inline], 1))
 
     def serving(self, mode: str, capacity: Mapping[str, float]) -> None:
         """Set once, when the model loads: gauges kept beside the counters, exported with them."""

@@ -165,7 +165,8 @@ class TritonPythonModel:
             self._trace.write(f"execute\t{began:.6f}\t{time.monotonic():.6f}\t{len(requests)}\n")
 
     def _execute(self, requests: list) -> list | None:
-        if self._inline:  # every query is answered before run returns; its reply is kept on it
+        if self._inline or self._server.runs_inline():
+            # Every query is answered before run returns; its reply is kept on it.
             queries = [self._query(request) for request in requests]
             self._server.run(queries)
             return [self._response_of(query.reply) for query in queries]
@@ -189,7 +190,7 @@ class TritonPythonModel:
 
     def _query(self, request, respond: Responder | None = None) -> Query:
         """The request as a Query answered through ``respond``, or, without one, keeping its reply."""
-        copy = not self._inline  # out of Triton's shared memory: the pipeline runs it after execute() returned
+        copy = respond is not None  # out of Triton's shared memory: the pipeline runs it after execute() returned
         inputs = {name: tensor.as_numpy().copy() if copy else tensor.as_numpy() for name in self._input_names
                   if (tensor := pb_utils.get_input_tensor_by_name(request, name)) is not None}
         arrived = time.monotonic()

@@ -28,11 +28,13 @@ from .engine import Engine
 from .entry import CANCELLED, EXPIRED, Entry
 from .executor import BatchQueue, StageExecutor, Trace
 from .exit import Exit
+from .lone import LoneRuns
 from .manifest import Manifest
 from .metrics import IN_FLIGHT, WAITING, Family, Metrics
 from .padding import cut, stack
 from .query import Code, Failure, Judged, Query, refuse_invalid
 from .scheduler import Scheduler
+from .whole import WholeBatch
 
 log = logging.getLogger(__name__)
 CANCEL_IN_FLIGHT_S = 0.1  # a query in the pipeline is asked once it is this old, then at most this often
@@ -80,6 +82,9 @@ class Runtime:
         ]
         for executor in self.executors:
             executor.start()
+        # A lone batch run inline (``lone.py``): the same engines, one stage after another.
+        self._lone = LoneRuns() if config.lone_inline else None
+        self._alone = WholeBatch(manifest, engines, self.device, self.metrics, self.pad_values, self.size_limits)
 
     def submit(self, queries: Sequence[Query], wait_s: float = 0.0) -> None:
         """Validate and hand over; never waits for inference. With ``wait_s``, return once stage 0
@@ -91,6 +96,29 @@ class Runtime:
         self.entry.put(refuse_invalid(self.manifest, queries, self.size_limits, self._judged))
         if wait_s > 0:
             self.entry.wait_ready(wait_s)
+
+    def runs_inline(self) -> bool:
+        """Asked by ``execute`` before it hands its batch over: whether the batch finds the
+        pipeline empty and runs inside ``execute`` instead (``run``; ``lone.py`` decides)."""
+        if self._lone is None:
+            return False
+        # Nothing waits at the entry and no batch is in the pipeline, checked in that order:
+        # stage 0 admits under the entry's lock, so a batch taken from it is in the table by then.
+        idle = not len(self.entry) and not len(self.table)
+        inline = self._lone.inline(idle)
+        if idle:
+            self.metrics.lone(inline)
+        return inline
+
+    def run(self, queries: Sequence[Query]) -> None:
+        """Run a lone batch through every stage in the caller's thread and answer it before
+        returning, where ``runs_inline`` said so: the executors wait meanwhile (nothing is in the
+        pipeline, and only the caller submits), so the engines are the caller's."""
+        if self.dead:
+            self.submit(queries)
+            return
+        self.entry.arrived(queries)
+        self._alone.run(queries)
 
     @property
     def ready(self) -> bool:

@@ -326,6 +326,58 @@ def test_a_pipeline_holds_execute_where_the_cpu_caps_it_and_returns_at_once_wher
         RuntimeConfig.from_parameters({"execute_waits": "sometimes"})
 
 
+def test_a_lone_batch_runs_inside_execute_while_nothing_else_arrives_during_one(tmp_path):
+    """A batch that finds the pipeline empty runs through every stage in the caller's thread and
+    is answered before ``run`` returns (as a plain model answers in ``execute``'s list), except
+    after every four, when one enters the pipeline to see whether requests still arrive during
+    one. One that does stops the inline runs until a look sees none; a batch never runs inline
+    while another is in the pipeline; ``lone_inline: false`` turns it off. The metrics count
+    where lone batches ran."""
+    manifest = timed_manifest(tmp_path, 40, 40, 2)  # two stages of 20 ms
+    runtime = Runtime(manifest, load_engines(manifest, tmp_path), RuntimeConfig(policy=make_policy("pass", {})))
+    feed = sample_inputs(manifest.inputs, 1, {"sequence": 4}, seed=0)
+    inbox = Inbox()
+
+    def execute(key: int) -> bool:
+        """What the backend's ``execute`` does with one request; whether it ran inline."""
+        query = inbox.query(key, dict(feed))
+        if runtime.runs_inline():
+            runtime.run([query])
+            assert key in inbox.answers
+            return True
+        runtime.submit([query], wait_s=5)  # returns once stage 0 computed it: stage 1 still runs it
+        return False
+
+    def drained(count: int) -> None:
+        inbox.wait(count)
+        assert runtime.table.wait_empty(5)
+
+    try:
+        ran = []
+        for key in range(9):  # one client in a closed loop
+            ran.append(execute(key))
+            drained(key + 1)
+        assert ran == [True] * 4 + [False] + [True] * 4
+        assert not execute(9)  # a look ...
+        assert not execute(10)  # ... during which another request arrives
+        drained(11)
+        assert not execute(11)  # so the next lone batch enters the pipeline too
+        drained(12)
+        assert execute(12)  # and nothing arrived during that one
+        counted = {dict(k)["ran"]: v for (family, k), v in runtime.metrics.snapshot().items()
+                   if family == "dvabatch_lone_batches_total"}
+        assert counted == {"inline": 9, "pipeline": 3}
+        for key, [(outputs, failure)] in inbox.answers.items():
+            assert failure is None and np.array_equal(outputs["input_ids_out"], feed["input_ids"]), key
+    finally:
+        runtime.close()
+    off = Runtime(manifest, load_engines(manifest, tmp_path), RuntimeConfig.from_parameters({"lone_inline": "false"}))
+    try:
+        assert not off.runs_inline()
+    finally:
+        off.close()
+
+
 def test_a_handover_returns_what_came_before_execute_returned_and_sends_the_rest():
     sent = []
     handover = Handover([lambda r: sent.append(("a", r)), lambda r: sent.append(("b", r))])

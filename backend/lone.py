@@ -1,0 +1,56 @@
+"""Whether a batch that finds the pipeline empty runs through every stage inside ``execute``.
+
+Alone in the pipeline, a query pays for what overlapping batches would hide: the hand-offs
+between the executor threads and a ``send()`` of its answer (two slow stages, one query in
+flight: 10.4 ms against 9.5 inline). Run inside ``execute`` instead, it goes back in the list
+``execute`` returns, as a plain model answers. But meanwhile ``execute`` holds Triton's
+instance: a request that arrives during the run waits unseen in Triton's queue until it ends,
+where the pipeline would have let it into stage 0 as soon as that was free (two clients in a
+closed loop: half the answers). So a lone batch runs inline only while such arrivals are rare,
+which is what one client in a closed loop and a trickle of requests look like.
+
+Only the pipeline shows whether a request arrived during a lone batch: the next ``execute``
+finds it still busy. Inline, nothing tells (on a 2-core host the gap between an ``execute``
+returning and the next one beginning is 0.25-1 ms whether the next request waited in Triton's
+queue or came after a client's round trip). So while lone batches run inline, every few of them
+still enters the pipeline, to look. Nothing here imports Triton, so the rule can be tested
+directly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass
+class LoneRuns:
+    """The share of lone batches in the pipeline during which another request arrived (an
+    exponential average), and the rule: a lone batch runs inline while that share is at most
+    ``most``, except that after ``every`` inline runs the next one enters the pipeline to look.
+
+    ``most``: a request arriving during an inline run waits for the stages after the first
+    (about half the run on two stages) for nothing; a lone batch run inline saves the hand-offs
+    and a ``send()`` (about 1 ms on the slow profile, more than that wait costs at 0.2).
+    ``weight``: a look's weight in the share (one arrival seen is enough to stop running inline;
+    it takes one look without to start again)."""
+
+    most: float = 0.2
+    weight: float = 0.25
+    every: int = 4
+    share: float = 0.0
+    _inline_runs: int = 0  # inline since the last lone batch entered the pipeline
+    _looking: bool = False  # a lone batch entered the pipeline, and no ``execute`` began since
+
+    def inline(self, idle: bool) -> bool:
+        """At the start of ``execute`` (``idle``: nothing waits at the entry and no batch is in
+        the pipeline): whether this batch runs inside it."""
+        if self._looking:
+            self.share += self.weight * ((not idle) - self.share)
+            self._looking = False
+        if not idle:
+            return False
+        if self.share <= self.most and self._inline_runs < self.every:
+            self._inline_runs += 1
+            return True
+        self._inline_runs, self._looking = 0, True
+        return False
