@@ -1,16 +1,17 @@
 """Triton's entry point for every model whose config.pbtxt says ``backend: "dvabatch"``.
 
 Only Triton glue lives here. Through the pipeline, requests become ``Query`` objects handed to
-the runtime, and ``execute`` returns as soon as stage 0 has computed them (not before: meanwhile
-Triton gathers the requests that arrive into its next batch), so Triton hands over the next
-batch while earlier ones are still running (Triton 24.06+ allows this in the default,
-non-decoupled mode). Responses ready by then go back in the list ``execute`` returns, the rest
-from their requests' own response senders (``query.Handover``). Where the policy steps aside
-(the pipeline cannot pay on this model and host) and with ``batching: triton``, the model
-serves as a plain Python model does: ``execute`` runs the batch Triton formed and returns every
-response in its list, which goes back in the one message ``execute`` sends anyway, where each
-``send()`` is a round trip of its own. The runtime's counters reach Triton's metrics endpoint
-through the custom metrics API.
+the runtime, and ``execute`` returns at once or once stage 0 has computed them (where the CPU
+caps the pipeline: meanwhile Triton gathers the requests that arrive into its next batch;
+``serving.waits``), so Triton hands over the next batch while earlier ones are still running
+(Triton 24.06+ allows this in the default, non-decoupled mode). Responses ready by then go back
+in the list ``execute`` returns, the rest from their requests' own response senders
+(``query.Handover``); a batch that finds the pipeline empty may run to the end inside
+``execute`` instead (``lone.py``). Where the policy steps aside (the pipeline cannot pay on
+this model and host) and with ``batching: triton``, the model serves as a plain Python model
+does: ``execute`` runs the batch Triton formed and returns every response in its list, which
+goes back in the one message ``execute`` sends anyway, where each ``send()`` is a round trip of
+its own. The runtime's counters reach Triton's metrics endpoint through the custom metrics API.
 """
 
 import dataclasses

@@ -7,7 +7,8 @@ queries can enter while earlier batches run (multi-entry). When the first execut
 for work the entry takes the waiting queries that stack together (after the batch window, if
 any) and the scheduler makes them a new batch or stretches the latest one. Each query is
 answered as soon as its own rows leave the last stage (multi-exit), wherever split or stretch
-moved them.
+moved them. A batch that finds the pipeline empty may instead run through every stage in the
+caller's thread and be answered before ``run`` returns (``runs_inline``; ``lone.py`` decides).
 """
 
 from __future__ import annotations
