@@ -18,6 +18,7 @@ from backend.engine import OnnxRuntimeEngine
 from backend.manifest import Manifest
 from slicer.sample import sample_inputs
 from slicer.slicing import VERSION, slice_model
+from tools.lib import prometheus as prom
 from tools.lib.client import infer
 from tools.lib.processes import children_of, resident_mb
 from tools.lib.triton import stubs_of
@@ -172,6 +173,34 @@ def test_every_policy_answers_mixed_lengths_like_the_unsliced_model(client, repo
                                                       f'{{ string_value: "{policy}" }} }}\n')
     client.load_model(name)
     assert_mixed_lengths_answered_as_unsliced(client, name, repository, sources["bert_like"], count=40, seed=3)
+    client.unload_model(name)
+
+
+def test_one_request_at_a_time_runs_inside_execute_and_answers_like_the_unsliced_model(client, server, repository,
+                                                                                       sources):
+    """One client, one request at a time, to a model that pipelines (Policies I and III): each
+    finds the pipeline empty, so most run through every stage inside ``execute`` and go back in
+    its list (every fifth enters the pipeline to look whether others arrive meanwhile); every
+    answer equals the unsliced model's, and Triton's metrics endpoint says where they ran."""
+    name = "bert_like_lone"
+    shutil.copytree(repository / "bert_like", repository / name)
+    config = (repository / name / "config.pbtxt").read_text().replace('name: "bert_like"', f'name: "{name}"')
+    (repository / name / "config.pbtxt").write_text(config + 'parameters: { key: "policy" value: '
+                                                    '{ string_value: "input+load" } }\n')
+    client.load_model(name)
+    manifest = Manifest.load(repository / name / VERSION)
+    reference = OnnxRuntimeEngine(sources["bert_like"], [o.name for o in manifest.outputs])
+    for i in range(10):
+        feed = sample_inputs(manifest.inputs, 1 + i % 2, {"sequence": 3 + i}, seed=i)
+        answer = infer(client, name, feed, [])
+        for out, expected in reference.run(feed).items():
+            np.testing.assert_allclose(answer[out], expected, atol=1e-5, rtol=0)
+    deadline, ran = time.monotonic() + 10, {}
+    while time.monotonic() < deadline and sum(ran.values()) < 10:  # exported about once a second
+        time.sleep(0.5)
+        ran = {dict(labels)["ran"]: value for labels, value in
+               prom.select(prom.scrape(server.metrics_url), "dvabatch_lone_batches_total", model=name).items()}
+    assert ran.get("inline", 0) >= 6 and ran.get("pipeline", 0) >= 1, ran
     client.unload_model(name)
 
 
