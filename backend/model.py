@@ -99,7 +99,8 @@ def _trace_file(model: str):
     """With ``DVABATCH_TRACE=PREFIX`` in tritonserver's environment, each model instance writes
     ``PREFIX-<model>-<pid>.tsv``: a line per ``execute`` call and per batch item a stage ran
     (what, began and ended in ``time.monotonic()`` seconds, requests or rows), to see where a
-    pipeline waits (``python -m tools.trace``). Off by default: it costs a write per item."""
+    pipeline waits (``python -m tools.trace``); a lone batch run inside ``execute`` (``lone.py``)
+    shows as its ``execute`` line alone. Off by default: it costs a write per item."""
     prefix = os.environ.get("DVABATCH_TRACE")
     return open(f"{prefix}-{model}-{os.getpid()}.tsv", "w", buffering=1) if prefix else None
 
