@@ -1,20 +1,21 @@
 """Whether a batch that finds the pipeline empty runs through every stage inside ``execute``.
 
 Alone in the pipeline, a query pays for what overlapping batches would hide: the hand-offs
-between the executor threads and a ``send()`` of its answer (two slow stages, one query in
-flight: 10.4 ms against 9.5 inline). Run inside ``execute`` instead, it goes back in the list
-``execute`` returns, as a plain model answers. But meanwhile ``execute`` holds Triton's
-instance: a request that arrives during the run waits unseen in Triton's queue until it ends,
-where the pipeline would have let it into stage 0 as soon as that was free (two clients in a
-closed loop: half the answers). So a lone batch runs inline only while such arrivals are rare,
-which is what one client in a closed loop and a trickle of requests look like.
+between the executor threads and a ``send()`` of its answer (two slow stages on RTE text, one
+query in flight: 10.8 ms against 9.9 inline, docs/results/sim-slow-rte-lone). Run inside
+``execute`` instead, it goes back in the list ``execute`` returns, as a plain model answers. But
+meanwhile ``execute`` holds Triton's instance: a request that arrives during the run waits
+unseen in Triton's queue until it ends, where the pipeline would have let it into stage 0 as
+soon as that was free (two clients in a closed loop with every lone batch inline: 107 against
+185 answers/s). So a lone batch runs inline only while such arrivals are rare, which is what
+one client in a closed loop and a trickle of requests look like.
 
 Only the pipeline shows whether a request arrived during a lone batch: the next ``execute``
-finds it still busy. Inline, nothing tells (on a 2-core host the gap between an ``execute``
-returning and the next one beginning is 0.25-1 ms whether the next request waited in Triton's
-queue or came after a client's round trip). So while lone batches run inline, every few of them
-still enters the pipeline, to look. Nothing here imports Triton, so the rule can be tested
-directly.
+finds it still busy. Inline, nothing tells (traced on this project's 2-core host, the gap
+between an ``execute`` returning and the next one beginning was 0.25-1 ms whether the next
+request had waited in Triton's queue or came after a client's round trip). So while lone
+batches run inline, every few of them still enters the pipeline, to look. Nothing here imports
+Triton, so the rule can be tested directly.
 """
 
 from __future__ import annotations
