@@ -180,7 +180,7 @@ def test_one_request_at_a_time_runs_inside_execute_and_answers_like_the_unsliced
                                                                                        sources):
     """One client, one request at a time, to a model that pipelines (Policies I and III): each
     finds the pipeline empty, so most run through every stage inside ``execute`` and go back in
-    its list (every fifth enters the pipeline to look whether others arrive meanwhile); every
+    its list (now and then one enters the pipeline to look whether others arrive meanwhile); every
     answer equals the unsliced model's, and Triton's metrics endpoint says where they ran."""
     name = "bert_like_lone"
     shutil.copytree(repository / "bert_like", repository / name)

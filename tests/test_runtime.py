@@ -329,10 +329,11 @@ def test_a_pipeline_holds_execute_where_the_cpu_caps_it_and_returns_at_once_wher
 def test_a_lone_batch_runs_inside_execute_while_nothing_else_arrives_during_one(tmp_path):
     """A batch that finds the pipeline empty runs through every stage in the caller's thread and
     is answered before ``run`` returns (as a plain model answers in ``execute``'s list), except
-    after every four, when one enters the pipeline to see whether requests still arrive during
-    one. One that does stops the inline runs until a look sees none; a batch never runs inline
-    while another is in the pipeline; ``lone_inline: false`` turns it off. The metrics count
-    where lone batches ran."""
+    that now and then one enters the pipeline to see whether requests arrive during one: after 4
+    inline runs, then 8, then 16 while nothing does. A look that sees one stops the inline runs
+    until a look sees none, and the looks come every 4 again; a batch never runs inline while
+    another is in the pipeline; ``lone_inline: false`` turns it off. The metrics count where
+    lone batches ran."""
     manifest = timed_manifest(tmp_path, 40, 40, 2)  # two stages of 20 ms
     runtime = Runtime(manifest, load_engines(manifest, tmp_path), RuntimeConfig(policy=make_policy("pass", {})))
     feed = sample_inputs(manifest.inputs, 1, {"sequence": 4}, seed=0)
@@ -348,25 +349,25 @@ def test_a_lone_batch_runs_inside_execute_while_nothing_else_arrives_during_one(
         runtime.submit([query], wait_s=5)  # returns once stage 0 computed it: stage 1 still runs it
         return False
 
-    def drained(count: int) -> None:
-        inbox.wait(count)
-        assert runtime.table.wait_empty(5)
+    def one_at_a_time(keys: range) -> list[bool]:
+        """One client in a closed loop: each request once the one before was answered."""
+        ran = []
+        for key in keys:
+            ran.append(execute(key))
+            inbox.wait(key + 1)
+            assert runtime.table.wait_empty(5)
+        return ran
 
     try:
-        ran = []
-        for key in range(9):  # one client in a closed loop
-            ran.append(execute(key))
-            drained(key + 1)
-        assert ran == [True] * 4 + [False] + [True] * 4
-        assert not execute(9)  # a look ...
-        assert not execute(10)  # ... during which another request arrives
-        drained(11)
-        assert not execute(11)  # so the next lone batch enters the pipeline too
-        drained(12)
-        assert execute(12)  # and nothing arrived during that one
+        assert one_at_a_time(range(30)) == [True] * 4 + [False] + [True] * 8 + [False] + [True] * 16
+        assert not execute(30)  # a look ...
+        assert not execute(31)  # ... during which another request arrives
+        inbox.wait(32)
+        assert runtime.table.wait_empty(5)
+        assert one_at_a_time(range(32, 38)) == [False] + [True] * 4 + [False]  # a look without, then every 4
         counted = {dict(k)["ran"]: v for (family, k), v in runtime.metrics.snapshot().items()
                    if family == "dvabatch_lone_batches_total"}
-        assert counted == {"inline": 9, "pipeline": 3}
+        assert counted == {"inline": 32, "pipeline": 5}
         for key, [(outputs, failure)] in inbox.answers.items():
             assert failure is None and np.array_equal(outputs["input_ids_out"], feed["input_ids"]), key
     finally:
