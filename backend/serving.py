@@ -1,7 +1,8 @@
 """How a model serves, decided once when it loads: through the pipeline, or as a plain model.
 
 - ``PIPELINE``: the multi-entry multi-exit runtime (``runtime.py``), each query answered as soon
-  as its rows leave.
+  as its rows leave; a batch that finds the pipeline empty may run to the end inside
+  ``execute`` instead, while requests rarely arrive during one (``lone.py``).
 - ``FUSED``: the policy stepped aside (``Policy.choose``), so the stages run as one engine
   (``engine.fusable``: one ONNX Runtime session, or one timed engine) on the batch Triton's
   batcher formed, inside ``execute``, and the responses go back in the list ``execute``
