@@ -1,11 +1,13 @@
 """python -m tools.bench_cost: what serving costs, per request, where it is paid (not a test).
 
-    python -m tools.bench_cost [PROFILE.json ...] [--concurrency 1,32] [--seconds 4] [--rounds 3]
+    python -m tools.bench_cost [PROFILE.json | MODEL_DIR ...] [--concurrency 1,32] [--seconds 4] [--rounds 3]
                                [--length 64] [--parameter KEY=VALUE ...] [--out docs/results/RUN]
 
 For each timed profile (default: ``docs/profiles/zero_2stages.json``, near-zero compute, and
-``bert_base_trt_a100_2stages.json``, TensorRT speed), one tritonserver serves four models of
-the same engine (``tools.simulate``: timed stages that sleep for their table's time):
+``bert_base_trt_a100_2stages.json``, TensorRT speed; ``tools.simulate``: timed stages that
+sleep for their table's time) or sliced model directory (``python -m slicer``: real engines, on
+the device it was sliced for; its unsliced source must be where the slicer found it), one
+tritonserver serves four models of the same engine:
 
 - ``plain``: the whole model as a plain Python model behind Triton's dynamic batcher (delay 0);
 - ``ensemble``: its stages as an ensemble, each step its own plain model and batcher;
@@ -41,7 +43,7 @@ from rich.console import Console
 from rich.table import Table
 
 from tools.lib import prometheus as prom
-from tools.lib.peers import write_ensemble, write_plain
+from tools.lib.peers import write_ensemble, write_plain, write_variant
 from tools.lib.harness import Bench
 from tools.lib.intervals import pooled, ratio
 from tools.lib.paths import ROOT
@@ -119,15 +121,20 @@ class Cost:
 
 
 def build(profile: Path, folder: Path, extra: dict[str, str]) -> dict[str, list[str]]:
-    """The four models of ``profile`` in ``folder`` (ours with the ``extra`` config.pbtxt parameters):
-    model -> the Triton models whose batches count."""
-    name, manifest, whole, parameters = from_profile(profile)
-    parameters = {**parameters, **extra}
-    tables = [s.latency for s in manifest.stages]
-    source = (manifest.source_file, manifest.source_sha256)
-    for model, policy in (("auto", parameters), ("pipeline", {**parameters, "policy": "pass"})):
-        written = write_timed(model, manifest.inputs, tables, manifest.max_batch_size, *source, folder / model, policy)
-    timed_whole(written, whole)
+    """The four models of ``profile`` (a timed profile or a sliced model directory) in ``folder``
+    (ours with the ``extra`` config.pbtxt parameters): model -> the Triton models whose batches count."""
+    if profile.is_dir():  # real stages: ours as the slicer configured it, peers on the same engine
+        write_variant(profile, folder, "auto", extra)
+        write_variant(profile, folder, "pipeline", {**extra, "policy": "pass"})
+    else:
+        name, manifest, whole, parameters = from_profile(profile)
+        parameters = {**parameters, **extra}
+        tables = [s.latency for s in manifest.stages]
+        source = (manifest.source_file, manifest.source_sha256)
+        for model, policy in (("auto", parameters), ("pipeline", {**parameters, "policy": "pass"})):
+            written = write_timed(model, manifest.inputs, tables, manifest.max_batch_size, *source, folder / model,
+                                  policy)
+        timed_whole(written, whole)
     write_plain(folder / "auto", folder, "plain")
     steps = [p.name for p in write_ensemble(folder / "auto", folder, "ensemble")[:-1]]
     return {"plain": ["plain"], "ensemble": steps, "pipeline": ["pipeline"], "auto": ["auto"]}
@@ -248,7 +255,9 @@ def write(out: Path, rows: list[dict], console: Console) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tools.bench_cost", description=__doc__.split("\n\n")[0])
-    parser.add_argument("profiles", type=Path, nargs="*", default=list(DEFAULT_PROFILES))
+    parser.add_argument("profiles", type=Path, nargs="*", default=list(DEFAULT_PROFILES),
+                        help="timed profiles (JSON) or sliced model directories (default: the near-zero and "
+                             "TensorRT-speed profiles)")
     parser.add_argument("--concurrency", default="1,32", help="closed-loop concurrencies (default 1,32)")
     parser.add_argument("--seconds", type=float, default=4.0, help="seconds per window (default 4)")
     parser.add_argument("--rounds", type=int, default=3)

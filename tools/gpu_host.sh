@@ -3,7 +3,7 @@
 #
 #   dvabatch-gpu/host.sh [--dry-run] [--work DIR] [--out DIR] STEP...
 #
-# Steps, in the order `all` runs them:
+# Steps, in the order `all` runs them (`cost` is left out of `all`: `measure` covers it and more):
 #   check    the host's Python matches the bundled stub; torch sees a GPU; the modules the project
 #            needs import; tritonserver, the backend and the stub find every library; perf_analyzer runs
 #   setup    the bundled numpy<2, tritonclient, protobuf and python-rapidjson into WORK/site, which
@@ -13,6 +13,9 @@
 #            tests, with the bundled tritonserver
 #   measure  tools.compare of each model against the plain model and the ensemble on the same engine
 #            (perf_analyzer; GLUE RTE and SST-2 for BERT-base), outputs under --out
+#   cost     tools.bench_cost of each model (closed loops at 1, 16 and 64 in flight, two rounds: the
+#            plain model, the ensemble, the forced pipeline and auto, with CPU per request): minutes, not
+#            the half hour measure takes; outputs under --out
 # --dry-run runs the checks that need no GPU and prints every other command instead of running it.
 set -euo pipefail
 
@@ -28,13 +31,13 @@ while [ $# -gt 0 ]; do
         --work) WORK="$2"; shift ;;
         --out) OUT="$2"; shift ;;
         all) STEPS+=(check setup models test measure) ;;
-        check|setup|models|test|measure) STEPS+=("$1") ;;
-        -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
+        check|setup|models|test|measure|cost) STEPS+=("$1") ;;
+        -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
         *) echo "host.sh: unknown step or option '$1' (see --help)" >&2; exit 2 ;;
     esac
     shift
 done
-[ ${#STEPS[@]} -gt 0 ] || { sed -n '2,18p' "$0"; exit 2; }
+[ ${#STEPS[@]} -gt 0 ] || { sed -n '2,21p' "$0"; exit 2; }
 
 WANT_PYTHON="$(sed -n 's/^python //p' "$HERE/BUNDLE.txt")"
 SITE="$WORK/site"
@@ -114,6 +117,13 @@ measure() {
             --rounds 1 --window 5 --out "$OUT/bert-base-$task"
     done
     run "$PY" -m tools.compare "$REPOSITORY/resnet50_tv" --rounds 1 --window 5 --out "$OUT/resnet50"
+}
+
+cost() {
+    for model in bert_base resnet50_tv; do
+        run "$PY" -m tools.bench_cost "$REPOSITORY/$model" --concurrency 1,16,64 --rounds 2 --seconds 3 \
+            --out "$OUT/cost-$model"
+    done
 }
 
 for step in "${STEPS[@]}"; do
