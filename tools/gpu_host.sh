@@ -41,9 +41,18 @@ done
 
 WANT_PYTHON="$(sed -n 's/^python //p' "$HERE/BUNDLE.txt")"
 SITE="$WORK/site"
-# The host's Python (often a virtualenv itself, holding torch) with ours first on its path: the
-# tritonserver stubs inherit it, so they see numpy<2.
-export PYTHONPATH="$SITE:$HERE/project${PYTHONPATH:+:$PYTHONPATH}"
+# The stubs embed libpython and start from the base installation, not the host's virtualenv: they
+# find torch only through PYTHONPATH, which they inherit from tritonserver. So the path holds ours
+# first (numpy<2), then the host Python's own site-packages; and libpython's folder (where a
+# Python not installed by the system keeps it) is on the loader's path.
+HOST_SITE="$("$PY" -c 'import site; print(":".join(site.getsitepackages()))')"
+export PYTHONPATH="$SITE:$HERE/project:$HOST_SITE${PYTHONPATH:+:$PYTHONPATH}"
+LIBPYTHON_DIR="$("$PY" -c 'import sysconfig; print(sysconfig.get_config_var("LIBDIR") or "")')"
+if [ ! -e "$LIBPYTHON_DIR/libpython$WANT_PYTHON.so.1.0" ]; then  # not where sysconfig says: the first found
+    found="$(find /usr /opt /root -name "libpython$WANT_PYTHON.so.1.0" 2>/dev/null | head -1 || true)"
+    [ -z "$found" ] || LIBPYTHON_DIR="$(dirname "$found")"
+fi
+export LD_LIBRARY_PATH="$LIBPYTHON_DIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export DVABATCH_PERF_ANALYZER="$HERE/perf_analyzer/bin/perf_analyzer"
 export DVABATCH_TRITON_HOME="$HERE/triton"
 export DVABATCH_GLUE="$HERE/glue"
@@ -76,9 +85,8 @@ EOF
         "$PY" -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('$module') is None)" \
             || echo "warning: no $module here: the models step cannot export what needs it"
     done
-    local libdir unresolved
-    libdir="$("$PY" -c 'import sysconfig; print(sysconfig.get_config_var("LIBDIR") or "")')"
-    unresolved="$(LD_LIBRARY_PATH="$HERE/triton/lib:$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" ldd \
+    local unresolved
+    unresolved="$(LD_LIBRARY_PATH="$HERE/triton/lib:$LD_LIBRARY_PATH" ldd \
         "$HERE/triton/bin/tritonserver" "$HERE/triton/backends/python/libtriton_python.so" \
         "$HERE/triton/python_backend_stubs/$WANT_PYTHON/triton_python_backend_stub" | grep 'not found' | sort -u || true)"
     [ -z "$unresolved" ] || fail "libraries not found: $unresolved"
