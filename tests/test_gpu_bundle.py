@@ -62,6 +62,10 @@ def test_the_host_script_dry_run_checks_and_plans_every_step(bundle):
                  "tools.models bert_base resnet50_tv --target torch --device cuda", "tests/test_cuda.py",
                  "tools.compare", "glue:RTE", "glue:SST-2", "tools.bench_cost"):
         assert said in done.stdout, said
+    exports = subprocess.run([str(top / "host.sh"), "env"], capture_output=True, text=True,
+                             env={**os.environ, "PYTHON": sys.executable}, timeout=60)
+    path = f"export PYTHONPATH={top / 'work' / 'site'}:{top / 'project'}:"
+    assert exports.returncode == 0 and path in exports.stdout, exports.stdout + exports.stderr
     wrong = subprocess.run([str(top / "host.sh"), "measur"], capture_output=True, text=True)
     assert wrong.returncode == 2 and "unknown step" in wrong.stderr
 

@@ -16,6 +16,8 @@
 #   cost     tools.bench_cost of each model (closed loops at 1, 16 and 64 in flight, two rounds: the
 #            plain model, the ensemble, the forced pipeline and auto, with CPU per request): minutes, not
 #            the half hour measure takes; outputs under --out
+#   env      (not in `all`) print the environment as export lines, for commands of your own:
+#            eval "$(dvabatch-gpu/host.sh env)"; cd dvabatch-gpu/project && python3 -m tools.bench_cost ...
 # --dry-run runs the checks that need no GPU and prints every other command instead of running it.
 set -euo pipefail
 
@@ -31,13 +33,13 @@ while [ $# -gt 0 ]; do
         --work) WORK="$2"; shift ;;
         --out) OUT="$2"; shift ;;
         all) STEPS+=(check setup models test measure) ;;
-        check|setup|models|test|measure|cost) STEPS+=("$1") ;;
-        -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
+        check|setup|models|test|measure|cost|env) STEPS+=("$1") ;;
+        -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
         *) echo "host.sh: unknown step or option '$1' (see --help)" >&2; exit 2 ;;
     esac
     shift
 done
-[ ${#STEPS[@]} -gt 0 ] || { sed -n '2,21p' "$0"; exit 2; }
+[ ${#STEPS[@]} -gt 0 ] || { sed -n '2,23p' "$0"; exit 2; }
 
 WANT_PYTHON="$(sed -n 's/^python //p' "$HERE/BUNDLE.txt")"
 SITE="$WORK/site"
@@ -134,10 +136,18 @@ cost() {
     done
 }
 
+env_step() {
+    local name
+    for name in PYTHONPATH LD_LIBRARY_PATH DVABATCH_PERF_ANALYZER DVABATCH_TRITON_HOME DVABATCH_GLUE DVABATCH_CACHE; do
+        printf 'export %s=%q\n' "$name" "${!name}"
+    done
+}
+
 for step in "${STEPS[@]}"; do
-    echo "== $step"
+    [ "$step" = env ] || echo "== $step"
     case "$step" in
         test) test_step ;;
+        env) env_step ;;
         *) "$step" ;;
     esac
 done
