@@ -108,9 +108,10 @@ def test_a_failing_request_stops_perf_analyzer_with_its_reason(server, tmp_path)
 def test_a_run_that_hangs_is_repeated_then_reported(tmp_path):
     """perf_analyzer 2.51 sometimes stops sending mid-window and never ends: such a run is killed
     and repeated, and a run that hangs every time is reported (a real process that never ends
-    stands in for it)."""
-    counter = tmp_path / "attempts"
-    script = f"echo x >> {counter}; sleep 30"
+    stands in for it). Each attempt starts without the files the last one left (perf_analyzer
+    refuses a profile export file that exists)."""
+    counter, export = tmp_path / "attempts", tmp_path / "export.json"
+    script = f"[ -e {export} ] && echo found >> {counter}; echo x >> {counter}; touch {export}; sleep 30"
     with pytest.raises(PerfAnalyzerError, match="did not finish in 0 s, 3 times"):
-        run_until_done(["bash", "-c", script], 0.3, "a hanging window")
-    assert len(counter.read_text().split()) == ATTEMPTS == 3
+        run_until_done(["bash", "-c", script], 0.3, "a hanging window", (export,))
+    assert counter.read_text().split() == ["x"] * ATTEMPTS and ATTEMPTS == 3

@@ -409,7 +409,7 @@ def test_rejects_fixed_batch_axis(tmp_path):
                               [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])])
     src = tmp_path / "fixed.onnx"
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(src))
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), str(src))
     with pytest.raises(SliceError, match="fixed.onnx: input 'x' has no dynamic batch axis"):
         sliced(src, tmp_path / "out", 1)
 
@@ -472,7 +472,8 @@ def unrunnable_model(path):
              helper.make_node("Frobnicate", ["a"], ["y"], name="frob", domain="com.example")]
     graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4])])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.example", 1)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.example", 1)],
+                              ir_version=8)
     onnx.save(model, str(path))
     return path
 

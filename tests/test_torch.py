@@ -38,7 +38,8 @@ def model(op: str, inputs: list[np.ndarray], attrs: dict | None = None, constant
     outs = [f"y{i}" for i in range(outputs)]
     node = helper.make_node(op, names + list(constants or {}), outs, **(attrs or {}))
     graph = helper.make_graph([node], op, ins, [onnx.ValueInfoProto(name=o) for o in outs], inits)
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    # IR 8 (opsets up to 17): the default of a newer onnx can be past what an older ONNX Runtime reads.
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=8)
 
 
 class Case(NamedTuple):

@@ -22,8 +22,8 @@ ensemble), the CPU time per answered request of tritonserver and of the model's 
 weigh at low rates), and per stage (ensemble step; the plain model's one
 run) the rows per batch, the share of the time it was busy and how long a request waited before
 it (Triton's queue, and our entry's before stage 0), so every change to the serving path shows
-its effect and where the time goes. ``--out`` keeps the table (summary.md) and the numbers
-(cost.csv).
+its effect and where the time goes. ``--out`` keeps the table (summary.md), the numbers
+(cost.csv) and tritonserver's log of each profile.
 """
 
 from __future__ import annotations
@@ -166,14 +166,16 @@ def measure(bench: Bench, model: str, counted: list[str], load: Load, data: Path
 
 
 def run_profile(profile: Path, concurrencies: list[int], seconds: float, rounds: int, length: int,
-                extra: dict[str, str], console: Console) -> list[dict]:
+                extra: dict[str, str], console: Console, log: Path | None = None) -> list[dict]:
+    """Measure the four models of ``profile``; tritonserver's log goes to ``log`` (else it goes
+    with the scratch folder)."""
     folder = Path(tempfile.mkdtemp(prefix="dvabatch-cost-"))
     try:
         counted = build(profile, folder, extra)
         data = write_input_data(synthetic(interface_of(folder / "auto"), 1, {}, lengths=(length,)),
                                 folder / "data.json")
         costs: dict[tuple[str, int], list[Cost]] = {(m, c): [] for m in MODELS for c in concurrencies}
-        with Bench(folder, log=folder / "triton.log") as bench:
+        with Bench(folder, log=log or folder / "triton.log") as bench:
             for model in MODELS:
                 for step in counted[model] if model == "ensemble" else ():
                     bench.load(step)
@@ -271,8 +273,11 @@ def main(argv: list[str] | None = None) -> int:
     if any("=" not in p for p in args.parameter):
         parser.error("--parameter takes KEY=VALUE")
     extra = dict(p.split("=", 1) for p in args.parameter)
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
     rows = [row for profile in args.profiles
-            for row in run_profile(profile, concurrencies, args.seconds, args.rounds, args.length, extra, console)]
+            for row in run_profile(profile, concurrencies, args.seconds, args.rounds, args.length, extra, console,
+                                   args.out / f"tritonserver-{profile.stem}.log" if args.out else None)]
     if args.out:
         write(args.out, rows, console)
     return 0

@@ -44,8 +44,9 @@ def main(argv: list[str] | None = None) -> int:
         model = BY_NAME[name]
         try:
             seconds = build(model, args.repository, args.force, args.target, args.device)
-        except ImportError as exc:
-            print(f"{name}: needs the models extra ({exc}); run `make models`", file=sys.stderr)
+        except ImportError as exc:  # transformers hides why behind its lazy import: say the cause too
+            cause = f"; because {exc.__cause__!r}" if exc.__cause__ else ""
+            print(f"{name}: needs the models extra ({exc}{cause}); run `make models`", file=sys.stderr)
             return 2
         done = ", ".join(f"{step} {s:.0f} s" for step, s in seconds.items()) or "up to date"
         print(f"{name} ({model.diversity} diversity): {done}", flush=True)

@@ -27,6 +27,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -191,12 +192,16 @@ def command(model: str, url: str, load: Load, data: str | Path, seconds: float, 
     return args
 
 
-def run_until_done(args: list[str], limit: float, what: str) -> subprocess.CompletedProcess:
+def run_until_done(args: list[str], limit: float, what: str,
+                   outputs: Sequence[Path] = ()) -> subprocess.CompletedProcess:
     """Run perf_analyzer, again if it hangs. perf_analyzer 2.51 sometimes stops sending in the
     middle of a window and never ends (the server has answered everything it was sent; about one
     Poisson window in 20 here, with or without a warm-up): such a run is killed after ``limit`` and
-    repeated, up to ``ATTEMPTS`` times in all."""
+    repeated, up to ``ATTEMPTS`` times in all, its ``outputs`` removed first (perf_analyzer
+    refuses a profile export file that exists)."""
     for attempt in range(1, ATTEMPTS + 1):
+        for path in outputs:
+            path.unlink(missing_ok=True)
         try:
             return subprocess.run(args, capture_output=True, text=True, timeout=limit)
         except subprocess.TimeoutExpired:
@@ -214,7 +219,7 @@ def measure(model: str, url: str, load: Load, data: str | Path, seconds: float, 
         csv_path, export = folder / "window.csv", folder / "export.json"
         args = command(model, url, load, data, seconds, warmup_s, csv_path, export)
         limit = timeout_s or HANG_AFTER_S + HANG_FACTOR * (seconds + warmup_s)
-        done = run_until_done(args, limit, f"{load.label} on {model}")
+        done = run_until_done(args, limit, f"{load.label} on {model}", (csv_path, export))
         output = done.stdout + done.stderr
         if done.returncode != 0 or not export.is_file():
             said = [line.strip() for line in output.splitlines() if "rror" in line or "ailed" in line]
