@@ -1,7 +1,8 @@
 """python -m tools.bench_cost: what serving costs, per request, where it is paid (not a test).
 
     python -m tools.bench_cost [PROFILE.json | MODEL_DIR ...] [--concurrency 1,32] [--seconds 4] [--rounds 3]
-                               [--length 64] [--parameter KEY=VALUE ...] [--out docs/results/RUN]
+                               [--length 64] [--parameter KEY=VALUE ...] [--models plain,auto,...]
+                               [--out docs/results/RUN]
 
 For each timed profile (default: ``docs/profiles/zero_2stages.json``, near-zero compute, and
 ``bert_base_trt_a100_2stages.json``, TensorRT speed; ``tools.simulate``: timed stages that
@@ -166,27 +167,28 @@ def measure(bench: Bench, model: str, counted: list[str], load: Load, data: Path
 
 
 def run_profile(profile: Path, concurrencies: list[int], seconds: float, rounds: int, length: int,
-                extra: dict[str, str], console: Console, log: Path | None = None) -> list[dict]:
-    """Measure the four models of ``profile``; tritonserver's log goes to ``log`` (else it goes
-    with the scratch folder)."""
+                extra: dict[str, str], console: Console, log: Path | None = None,
+                models: Sequence[str] = MODELS) -> list[dict]:
+    """Measure ``models`` (of the four) of ``profile``; tritonserver's log goes to ``log`` (else it
+    goes with the scratch folder)."""
     folder = Path(tempfile.mkdtemp(prefix="dvabatch-cost-"))
     try:
         counted = build(profile, folder, extra)
         data = write_input_data(synthetic(interface_of(folder / "auto"), 1, {}, lengths=(length,)),
                                 folder / "data.json")
-        costs: dict[tuple[str, int], list[Cost]] = {(m, c): [] for m in MODELS for c in concurrencies}
+        costs: dict[tuple[str, int], list[Cost]] = {(m, c): [] for m in models for c in concurrencies}
         with Bench(folder, log=log or folder / "triton.log") as bench:
-            for model in MODELS:
+            for model in models:
                 for step in counted[model] if model == "ensemble" else ():
                     bench.load(step)
                 bench.load(model)
                 bench.capacity(model, data, max(concurrencies), 1.0)  # warm up
             for _ in range(rounds):
                 for concurrency in concurrencies:
-                    for model in MODELS:
+                    for model in models:
                         costs[model, concurrency].append(
                             measure(bench, model, counted[model], Load(concurrency=concurrency), data, seconds))
-        return report(profile.stem, costs, concurrencies, console)
+        return report(profile.stem, costs, concurrencies, models, console)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 
@@ -227,11 +229,11 @@ def cell(row: dict, key: str) -> str:
     return str(value)
 
 
-def report(name: str, costs: dict[tuple[str, int], list[Cost]], concurrencies: list[int],
+def report(name: str, costs: dict[tuple[str, int], list[Cost]], concurrencies: list[int], models: Sequence[str],
            console: Console) -> list[dict]:
     rows = [summarise(name, model, concurrency, costs[model, concurrency],
                       [c.window for c in costs["plain", concurrency]])
-            for concurrency in concurrencies for model in MODELS]
+            for concurrency in concurrencies for model in models]
     table = Table(title=f"{name}: closed loop (perf_analyzer), {len(next(iter(costs.values())))} rounds")
     for title, _ in COLUMNS:
         table.add_column(title, justify="left" if title == "per stage" else "right")
@@ -266,6 +268,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--length", type=int, default=64, help="tokens per query (default 64)")
     parser.add_argument("--parameter", action="append", default=[], metavar="KEY=VALUE",
                         help="a config.pbtxt parameter of our two models (e.g. buffer_pairs=2); repeatable")
+    parser.add_argument("--models", default=",".join(MODELS),
+                        help=f"which of {','.join(MODELS)} to measure (default all; plain always, the ratios' base)")
     parser.add_argument("--out", type=Path, help="write summary.md and cost.csv here")
     args = parser.parse_args(argv)
     console = Console(width=200)
@@ -273,11 +277,15 @@ def main(argv: list[str] | None = None) -> int:
     if any("=" not in p for p in args.parameter):
         parser.error("--parameter takes KEY=VALUE")
     extra = dict(p.split("=", 1) for p in args.parameter)
+    chosen = set(args.models.split(",")) | {"plain"}
+    if chosen - set(MODELS):
+        parser.error(f"--models takes some of {','.join(MODELS)}")
+    models = [m for m in MODELS if m in chosen]
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
     rows = [row for profile in args.profiles
             for row in run_profile(profile, concurrencies, args.seconds, args.rounds, args.length, extra, console,
-                                   args.out / f"tritonserver-{profile.stem}.log" if args.out else None)]
+                                   args.out / f"tritonserver-{profile.stem}.log" if args.out else None, models)]
     if args.out:
         write(args.out, rows, console)
     return 0

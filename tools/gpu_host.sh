@@ -109,7 +109,10 @@ setup() {
 }
 
 models() {
-    run "$PY" -m tools.models bert_base resnet50_tv --target torch --device cuda --repository "$REPOSITORY"
+    # The export and the slicer use the host's own packages: its transformers may not import beside
+    # the bundled numpy<2 (seen on an H200 host), which only the stubs need.
+    PYTHONPATH="$HERE/project:$HOST_SITE" run "$PY" -m tools.models bert_base resnet50_tv --target torch --device cuda \
+        --repository "$REPOSITORY"
     if [ -f "$HERE/tokenizer.json" ]; then
         run cp "$HERE/tokenizer.json" "$DVABATCH_CACHE/sources/bert_base.tokenizer.json"
     fi
