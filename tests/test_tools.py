@@ -13,6 +13,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
+import onnx
 import pytest
 import tritonclient.grpc as grpcclient
 
@@ -90,9 +91,9 @@ def test_plain_peer_pads_ragged_batches_and_answers_each_query_its_own(run, clie
 
 
 def test_peers_of_a_model_sliced_for_torch_run_torch(client, server, repository, sources):
-    """A model sliced with --target torch gets peers on the same engine: the plain model and every
-    ensemble step run their ONNX file with the torch interpreter copied beside them (on the CPU
-    here, KIND_CPU as the model), and answer as the unsliced model does."""
+    """A model sliced with --target torch gets peers on the same engine: the plain model (the
+    optimised whole graph) and every ensemble step run their ONNX file with the torch interpreter
+    copied beside them (on the CPU here, KIND_CPU as the model), and answer as the unsliced model does."""
     from dataclasses import replace
 
     from slicer.slicing import slice_model
@@ -110,6 +111,10 @@ def test_peers_of_a_model_sliced_for_torch_run_torch(client, server, repository,
         config = (folder / "config.pbtxt").read_text()
         assert 'key: "engine" value: { string_value: "torch" }' in config and "kind: KIND_CPU" in config
         assert (folder / VERSION / "onnx_torch.py").is_file()
+    # the plain model runs the graph the stages were cut from (folded at the slicer's level), not the raw export
+    nodes = {path: len(onnx.load(str(path), load_external_data=False).graph.node)
+             for path in (sources["bert_like"], plain / VERSION / "model.onnx")}
+    assert nodes[plain / VERSION / "model.onnx"] < nodes[sources["bert_like"]]
     manifest = Manifest.load(model_dir / VERSION)
     feeds = [sample_inputs(manifest.inputs, 1 + n % 2, {"sequence": 7}, seed=n) for n in range(6)]
     for model in (plain.name, ensemble.name):
