@@ -370,7 +370,8 @@ class DiversityPolicy(Policy):
           a batch after a stage (Policy II) answers its rows sooner, in sum, than both the whole
           batch and the two halves formed at the entry, by ``SPLIT_GAIN`` (``_split_pays``);
         - stages on their own engines (a GPU; timed) overlap, and the pipeline pays where its
-          predicted capacity beats the plain model's by ``CAPACITY_GAIN`` (``_capacities``)."""
+          predicted capacity beats the plain model's by ``CAPACITY_GAIN`` (``_capacities``);
+          torch stages on a GPU overlap their kernels but not their host time (``interpreted``)."""
         if not self.auto or len(manifest.stages) < 2 or any(s.latency is None for s in manifest.stages):
             return Choice(True, "auto pipelines a model of one stage or without latency tables")
         tables = [s.latency for s in manifest.stages]
@@ -378,20 +379,22 @@ class DiversityPolicy(Policy):
             if self._split_pays(tables):
                 return Choice(True, "splitting a batch after a stage answers its rows sooner (Policy II)")
             return Choice(False, "the stages share the CPU's cores and no split after a stage pays")
-        capacity = self._capacities(tables, cores)
+        capacity = self._capacities(tables, cores, interpreted(manifest))
         pays = capacity["pipeline"] >= (1 + CAPACITY_GAIN) * capacity["plain"]
         return Choice(pays, f"predicted capacity {capacity['pipeline']:.0f} requests/s pipelined, "
                             f"{capacity['plain']:.0f} as a plain model (serving costs {self.pipeline_cost_us:.0f} / "
                             f"{self.plain_cost_us:.0f} us of CPU per request on {cores} cores)", capacity)
 
-    def _capacities(self, tables: Sequence[LatencyTable], cores: int) -> dict[str, float]:
+    def _capacities(self, tables: Sequence[LatencyTable], cores: int, shared: bool) -> dict[str, float]:
         """Requests/s each way can answer at most, at a typical length (the middle tabulated
         one): a plain model runs the stages of a batch one after another, the pipeline is held
         by its slowest stage, each at its best batch size; and neither answers more than the
         host's cores can serve at its CPU cost per request (tritonserver and the stub together,
-        ``plain_cost_us`` / ``pipeline_cost_us``), which at GPU engine speed is what decides."""
+        ``plain_cost_us`` / ``pipeline_cost_us``), which at GPU engine speed is what decides.
+        ``shared``: the stages take turns for their host time (``engine_capacity``)."""
         return {"plain": min(engine_capacity(tables, False, self.statistic), cores * 1e6 / self.plain_cost_us),
-                "pipeline": min(engine_capacity(tables, True, self.statistic), cores * 1e6 / self.pipeline_cost_us)}
+                "pipeline": min(engine_capacity(tables, True, self.statistic, shared),
+                                cores * 1e6 / self.pipeline_cost_us)}
 
     def _split_pays(self, tables: Sequence[LatencyTable]) -> bool:
         for length in tables[0].lengths or (None,):
@@ -410,16 +413,31 @@ class DiversityPolicy(Policy):
         return False
 
 
-def engine_capacity(tables: Sequence[LatencyTable], pipelined: bool, statistic: str = "mean") -> float:
+def interpreted(manifest: Manifest) -> bool:
+    """Whether every stage runs on our torch interpreter: one Python call per node, all under the
+    one lock of the process's interpreter, so stages running at once take turns for their host
+    time even where their kernels overlap on a GPU."""
+    return all(s.engine == "torch" for s in manifest.stages)
+
+
+def engine_capacity(tables: Sequence[LatencyTable], pipelined: bool, statistic: str = "mean",
+                    shared_host: bool = False) -> float:
     """Requests/s the engines answer at their best batch size and a typical length (the middle
     tabulated one), by the tables alone: a plain model runs a batch through the stages one
-    after another, a pipeline is held by its slowest stage."""
+    after another, a pipeline is held by its slowest stage. With ``shared_host`` (stages of one
+    interpreter) a pipelined batch also waits for every stage's host time, which is the same at
+    every batch size: taken as the stage's least time over its batch sizes, where the GPU has
+    least to do. BERT-base's two torch stages on an H200 took 5.4 and 4.0 ms for one row and
+    5.4 and 4.4 ms for 16 (64 tokens; docs/profiles/bert_base_torch_h200_2stages.json): nearly
+    all of it the interpreter's, so pipelining them frees almost nothing."""
     lengths = tables[0].lengths
     length = lengths[len(lengths) // 2] if lengths else None
     combine = max if pipelined else sum
+    host_ms = sum(min(t.predict(rows, length, statistic) for rows in t.batch_sizes) for t in tables) \
+        if pipelined and shared_host else 0.0
 
     def rate(rows: int) -> float:
-        ms = combine(t.predict(rows, length, statistic) for t in tables)
+        ms = max(combine(t.predict(rows, length, statistic) for t in tables), host_ms)
         return rows * 1000 / ms if ms > 0 else math.inf
     return max(rate(rows) for rows in range(1, tables[0].batch_sizes[-1] + 1))
 

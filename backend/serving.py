@@ -25,7 +25,7 @@ from pathlib import Path
 
 from .config import RuntimeConfig
 from .device import CpuDevice, Device
-from .diversity import PIPELINE_COST_US, engine_capacity
+from .diversity import PIPELINE_COST_US, engine_capacity, interpreted
 from .engine import cpu_cores, fusable, load_engines, on_host_cores
 from .executor import Trace
 from .manifest import Manifest
@@ -88,7 +88,7 @@ def waits(manifest: Manifest, config: RuntimeConfig, cores: int) -> tuple[bool, 
         return True, "execute waits: no latency tables to tell whether the engines or the CPU cap the pipeline"
     # The diversity policy knows this host's serving cost (policy.pipeline_cost_us); others take the default.
     cost_us = getattr(config.policy, "pipeline_cost_us", PIPELINE_COST_US)
-    capacity = engine_capacity(tables, pipelined=True)
+    capacity = engine_capacity(tables, pipelined=True, shared_host=interpreted(manifest))
     share = capacity * cost_us / 1e6 / cores
     cpu = share >= CPU_BOUND
     return cpu, (f"execute {'waits for stage 0: the CPU caps' if cpu else 'returns at once: the engines cap'} the "

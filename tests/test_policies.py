@@ -351,3 +351,25 @@ def test_the_batch_window_never_takes_more_than_half_of_a_deadline():
     clock.submit(clock.query(0, deadline_ms=6 * T))
     assert_times(clock.wait(1), {0: 5 * T}, steps=3)
     check_rows(clock)
+
+
+def test_auto_steps_aside_where_torch_stages_spend_their_time_in_the_interpreter():
+    """Tables measured on an H200 (docs/profiles): BERT-base's two torch stages take about the
+    same at 1 and at 16 rows, so their time is the interpreter's host dispatch, which the stages
+    of one process take in turns: ``auto`` serves them as a plain model. The same tables on
+    engines that overlap (timed) pipeline, and so do ResNet-50's torch stages, whose time grows
+    with the batch (the GPU's share)."""
+    from dataclasses import replace
+
+    from tools.lib.paths import ROOT
+    from tools.lib.timed import from_profile
+
+    def on(profile: str, engine: str):
+        manifest = from_profile(ROOT / "docs" / "profiles" / f"{profile}_torch_h200_2stages.json")[1]
+        return replace(manifest, stages=tuple(replace(s, engine=engine) for s in manifest.stages))
+
+    auto = make_policy("auto", {})
+    bert = auto.choose(on("bert_base", "torch"), 16, False)
+    assert not bert.pipeline and bert.capacity["pipeline"] < 1.1 * bert.capacity["plain"], bert
+    assert auto.choose(on("bert_base", "timed"), 16, False).pipeline
+    assert auto.choose(on("resnet50", "torch"), 16, False).pipeline
