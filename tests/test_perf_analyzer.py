@@ -6,20 +6,26 @@ from __future__ import annotations
 import io
 import json
 import tarfile
+from dataclasses import replace
 
 import numpy as np
+import onnx
 import pytest
+import tritonclient.grpc as grpcclient
+from onnx import TensorProto, helper, numpy_helper
 
 from backend.engine import OnnxRuntimeEngine
 from backend.manifest import Manifest
-from slicer.slicing import VERSION
-from tools.lib.workload import interface_of
+from slicer.slicing import VERSION, slice_model
+from tools.lib.workload import interface_of, synthetic
 from tools.lib.perf_analyzer import (ATTEMPTS, HANG_AFTER_S, HANG_FACTOR, Load, PerfAnalyzerError, command, measure,
-                                 read_csv, read_export, run_until_done)
+                                 read_csv, read_export, run_until_done, transport)
 from tools.lib.perf_analyzer import VERSION as PA_VERSION
 from tools.lib.perf_analyzer import installed_version
 from tools.lib.perf_analyzer_install import _deb_member, install
 from tools.lib.workload import glue, write_input_data
+
+from .conftest import FAST
 
 
 def test_installed_into_the_virtualenv_and_installing_again_does_nothing():
@@ -96,6 +102,33 @@ def test_windows_of_each_load(server, rte, tmp_path):
     assert burst.load.offered() == pytest.approx(8 / 0.207) and burst.requests >= 16
 
 
+def test_requests_of_large_images_go_through_shared_memory_and_every_window_ends(server, repository, tmp_path):
+    """A model taking 224x224 images (600 kB a request): perf_analyzer's export would hold every
+    input as JSON text (gigabytes at 16 in flight; it never finished writing them), so such
+    windows send through system shared memory, sized by one answer first; text stays on gRPC."""
+    weights = numpy_helper.from_array(np.full((4, 3, 8, 8), 0.01, np.float32), "w")
+    nodes = [helper.make_node("Conv", ["image", "w"], ["c"], strides=[8, 8], name="conv"),
+             helper.make_node("Relu", ["c"], ["r"], name="relu"),
+             helper.make_node("GlobalAveragePool", ["r"], ["p"], name="pool"),
+             helper.make_node("Flatten", ["p"], ["scores"], name="flatten")]
+    graph = helper.make_graph(nodes, "images", [helper.make_tensor_value_info("image", TensorProto.FLOAT,
+                                                                              ["batch", 3, 224, 224])],
+                              [helper.make_tensor_value_info("scores", TensorProto.FLOAT, ["batch", 4])], [weights])
+    source = tmp_path / "images.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), str(source))
+    slice_model(source, repository / "images", replace(FAST, stages=2, calibration_rounds=0, policy_defaults=False))
+    with grpcclient.InferenceServerClient(server.url) as client:
+        client.load_model("images")
+    data = write_input_data(synthetic(interface_of(repository / "images"), 1, {}, count=4), tmp_path / "images.json")
+    assert transport("images", server.url, str(data))[:2] == ("--shared-memory", "system")
+    window = measure("images", server.url, Load(concurrency=16), data, seconds=1.0, warmup_s=0.3, timeout_s=60)
+    assert window.requests > 16 and window.throughput > 0
+
+
+def test_text_goes_over_grpc(server, rte):
+    assert transport("bert_like", server.url, str(rte)) == ()
+
+
 def test_a_failing_request_stops_perf_analyzer_with_its_reason(server, tmp_path):
     data = tmp_path / "bad.json"  # token ids far beyond bert_like's vocabulary: the model cannot run them
     data.write_text(json.dumps({"data": [{"input_ids": {"content": [5000] * 6, "shape": [6]},
@@ -109,9 +142,14 @@ def test_a_run_that_hangs_is_repeated_then_reported(tmp_path):
     """perf_analyzer 2.51 sometimes stops sending mid-window and never ends: such a run is killed
     and repeated, and a run that hangs every time is reported (a real process that never ends
     stands in for it). Each attempt starts without the files the last one left (perf_analyzer
-    refuses a profile export file that exists)."""
+    refuses a profile export file that exists); a run that ends well but leaves its export empty
+    (seen with shared memory) is repeated too."""
     counter, export = tmp_path / "attempts", tmp_path / "export.json"
     script = f"[ -e {export} ] && echo found >> {counter}; echo x >> {counter}; touch {export}; sleep 30"
-    with pytest.raises(PerfAnalyzerError, match="did not finish in 0 s, 3 times"):
+    with pytest.raises(PerfAnalyzerError, match="did not finish with its outputs written in 0 s, 3 times"):
         run_until_done(["bash", "-c", script], 0.3, "a hanging window", (export,))
     assert counter.read_text().split() == ["x"] * ATTEMPTS and ATTEMPTS == 3
+    # a run that ends well but leaves its export empty is repeated; one that writes it is kept
+    script = f"echo x >> {counter}; [ $(wc -l < {counter}) -ge 5 ] && echo '{{}}' > {export} || touch {export}"
+    done = run_until_done(["bash", "-c", script], 5.0, "an empty export", (export,))
+    assert done.returncode == 0 and export.read_text() == "{}\n" and len(counter.read_text().split()) == 5

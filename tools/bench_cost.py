@@ -2,7 +2,7 @@
 
     python -m tools.bench_cost [PROFILE.json | MODEL_DIR ...] [--concurrency 1,32] [--seconds 4] [--rounds 3]
                                [--length 64] [--parameter KEY=VALUE ...] [--models plain,auto,...]
-                               [--out docs/results/RUN]
+                               [--source SRC.onnx ...] [--out docs/results/RUN]
 
 For each timed profile (default: ``docs/profiles/zero_2stages.json``, near-zero compute, and
 ``bert_base_trt_a100_2stages.json``, TensorRT speed; ``tools.simulate``: timed stages that
@@ -43,6 +43,9 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
+from backend.manifest import Manifest
+from slicer.errors import SliceError
+from slicer.slicing import VERSION, sha256
 from tools.lib import prometheus as prom
 from tools.lib.peers import write_ensemble, write_plain, write_variant
 from tools.lib.harness import Bench
@@ -121,22 +124,38 @@ class Cost:
     stages: tuple[StageLoad, ...]
 
 
-def build(profile: Path, folder: Path, extra: dict[str, str]) -> dict[str, list[str]]:
-    """The four models of ``profile`` (a timed profile or a sliced model directory) in ``folder``
-    (ours with the ``extra`` config.pbtxt parameters): model -> the Triton models whose batches count."""
+@dataclass(frozen=True)
+class Plan:
+    """What to measure of each profile, and how."""
+
+    concurrencies: tuple[int, ...]
+    seconds: float
+    rounds: int
+    length: int  # tokens per query, where the model takes text
+    parameters: dict[str, str]  # config.pbtxt parameters of our two models
+    models: tuple[str, ...] = MODELS
+    sources: tuple[Path, ...] = ()  # unsliced sources of sliced model directories, found by sha256
+
+
+def build(profile: Path, folder: Path, plan: Plan) -> dict[str, list[str]]:
+    """The models of ``profile`` (a timed profile or a sliced model directory) in ``folder``:
+    model -> the Triton models whose batches count."""
+    extra, source = plan.parameters, None
     if profile.is_dir():  # real stages: ours as the slicer configured it, peers on the same engine
         write_variant(profile, folder, "auto", extra)
         write_variant(profile, folder, "pipeline", {**extra, "policy": "pass"})
+        digest = Manifest.load(profile / VERSION).source_sha256
+        source = next((path for path in plan.sources if sha256(path) == digest), None)
     else:
         name, manifest, whole, parameters = from_profile(profile)
         parameters = {**parameters, **extra}
         tables = [s.latency for s in manifest.stages]
-        source = (manifest.source_file, manifest.source_sha256)
+        identity = (manifest.source_file, manifest.source_sha256)
         for model, policy in (("auto", parameters), ("pipeline", {**parameters, "policy": "pass"})):
-            written = write_timed(model, manifest.inputs, tables, manifest.max_batch_size, *source, folder / model,
+            written = write_timed(model, manifest.inputs, tables, manifest.max_batch_size, *identity, folder / model,
                                   policy)
         timed_whole(written, whole)
-    write_plain(folder / "auto", folder, "plain")
+    write_plain(folder / "auto", folder, "plain", source=source)
     steps = [p.name for p in write_ensemble(folder / "auto", folder, "ensemble")[:-1]]
     return {"plain": ["plain"], "ensemble": steps, "pipeline": ["pipeline"], "auto": ["auto"]}
 
@@ -166,29 +185,27 @@ def measure(bench: Bench, model: str, counted: list[str], load: Load, data: Path
                 (after.stubs_s - before.stubs_s) * 1e6 * per, batch, tuple(stages))
 
 
-def run_profile(profile: Path, concurrencies: list[int], seconds: float, rounds: int, length: int,
-                extra: dict[str, str], console: Console, log: Path | None = None,
-                models: Sequence[str] = MODELS) -> list[dict]:
-    """Measure ``models`` (of the four) of ``profile``; tritonserver's log goes to ``log`` (else it
-    goes with the scratch folder)."""
+def run_profile(profile: Path, plan: Plan, console: Console, log: Path | None = None) -> list[dict]:
+    """Measure ``plan.models`` of ``profile``; tritonserver's log goes to ``log`` (else it goes
+    with the scratch folder)."""
     folder = Path(tempfile.mkdtemp(prefix="dvabatch-cost-"))
     try:
-        counted = build(profile, folder, extra)
-        data = write_input_data(synthetic(interface_of(folder / "auto"), 1, {}, lengths=(length,)),
+        counted = build(profile, folder, plan)
+        data = write_input_data(synthetic(interface_of(folder / "auto"), 1, {}, lengths=(plan.length,)),
                                 folder / "data.json")
-        costs: dict[tuple[str, int], list[Cost]] = {(m, c): [] for m in models for c in concurrencies}
+        costs: dict[tuple[str, int], list[Cost]] = {(m, c): [] for m in plan.models for c in plan.concurrencies}
         with Bench(folder, log=log or folder / "triton.log") as bench:
-            for model in models:
+            for model in plan.models:
                 for step in counted[model] if model == "ensemble" else ():
                     bench.load(step)
                 bench.load(model)
-                bench.capacity(model, data, max(concurrencies), 1.0)  # warm up
-            for _ in range(rounds):
-                for concurrency in concurrencies:
-                    for model in models:
-                        costs[model, concurrency].append(
-                            measure(bench, model, counted[model], Load(concurrency=concurrency), data, seconds))
-        return report(profile.stem, costs, concurrencies, models, console)
+                bench.capacity(model, data, max(plan.concurrencies), 1.0)  # warm up
+            for _ in range(plan.rounds):
+                for concurrency in plan.concurrencies:
+                    for model in plan.models:
+                        costs[model, concurrency].append(measure(bench, model, counted[model],
+                                                                 Load(concurrency=concurrency), data, plan.seconds))
+        return report(profile.stem, costs, plan, console)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 
@@ -229,11 +246,10 @@ def cell(row: dict, key: str) -> str:
     return str(value)
 
 
-def report(name: str, costs: dict[tuple[str, int], list[Cost]], concurrencies: list[int], models: Sequence[str],
-           console: Console) -> list[dict]:
+def report(name: str, costs: dict[tuple[str, int], list[Cost]], plan: Plan, console: Console) -> list[dict]:
     rows = [summarise(name, model, concurrency, costs[model, concurrency],
                       [c.window for c in costs["plain", concurrency]])
-            for concurrency in concurrencies for model in models]
+            for concurrency in plan.concurrencies for model in plan.models]
     table = Table(title=f"{name}: closed loop (perf_analyzer), {len(next(iter(costs.values())))} rounds")
     for title, _ in COLUMNS:
         table.add_column(title, justify="left" if title == "per stage" else "right")
@@ -270,22 +286,29 @@ def main(argv: list[str] | None = None) -> int:
                         help="a config.pbtxt parameter of our two models (e.g. buffer_pairs=2); repeatable")
     parser.add_argument("--models", default=",".join(MODELS),
                         help=f"which of {','.join(MODELS)} to measure (default all; plain always, the ratios' base)")
+    parser.add_argument("--source", type=Path, action="append", default=[],
+                        help="the unsliced ONNX model of a sliced model directory, where the slicer's cache does "
+                             "not hold it (found by its sha256); repeatable")
     parser.add_argument("--out", type=Path, help="write summary.md and cost.csv here")
     args = parser.parse_args(argv)
     console = Console(width=200)
-    concurrencies = [int(c) for c in args.concurrency.split(",")]
     if any("=" not in p for p in args.parameter):
         parser.error("--parameter takes KEY=VALUE")
-    extra = dict(p.split("=", 1) for p in args.parameter)
     chosen = set(args.models.split(",")) | {"plain"}
     if chosen - set(MODELS):
         parser.error(f"--models takes some of {','.join(MODELS)}")
-    models = [m for m in MODELS if m in chosen]
+    plan = Plan(tuple(int(c) for c in args.concurrency.split(",")), args.seconds, args.rounds, args.length,
+                dict(p.split("=", 1) for p in args.parameter), tuple(m for m in MODELS if m in chosen),
+                tuple(args.source))
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
-    rows = [row for profile in args.profiles
-            for row in run_profile(profile, concurrencies, args.seconds, args.rounds, args.length, extra, console,
-                                   args.out / f"tritonserver-{profile.stem}.log" if args.out else None, models)]
+    try:
+        rows = [row for profile in args.profiles
+                for row in run_profile(profile, plan, console,
+                                       args.out / f"tritonserver-{profile.stem}.log" if args.out else None)]
+    except (SliceError, ValueError, FileNotFoundError) as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        return 2
     if args.out:
         write(args.out, rows, console)
     return 0

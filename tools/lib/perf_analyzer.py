@@ -11,7 +11,9 @@ A window is one perf_analyzer run against one model, with a warm-up it does not 
   recorded burst), also a fixed number of requests.
 
 Each request's send and answer times come from perf_analyzer's profile export (read here, then
-deleted: it also holds every input and output); its CSV gives Triton's server-side columns.
+deleted: it also holds every input and output, so requests of large inputs, such as images, go
+through system shared memory instead of gRPC: ``transport``); its CSV gives Triton's
+server-side columns.
 perf_analyzer stops at the first failed request; a window that did raises ``PerfAnalyzerError``
 with perf_analyzer's own words. The binary is ``<venv>/bin/perf_analyzer`` (``make setup``
 installs it, ``tools.perf_analyzer.install``).
@@ -20,6 +22,7 @@ installs it, ``tools.perf_analyzer.install``).
 from __future__ import annotations
 
 import csv
+import functools
 import math
 import os
 import re
@@ -175,11 +178,57 @@ def read_csv(path: Path) -> dict[str, float]:
     return {k: float(v) for k, v in rows[-1].items() if k and v not in (None, "")}
 
 
+SHARED_MEMORY_BYTES = 1 << 16  # a request whose inputs pass this sends them through shared memory (see transport)
+
+
+def _largest_request(data: Path) -> tuple[int, dict]:
+    """(input values, the entry) of the entry of perf_analyzer's input data with the most input
+    values; (0, {}) where the file holds what this cannot size (base64 content, several streams)."""
+    import json
+
+    entries = json.loads(data.read_text()).get("data", [])
+    try:
+        sized = [(sum(len(np.ravel(tensor["content"])) for tensor in entry.values()), entry) for entry in entries]
+    except (AttributeError, KeyError, TypeError, ValueError):
+        return 0, {}
+    return max(sized, key=lambda item: item[0], default=(0, {}))
+
+
+@functools.lru_cache(maxsize=64)
+def transport(model: str, url: str, data: str) -> tuple[str, ...]:
+    """perf_analyzer's flags for how the tensors of ``model``'s requests travel. Its profile export
+    writes every request's inputs and outputs as JSON text: a 224x224 image's 600 kB a request ran
+    to gigabytes, and perf_analyzer never finished writing them (a ResNet at 16 in flight). Where
+    a request's inputs pass ``SHARED_MEMORY_BYTES`` (4-byte values counted), inputs and outputs go
+    through system shared memory, which the export does not copy: every configuration of a
+    comparison is sent the same way. The output regions are sized by answering the largest
+    request once over gRPC first. Elsewhere (and for ``random`` / ``zero`` data) gRPC carries them."""
+    path = Path(data)
+    if not path.is_file():
+        return ()
+    values, entry = _largest_request(path)
+    if 4 * values <= SHARED_MEMORY_BYTES:
+        return ()
+    import tritonclient.grpc as grpcclient
+
+    with grpcclient.InferenceServerClient(url) as client:
+        types = {t["name"]: t["datatype"] for t in client.get_model_metadata(model, as_json=True)["inputs"]}
+        inputs = []
+        for name, tensor in entry.items():
+            array = np.asarray(tensor["content"]).reshape(tensor["shape"])[None]
+            inputs.append(grpcclient.InferInput(name, list(array.shape), types[name]))
+            inputs[-1].set_data_from_numpy(array.astype(grpcclient.triton_to_np_dtype(types[name])))
+        result = client.infer(model, inputs).get_response(as_json=True)
+    largest = max(np.prod([int(d) for d in o["shape"]]) * 8 for o in result["outputs"])  # 8: any dtype's bytes
+    return "--shared-memory", "system", "--output-shared-memory-size", str(int(largest))
+
+
 def command(model: str, url: str, load: Load, data: str | Path, seconds: float, warmup_s: float,
             csv_path: Path, export: Path) -> list[str]:
     """The perf_analyzer command line of one window."""
     args = [str(binary()), "-m", model, "-u", url, "-i", "grpc", "--async", "--input-data", str(data),
-            *load.flags(), "-f", str(csv_path), "--profile-export-file", str(export)]
+            *load.flags(), "-f", str(csv_path), "--profile-export-file", str(export),
+            *transport(model, url, str(data))]
     # perf_analyzer splits a request count among its threads (the concurrency, or 4 for a rate)
     # and a thread given none runs forever: every count here leaves each thread a few.
     if load.closed:
@@ -198,16 +247,25 @@ def run_until_done(args: list[str], limit: float, what: str,
     middle of a window and never ends (the server has answered everything it was sent; about one
     Poisson window in 20 here, with or without a warm-up): such a run is killed after ``limit`` and
     repeated, up to ``ATTEMPTS`` times in all, its ``outputs`` removed first (perf_analyzer
-    refuses a profile export file that exists)."""
+    refuses a profile export file that exists). A run that succeeds but leaves an output empty
+    (with shared memory, about one closed-loop window in 8 left its export at 0 bytes) is
+    repeated too."""
     for attempt in range(1, ATTEMPTS + 1):
         for path in outputs:
             path.unlink(missing_ok=True)
         try:
-            return subprocess.run(args, capture_output=True, text=True, timeout=limit)
+            done = subprocess.run(args, capture_output=True, text=True, timeout=limit)
         except subprocess.TimeoutExpired:
             print(f"    perf_analyzer ({what}) hung for {limit:.0f} s (attempt {attempt} of {ATTEMPTS})",
                   file=sys.stderr, flush=True)
-    raise PerfAnalyzerError(f"perf_analyzer ({what}) did not finish in {limit:.0f} s, {ATTEMPTS} times")
+            continue
+        empty = [path.name for path in outputs if path.is_file() and path.stat().st_size == 0]
+        if done.returncode != 0 or not empty:
+            return done
+        print(f"    perf_analyzer ({what}) left {', '.join(empty)} empty (attempt {attempt} of {ATTEMPTS})",
+              file=sys.stderr, flush=True)
+    raise PerfAnalyzerError(f"perf_analyzer ({what}) did not finish with its outputs written in {limit:.0f} s, "
+                            f"{ATTEMPTS} times")
 
 
 def measure(model: str, url: str, load: Load, data: str | Path, seconds: float, warmup_s: float = 1.0,
