@@ -18,8 +18,8 @@ from backend.engine import OnnxRuntimeEngine
 from backend.manifest import Manifest
 from slicer.slicing import VERSION, slice_model
 from tools.lib.workload import interface_of, synthetic
-from tools.lib.perf_analyzer import (ATTEMPTS, HANG_AFTER_S, HANG_FACTOR, Load, PerfAnalyzerError, command, measure,
-                                 read_csv, read_export, run_until_done, transport)
+from tools.lib.perf_analyzer import (ATTEMPTS, HANG_AFTER_S, HANG_FACTOR, ExportError, Load, PerfAnalyzerError,
+                                 command, measure, read_csv, read_export, run_until_done, transport)
 from tools.lib.perf_analyzer import VERSION as PA_VERSION
 from tools.lib.perf_analyzer import installed_version
 from tools.lib.perf_analyzer_install import _deb_member, install
@@ -142,14 +142,17 @@ def test_a_run_that_hangs_is_repeated_then_reported(tmp_path):
     """perf_analyzer 2.51 sometimes stops sending mid-window and never ends: such a run is killed
     and repeated, and a run that hangs every time is reported (a real process that never ends
     stands in for it). Each attempt starts without the files the last one left (perf_analyzer
-    refuses a profile export file that exists); a run that ends well but leaves its export empty
-    (seen with shared memory) is repeated too."""
+    refuses a profile export file that exists); an export left empty or cut short (seen with
+    shared memory) is no window: ``measure`` runs it again."""
     counter, export = tmp_path / "attempts", tmp_path / "export.json"
     script = f"[ -e {export} ] && echo found >> {counter}; echo x >> {counter}; touch {export}; sleep 30"
-    with pytest.raises(PerfAnalyzerError, match="did not finish with its outputs written in 0 s, 3 times"):
+    with pytest.raises(PerfAnalyzerError, match="did not finish in 0 s, 3 times"):
         run_until_done(["bash", "-c", script], 0.3, "a hanging window", (export,))
     assert counter.read_text().split() == ["x"] * ATTEMPTS and ATTEMPTS == 3
-    # a run that ends well but leaves its export empty is repeated; one that writes it is kept
-    script = f"echo x >> {counter}; [ $(wc -l < {counter}) -ge 5 ] && echo '{{}}' > {export} || touch {export}"
-    done = run_until_done(["bash", "-c", script], 5.0, "an empty export", (export,))
-    assert done.returncode == 0 and export.read_text() == "{}\n" and len(counter.read_text().split()) == 5
+    export.write_bytes(b"")  # an export left empty, or cut short after a request, is no window
+    with pytest.raises(ExportError, match="no requests"):
+        read_export(export)
+    export.write_bytes(b'{"requests":[{"timestamp":1,"request_inputs":{},"response_timestamps":[2]},'
+                       b'{"timestamp":3,"request_inputs":{}')
+    with pytest.raises(ExportError, match="2 requests but 1 answer lists"):
+        read_export(export)
