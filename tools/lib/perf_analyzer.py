@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import csv
 import functools
+import json
 import math
 import os
 import re
@@ -35,6 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import tritonclient.grpc as grpcclient
 
 
 DELAYED = re.compile(r"(\d+(?:\.\d+)?)% of the requests were delayed")
@@ -190,9 +192,8 @@ SHARED_MEMORY_BYTES = 1 << 16  # a request whose inputs pass this sends them thr
 
 def _largest_request(data: Path) -> tuple[int, dict]:
     """(input values, the entry) of the entry of perf_analyzer's input data with the most input
-    values; (0, {}) where the file holds what this cannot size (base64 content, several streams)."""
-    import json
-
+    values; (0, {}) for data of several streams, and base64 content counts as one value: both go
+    over gRPC as before."""
     entries = json.loads(data.read_text()).get("data", [])
     try:
         sized = [(sum(len(np.ravel(tensor["content"])) for tensor in entry.values()), entry) for entry in entries]
@@ -216,8 +217,6 @@ def transport(model: str, url: str, data: str) -> tuple[str, ...]:
     values, entry = _largest_request(path)
     if 4 * values <= SHARED_MEMORY_BYTES:
         return ()
-    import tritonclient.grpc as grpcclient
-
     with grpcclient.InferenceServerClient(url) as client:
         types = {t["name"]: t["datatype"] for t in client.get_model_metadata(model, as_json=True)["inputs"]}
         inputs = []
