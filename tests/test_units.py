@@ -11,13 +11,14 @@ from backend.batch_table import BatchItem, BatchTable
 from backend.buffers import Boundary, BufferState
 from backend.config import RuntimeConfig
 from backend.device import CpuDevice
-from backend.engine import ort_options
+from backend.engine import load_engines, ort_options
 from backend.executor import ExecutorState
 from backend.errors import ConfigError
-from backend.manifest import TensorSpec
+from backend.manifest import Manifest, TensorSpec
 from backend.padding import cut, stack
 from backend.policy import FixedPolicy, RandomPolicy
 from backend.query import Query
+from slicer.slicing import VERSION
 
 from .timed import Clock, flat, timed_manifest
 
@@ -192,11 +193,24 @@ def test_spinning_is_automatic_only_where_one_session_runs_at_a_time():
         RuntimeConfig.from_parameters({"allow_spinning": "sometimes"})
 
 
-def test_spinning_threads_spin_only_within_a_run():
+def test_spinning_threads_stop_at_the_end_of_a_run_unless_their_session_runs_alone():
     spinning, sleeping = ort_options(2, spinning=True), ort_options(2, spinning=False)
     assert spinning.get_session_config_entry("session.intra_op.allow_spinning") == "1"
     assert spinning.get_session_config_entry("session.force_spinning_stop") == "1"
     assert sleeping.get_session_config_entry("session.intra_op.allow_spinning") == "0"
+    alone = ort_options(2, spinning=True, between_runs=True)  # as a plain model's session: ONNX Runtime's default
+    assert alone.get_session_config_entry("session.intra_op.allow_spinning") == "1"
+    assert alone.get_session_config_entry("session.force_spinning_stop") == "0"
+
+
+def test_a_fused_model_spins_between_runs_and_a_pipelines_stages_stop(repository):
+    manifest = Manifest.load(repository / "bert_like" / VERSION)
+
+    def stops(engine) -> str:
+        return engine._session.get_session_options().get_session_config_entry("session.force_spinning_stop")
+    [fused] = load_engines(manifest, repository / "bert_like" / VERSION, threads=2, spinning=True, fused=True)
+    staged = load_engines(manifest, repository / "bert_like" / VERSION, threads=2, spinning=True)
+    assert stops(fused) == "0" and len(staged) > 1 and {stops(e) for e in staged} == {"1"}
 
 
 @pytest.mark.parametrize("dims, shapes", [
