@@ -123,8 +123,9 @@ class RuntimeConfig:
         return cls(**values, pad_values=pads, max_sizes=sizes, policy=policy)
 
     def spins(self, alone: bool) -> bool:
-        """Whether ONNX Runtime's threads spin between the operators of a run (they stop when it
-        ends, see ``engine.ort_options``). ``auto``: only where one session runs at a time
+        """Whether ONNX Runtime's threads spin between the operators of a run (and when it ends:
+        on between runs for a session alone, stopping where sessions share the cores; see
+        ``engine.ort_options``). ``auto``: only where one session runs at a time
         (``alone``: a fused model, or Triton's batching): spinning spares the wake-up of the
         threads at each operator, and nothing else waits for those cores; in a pipeline, stages
         that spin take the cores the co-running ones need."""
