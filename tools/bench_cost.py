@@ -42,6 +42,7 @@ from pathlib import Path
 import numpy as np
 from rich.console import Console
 from rich.table import Table
+from tritonclient.utils import InferenceServerException
 
 from backend.manifest import Manifest
 from slicer.errors import SliceError
@@ -51,7 +52,7 @@ from tools.lib.peers import write_ensemble, write_plain, write_variant
 from tools.lib.harness import Bench
 from tools.lib.intervals import pooled, ratio
 from tools.lib.paths import ROOT
-from tools.lib.perf_analyzer import Load, Window
+from tools.lib.perf_analyzer import Load, PerfAnalyzerError, Window
 from tools.lib.triton import stubs_of
 from tools.lib.timed import from_profile, timed_whole, write_timed
 from tools.lib.workload import interface_of, synthetic, write_input_data
@@ -309,6 +310,10 @@ def main(argv: list[str] | None = None) -> int:
     except (SliceError, ValueError, FileNotFoundError) as exc:
         console.print(f"[red]error:[/red] {exc}")
         return 2
+    except (PerfAnalyzerError, InferenceServerException) as exc:  # a window or a model load failed
+        logs = f" (tritonserver's log: {args.out}/tritonserver-*.log)" if args.out else ""
+        console.print(f"[red]error:[/red] {exc}{logs}")
+        return 1
     if args.out:
         write(args.out, rows, console)
     return 0
