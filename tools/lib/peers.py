@@ -34,7 +34,7 @@ from slicer.triton_config import PARAMETER, parameters_of
 from slicer.errors import SliceError
 from slicer.slicing import VERSION, sha256
 from slicer.targets import optimize
-from tools.lib.paths import BACKEND_DIR, SOURCES
+from tools.lib.paths import BACKEND_DIR, CACHE, SOURCES
 from tools.lib.timed import timed_whole
 
 PLAIN_MODEL = Path(__file__).with_name("plain_model.py")
@@ -171,6 +171,21 @@ def _check(peer: Peer, manifest: Manifest) -> None:
         raise ValueError("ragged batches are padded by the Python plain model: backend python")
 
 
+def folded(source: Path, manifest: Manifest) -> Path:
+    """``source`` as the slicer folded it before cutting (ONNX Runtime's optimiser at the level
+    the manifest records), cached: what a torch model's plain peer runs rather than the raw
+    export, since the torch interpreter pays per node and a raw export's shape arithmetic doubles
+    BERT-base's (on an H200: 33 ms a query against 9.4 ms for the stages cut from the folded graph)."""
+    level = manifest.slicing.optimization
+    out = CACHE / "whole" / f"{Path(manifest.source_file).stem}-{manifest.source_sha256[:16]}-{level}.onnx"
+    if not out.is_file():
+        out.parent.mkdir(parents=True, exist_ok=True)
+        partial = out.with_suffix(f".{os.getpid()}.partial")
+        optimize(source, partial, level)
+        os.replace(partial, out)
+    return out
+
+
 def write_plain(model_dir: Path, repository: Path, name: str, peer: Peer = Peer(), source: Path | None = None) -> Path:
     """``repository/name``: the unsliced model of the sliced ``model_dir`` as one plain model."""
     manifest = Manifest.load(model_dir / VERSION)
@@ -189,11 +204,7 @@ def write_plain(model_dir: Path, repository: Path, name: str, peer: Peer = Peer(
         inputs, outputs = manifest.inputs, manifest.outputs
         whole = find_source(manifest, source)
         if peer.backend == "python" and on_torch(manifest) and manifest.slicing is not None:
-            # The graph the stages were cut from (ONNX Runtime's folding at the slicer's level), not
-            # the raw export: the torch interpreter pays per node, and a raw export's shape
-            # arithmetic doubles BERT-base's nodes (on an H200: 33 ms a query against 9.4 ms cut).
-            optimize(whole, out / "whole.onnx", manifest.slicing.optimization)
-            whole = out / "whole.onnx"
+            whole = folded(whole, manifest)
         _engine_files(peer, whole, out / VERSION, manifest)
     axis = manifest.length_axis if peer.ragged else None
     ragged_inputs = {s.name: s.dims.index(axis) for s in inputs if axis in s.dims} if axis else {}
