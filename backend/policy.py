@@ -72,6 +72,12 @@ class Policy:
         batch = take_batch(waiting, room)
         return [(batch, BatchShape.of(batch))]
 
+    def form_inline(self, queries: Sequence[Query]) -> list[list[Query]]:
+        """The batches to run one after another inside one ``execute`` of a model served as a
+        plain one on engines that overlap (a GPU; timed), every query answered once the last is
+        done: here all of them as one batch, padded to the longest."""
+        return [list(queries)]
+
     def stretch(self, candidate: BatchRow, queries: Sequence[Query], now: float, backlog: int = 0) -> bool:
         """Should ``queries`` join ``candidate`` (the latest batch, legal to stretch)? ``backlog``:
         batches ahead of it in the pipeline plus queries left waiting."""

@@ -113,10 +113,14 @@ def serve(manifest: Manifest, version_dir: Path, config: RuntimeConfig, device: 
     manifest = manifest.fused() if fused else manifest
     config.bind(manifest)
     # Where compute is dear (ONNX Runtime on the CPU's cores) the policy's clusters by length save
-    # it; on engines that overlap (a GPU; timed) the host's CPU is what is dear, and one padded run
-    # per batch spends least of it.
-    clusters = config.batching != "triton" and on_host_cores(manifest, device)
-    form = (lambda queries: [batch for batch, _ in config.policy.form(queries, manifest.max_batch_size,
-                                                                       time.monotonic())]) if clusters else together
+    # it; on engines that overlap (a GPU; timed) the host's CPU is dear too, and the policy cuts a
+    # batch in two only where the tables save more than one more run costs the host.
+    if config.batching == "triton":
+        form = together
+    elif on_host_cores(manifest, device):
+        def form(queries):
+            return [batch for batch, _ in config.policy.form(queries, manifest.max_batch_size, time.monotonic())]
+    else:
+        form = config.policy.form_inline
     return decision, WholeBatch(manifest, engines, device, metrics, config.pad_values, config.size_limits(manifest),
                                 form)

@@ -8,12 +8,13 @@ every query is answered before ``run`` returns (so the backend returns the respo
 Requests whose inputs differ along the length axis arrive in one of Triton's batches (the slicer
 writes ``allow_ragged_batch`` on that axis). A ``Former`` decides how they run: stages on the
 host's cores (ONNX Runtime; torch on a CPU instance) where the policy stepped aside run them as
-its ``form`` groups them (Policy I clusters
-them by length, each group padded only to its own longest, which on a CPU costs far less than
-padding all to the longest; without input diversity, equal shapes run together); other engines
-and ``batching: triton`` run them all padded to the longest (``together``: the paper's
-baseline for input diversity, and the fewest runs where the host's CPU, not the engine, is what
-is dear; see ``serving.serve``). Outputs along the axis are cut back to each query's own size.
+its ``form`` groups them (Policy I clusters them by length, each group padded only to its own
+longest, which on a CPU costs far less than padding all to the longest; without input
+diversity, equal shapes run together); engines that overlap (a GPU; timed) run them as one
+batch or, where the tables say two runs take less in all, two (``Policy.form_inline``); and
+``batching: triton`` runs them all padded to the longest (``together``: the paper's baseline
+for input diversity; see ``serving.serve``). Outputs along the axis are cut back to each
+query's own size.
 """
 
 from __future__ import annotations

@@ -311,6 +311,28 @@ def test_policy1_reads_between_the_tabulated_lengths():
     assert lengths(120, 128) == [[120, 128]]
 
 
+def test_policy1_inside_execute_cuts_a_batch_in_two_only_where_the_runs_take_less_in_all():
+    """A model served as a plain one on engines that overlap answers every query when its last
+    run is done. A GPU-like table, tabulated at 64 and 128 tokens: 3T per run and T (at 64) or 2T
+    (at 128) per row. Four queries of 64 and four of 128 take 19T padded together and 7T + 11T
+    as two runs: two, unless the host's part of a run costs more than the T saved. One of each
+    take 7T together against 4T + 5T: one run. Sorted by length, whatever order they came in."""
+    per_token = {"batch_sizes": BATCH_SIZES, "axis": "sequence", "lengths": [64, 128],
+                 "mean": [[3 * T + T * b for b in BATCH_SIZES], [3 * T + 2 * T * b for b in BATCH_SIZES]]}
+    manifest = timed_manifest([per_token])
+
+    def lengths(ns: list[int], **settings) -> list[list[int]]:
+        auto = make_policy("auto", {k: str(v) for k, v in settings.items()})
+        auto.bind(manifest)
+        queries = refuse_invalid(manifest, [Query({"x": np.zeros((1, n), np.float32)}, lambda o, f: None) for n in ns])
+        return [[q.sizes["sequence"] for q in group] for group in auto.form_inline(queries)]
+
+    assert lengths([128, 64] * 4) == [[64] * 4, [128] * 4]
+    assert lengths([128, 64] * 4, run_cost_us=T * 1000 * 1.5) == [[64] * 4 + [128] * 4]
+    assert lengths([128, 64]) == [[64, 128]]
+    assert lengths([64] * 8) == [[64] * 8]
+
+
 def _queue(reject: bool, **config) -> RuntimeConfig:
     from backend.config import QueuePolicy
 
