@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import subprocess
 import tarfile
 from dataclasses import replace
 
@@ -19,7 +20,8 @@ from backend.manifest import Manifest
 from slicer.slicing import VERSION, slice_model
 from tools.lib.workload import interface_of, synthetic
 from tools.lib.perf_analyzer import (ATTEMPTS, HANG_AFTER_S, HANG_FACTOR, ExportError, Load, PerfAnalyzerError,
-                                 command, measure, read_csv, read_export, run_until_done, transport)
+                                     WindowLost, check_ended, command, measure, read_csv, read_export,
+                                     run_until_done, transport)
 from tools.lib.perf_analyzer import VERSION as PA_VERSION
 from tools.lib.perf_analyzer import installed_version
 from tools.lib.perf_analyzer_install import _deb_member, install
@@ -156,3 +158,14 @@ def test_a_run_that_hangs_is_repeated_then_reported(tmp_path):
                        b'{"timestamp":3,"request_inputs":{}')
     with pytest.raises(ExportError, match="2 requests but 1 answer lists"):
         read_export(export)
+    # A run that ended without a word is lost, not failed (measure runs it again); one whose
+    # request failed says so in perf_analyzer's words.
+    silent = subprocess.run(["bash", "-c", "echo 'Request concurrency: 64'; kill -SEGV $$"], capture_output=True,
+                            text=True)
+    with pytest.raises(WindowLost, match="exit status -11 and no error: Request concurrency: 64"):
+        check_ended(silent, export, "c=64")
+    failed = subprocess.run(["bash", "-c", "echo 'Thread [0] had error: model not ready'; exit 1"],
+                            capture_output=True, text=True)
+    with pytest.raises(PerfAnalyzerError, match="failed: Thread .0. had error: model not ready") as raised:
+        check_ended(failed, export, "c=64")
+    assert not isinstance(raised.value, WindowLost)

@@ -15,7 +15,8 @@ deleted: it also holds every input and output, so requests of large inputs, such
 through system shared memory instead of gRPC: ``transport``); its CSV gives Triton's
 server-side columns.
 perf_analyzer stops at the first failed request; a window that did raises ``PerfAnalyzerError``
-with perf_analyzer's own words. The binary is ``<venv>/bin/perf_analyzer`` (``make setup``
+with perf_analyzer's own words (one that hung, ended without a word or left its export cut short
+is run again). The binary is ``<venv>/bin/perf_analyzer`` (``make setup``
 installs it, ``tools.perf_analyzer.install``).
 """
 
@@ -52,7 +53,11 @@ class PerfAnalyzerError(RuntimeError):
     """perf_analyzer is missing, or a window failed; the message says why in its words."""
 
 
-class ExportError(PerfAnalyzerError):
+class WindowLost(PerfAnalyzerError):
+    """A window that gave no result though no request failed: ``measure`` runs it again."""
+
+
+class ExportError(WindowLost):
     """A window's profile export is empty or cut short (seen now and then with shared memory: one
     closed-loop window in 8 left it empty, one had a request without its answer list)."""
 
@@ -265,6 +270,20 @@ def run_until_done(args: list[str], limit: float, what: str,
     raise PerfAnalyzerError(f"perf_analyzer ({what}) did not finish in {limit:.0f} s, {ATTEMPTS} times")
 
 
+def check_ended(done: subprocess.CompletedProcess, export: Path, what: str) -> None:
+    """Raise unless a run ended well: ``PerfAnalyzerError`` with perf_analyzer's words where a
+    request failed, ``WindowLost`` where it ended without a word (a crash: once at 64 in flight
+    here, its output stopping at "Request concurrency: 64"), so that no request failed."""
+    if done.returncode == 0 and export.is_file():
+        return
+    output = done.stdout + done.stderr
+    said = [line.strip() for line in output.splitlines() if "rror" in line or "ailed" in line]
+    if said:
+        raise PerfAnalyzerError(f"perf_analyzer ({what}) failed: " + " | ".join(dict.fromkeys(said)))
+    raise WindowLost(f"perf_analyzer ({what}) ended with exit status {done.returncode} and no error: "
+                     f"{output.strip()[-300:]}")
+
+
 def measure(model: str, url: str, load: Load, data: str | Path, seconds: float, warmup_s: float = 1.0,
             timeout_s: float | None = None) -> Window:
     """One window of ``load`` against ``model`` at the gRPC address ``url``, sending the entries of
@@ -278,14 +297,11 @@ def measure(model: str, url: str, load: Load, data: str | Path, seconds: float, 
         for attempt in range(1, ATTEMPTS + 1):
             done = run_until_done(args, limit, what, (csv_path, export))
             output = done.stdout + done.stderr
-            if done.returncode != 0 or not export.is_file():
-                said = [line.strip() for line in output.splitlines() if "rror" in line or "ailed" in line]
-                raise PerfAnalyzerError(f"perf_analyzer ({what}) failed: "
-                                        + (" | ".join(dict.fromkeys(said)) or output.strip()[-500:]))
             try:
+                check_ended(done, export, what)
                 sent, answered = read_export(export)
                 break
-            except ExportError as exc:  # with shared memory, now and then an export is cut short or empty
+            except WindowLost as exc:  # now and then an export is cut short or empty, or a run ends silently
                 if attempt == ATTEMPTS:
                     raise
                 print(f"    perf_analyzer ({what}): {exc} (attempt {attempt} of {ATTEMPTS})", file=sys.stderr,
