@@ -65,9 +65,10 @@ BATCHING_PAYS = 0.9  # two rows must cost under this share of two single rows fo
 MISSED = 3600.0  # seconds a missed deadline costs a query when clusters are compared
 PIECES = 4  # a crowd of one length may be cut into up to this many groups (to fill a pipeline)
 # The host's part of one more run inside ``execute`` (padding, the engines' calls and the wait
-# for them; about 100 us in the stub on this 2-core host): ``form_inline`` cuts a batch in two
-# only where the tables save more; ``policy.run_cost_us`` gives another host's.
-RUN_COST_US = 100.0
+# for them: on this 2-core host about 50 us of Python in the stub, and a timed engine's sleep
+# wakes 100-125 us late): ``form_inline`` cuts a batch in two only where the tables save more;
+# ``policy.run_cost_us`` gives another host's.
+RUN_COST_US = 250.0
 SLACK_STEPS = 12  # bisection steps of the pipeline's slack (to 1/4096 of the longest busy stage)
 PRESETS: dict[str, dict[str, bool]] = {
     "auto": {"input": True, "operator": True, "load": True, "auto": True},
@@ -99,6 +100,7 @@ class DiversityPolicy(Policy):
     _max: int = field(init=False, repr=False, default=0)
     _settings: tuple[bool, bool, int] = field(init=False, repr=False, default=(False, False, -1))
     _predicted: dict[tuple[int, int | None], tuple[float, ...]] = field(init=False, repr=False, default_factory=dict)
+    _summed: dict[tuple[int, int | None], float] = field(init=False, repr=False, default_factory=dict)
 
     split_serially = True
 
@@ -113,7 +115,7 @@ class DiversityPolicy(Policy):
             raise ConfigError(f"policy {self.name!r} predicts from the stage latency tables, and stage "
                               f"{missing[0]} has none: slice the model with profiling, or use policy 'pass'")
         self._tables = [s.latency for s in manifest.stages]
-        self._predicted = {}
+        self._predicted, self._summed = {}, {}
         self._axis, self._max = manifest.length_axis, manifest.max_batch_size
         # What this manifest makes of the settings (bound again to the fused manifest, the
         # policy decides afresh, not from what an earlier bind made of them).
@@ -142,6 +144,14 @@ class DiversityPolicy(Policy):
         if times is None:
             times = self._predicted[key] = tuple(t.predict(rows, length, self.statistic) / 1000 for t in self._tables)
         return times
+
+    def _took(self, rows: int, length: int | None) -> float:
+        """Predicted seconds of ``rows`` of ``length`` through every stage, one after another."""
+        key = (rows, length)
+        took = self._summed.get(key)
+        if took is None:
+            took = self._summed[key] = sum(self._times(rows, length))
+        return took
 
     def _length(self, shape: BatchShape | None, queries: Sequence[Query] = ()) -> int | None:
         if self._axis is None:
@@ -272,16 +282,22 @@ class DiversityPolicy(Policy):
         if not self.input or axis is None or len(queries) < 2 or len({q.rigid for q in queries}) > 1:
             return [list(queries)]
         ordered = sorted(queries, key=lambda q: q.sizes[axis])
-        total, longest = sum(q.rows for q in ordered), ordered[-1].sizes[axis]
-        best, cut = sum(self._times(total, longest)), len(ordered)
+        lengths = [q.sizes[axis] for q in ordered]
+        longest = lengths[-1]
+        if lengths[0] == longest:
+            return [ordered]
+        rows = [q.rows for q in ordered]
+        total = sum(rows)
+        best, cut = self._took(total, longest), len(ordered)
         second = self.run_cost_us / 1e6
+        if best - self._took(total, lengths[0]) <= second:
+            return [ordered]  # two runs take at least all the rows at the shortest length (a run's fixed cost)
         head = 0
         for k in range(1, len(ordered)):
-            head += ordered[k - 1].rows
-            length = ordered[k - 1].sizes[axis]
-            if length == ordered[k].sizes[axis]:
+            head += rows[k - 1]
+            if lengths[k - 1] == lengths[k]:
                 continue  # a cut between equal lengths pads the second run no less
-            took = sum(self._times(head, length)) + sum(self._times(total - head, longest)) + second
+            took = self._took(head, lengths[k - 1]) + self._took(total - head, longest) + second
             if took < best:
                 best, cut = took, k
         return [ordered] if cut == len(ordered) else [ordered[:cut], ordered[cut:]]
