@@ -291,7 +291,7 @@ class DiversityPolicy(Policy):
         best, cut = self._took(total, longest), len(ordered)
         second = self.run_cost_us / 1e6
         if best - self._took(total, lengths[0]) <= second:
-            return [ordered]  # two runs take at least all the rows at the shortest length (a run's fixed cost)
+            return [ordered]  # two runs take no less than all the rows at the shortest length: nothing to save
         head = 0
         for k in range(1, len(ordered)):
             head += rows[k - 1]
