@@ -44,9 +44,7 @@ from rich.console import Console
 from rich.table import Table
 from tritonclient.utils import InferenceServerException
 
-from backend.manifest import Manifest
 from slicer.errors import SliceError
-from slicer.slicing import VERSION, sha256
 from tools.lib import prometheus as prom
 from tools.lib.peers import write_ensemble, write_plain, write_variant
 from tools.lib.harness import Bench
@@ -141,12 +139,10 @@ class Plan:
 def build(profile: Path, folder: Path, plan: Plan) -> dict[str, list[str]]:
     """The models of ``profile`` (a timed profile or a sliced model directory) in ``folder``:
     model -> the Triton models whose batches count."""
-    extra, source = plan.parameters, None
+    extra = plan.parameters
     if profile.is_dir():  # real stages: ours as the slicer configured it, peers on the same engine
         write_variant(profile, folder, "auto", extra)
         write_variant(profile, folder, "pipeline", {**extra, "policy": "pass"})
-        digest = Manifest.load(profile / VERSION).source_sha256
-        source = next((path for path in plan.sources if sha256(path) == digest), None)
     else:
         name, manifest, whole, parameters = from_profile(profile)
         parameters = {**parameters, **extra}
@@ -156,7 +152,7 @@ def build(profile: Path, folder: Path, plan: Plan) -> dict[str, list[str]]:
             written = write_timed(model, manifest.inputs, tables, manifest.max_batch_size, *identity, folder / model,
                                   policy)
         timed_whole(written, whole)
-    write_plain(folder / "auto", folder, "plain", source=source)
+    write_plain(folder / "auto", folder, "plain", among=plan.sources)
     steps = [p.name for p in write_ensemble(folder / "auto", folder, "ensemble")[:-1]]
     return {"plain": ["plain"], "ensemble": steps, "pipeline": ["pipeline"], "auto": ["auto"]}
 

@@ -35,7 +35,7 @@ from tritonclient.utils import np_to_triton_dtype
 from backend.engine import OnnxRuntimeEngine
 from backend.manifest import Manifest
 from slicer.sample import sample_inputs
-from slicer.slicing import VERSION, sha256
+from slicer.slicing import VERSION
 from tools.lib.peers import find_source
 from tools.lib.peers import write_variant
 from tools.lib.processes import free_port, resident_mb
@@ -107,11 +107,10 @@ def _axes(manifest: Manifest) -> list[str]:
 def build(model_dirs: Sequence[Path], policies: Sequence[str], repository: Path, sources: Sequence[Path],
           seed: int) -> list[Target]:
     """Every model under every policy, written into ``repository``, with its requests and answers."""
-    by_sha = {sha256(path): path for path in sources}
     rng, targets = random.Random(seed), []
     for model_dir in model_dirs:
         manifest = Manifest.load(model_dir / VERSION)
-        source = by_sha.get(manifest.source_sha256) or find_source(manifest, None)
+        source = find_source(manifest, None, sources)
         reference = OnnxRuntimeEngine(source, [o.name for o in manifest.outputs])
         limits = manifest.size_limits
         feeds = feeds_for(manifest, limits, FEEDS_PER_MODEL, rng)

@@ -24,7 +24,7 @@ import json
 import os
 import re
 import shutil
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -53,9 +53,11 @@ class Peer:
     threads: int = 0  # intra_op_thread_count; 0: ONNX Runtime's default
 
 
-def find_source(manifest: Manifest, given: Path | None) -> Path:
-    """The unsliced source of ``manifest``, checked by its sha256."""
-    candidates = [given] if given else [Path(manifest.source_file), SOURCES / Path(manifest.source_file).name]
+def find_source(manifest: Manifest, given: Path | None, among: Sequence[Path] = ()) -> Path:
+    """The unsliced source of ``manifest``, checked by its sha256: ``given``, or else the first
+    of ``among`` (sources given for several models), the file it was sliced from and the slicer's
+    cache that is it."""
+    candidates = [given] if given else [*among, Path(manifest.source_file), SOURCES / Path(manifest.source_file).name]
     for path in candidates:
         if path is not None and path.is_file() and sha256(path) == manifest.source_sha256:
             return path
@@ -186,8 +188,10 @@ def folded(source: Path, manifest: Manifest) -> Path:
     return out
 
 
-def write_plain(model_dir: Path, repository: Path, name: str, peer: Peer = Peer(), source: Path | None = None) -> Path:
-    """``repository/name``: the unsliced model of the sliced ``model_dir`` as one plain model."""
+def write_plain(model_dir: Path, repository: Path, name: str, peer: Peer = Peer(), source: Path | None = None,
+                among: Sequence[Path] = ()) -> Path:
+    """``repository/name``: the unsliced model of the sliced ``model_dir`` as one plain model
+    (its source: see ``find_source``)."""
     manifest = Manifest.load(model_dir / VERSION)
     _check(peer, manifest)
     if peer.backend == "tensorrt":
@@ -202,7 +206,7 @@ def write_plain(model_dir: Path, repository: Path, name: str, peer: Peer = Peer(
         _timed_files(whole.stages[0].latency, inputs, manifest.max_batch_size, out / VERSION)
     else:
         inputs, outputs = manifest.inputs, manifest.outputs
-        whole = find_source(manifest, source)
+        whole = find_source(manifest, source, among)
         if peer.backend == "python" and on_torch(manifest) and manifest.slicing is not None:
             whole = folded(whole, manifest)
         _engine_files(peer, whole, out / VERSION, manifest)
