@@ -21,7 +21,7 @@ from slicer.slicing import VERSION, slice_model
 from tools.lib.workload import interface_of, synthetic
 from tools.lib.perf_analyzer import (ATTEMPTS, HANG_AFTER_S, HANG_FACTOR, ExportError, Load, PerfAnalyzerError,
                                      WindowLost, check_ended, command, measure, read_csv, read_export,
-                                     run_until_done, transport)
+                                     run_once, transport, until_kept)
 from tools.lib.perf_analyzer import VERSION as PA_VERSION
 from tools.lib.perf_analyzer import installed_version
 from tools.lib.perf_analyzer_install import _deb_member, install
@@ -65,8 +65,8 @@ def test_every_answer_is_the_unsliced_models(server, repository, sources, rte, l
     export equals ONNX Runtime on the unsliced model for that request's own inputs."""
     csv_path, export = tmp_path / "pa.csv", tmp_path / "export.json"
     # Run as every window is: again if perf_analyzer hangs (it sometimes stops sending mid-window).
-    done = run_until_done(command("bert_like", server.url, load, rte, 2.0, 0.5, csv_path, export),
-                          HANG_AFTER_S + HANG_FACTOR * 2.5, load.label)
+    args = command("bert_like", server.url, load, rte, 2.0, 0.5, csv_path, export)
+    done = until_kept(lambda: run_once(args, HANG_AFTER_S + HANG_FACTOR * 2.5, load.label, (csv_path, export)))
     assert done.returncode == 0, done.stdout + done.stderr
     requests = json.loads(export.read_text())["experiments"][0]["requests"]
     assert len(requests) >= 16
@@ -148,8 +148,8 @@ def test_a_run_that_hangs_is_repeated_then_reported(tmp_path):
     shared memory) is no window: ``measure`` runs it again."""
     counter, export = tmp_path / "attempts", tmp_path / "export.json"
     script = f"[ -e {export} ] && echo found >> {counter}; echo x >> {counter}; touch {export}; sleep 30"
-    with pytest.raises(PerfAnalyzerError, match="did not finish in 0 s, 3 times"):
-        run_until_done(["bash", "-c", script], 0.3, "a hanging window", (export,))
+    with pytest.raises(WindowLost, match="a hanging window.*hung for 0 s"):
+        until_kept(lambda: run_once(["bash", "-c", script], 0.3, "a hanging window", (export,)))
     assert counter.read_text().split() == ["x"] * ATTEMPTS and ATTEMPTS == 3
     export.write_bytes(b"")  # an export left empty, or cut short after a request, is no window
     with pytest.raises(ExportError, match="no requests"):

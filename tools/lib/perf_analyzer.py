@@ -32,9 +32,10 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 import tritonclient.grpc as grpcclient
@@ -43,6 +44,7 @@ import tritonclient.grpc as grpcclient
 DELAYED = re.compile(r"(\d+(?:\.\d+)?)% of the requests were delayed")
 _REQUEST = re.compile(rb'\{"timestamp":(\d+),(?:"sequence_id":\d+,)?"request_inputs":')
 HANG_AFTER_S, HANG_FACTOR, ATTEMPTS = 30.0, 4.0, 3  # a window runs past 30 s + 4 x its length only if hung
+T = TypeVar("T")
 _ANSWERS = re.compile(rb'"response_timestamps":\[([0-9,]*)\]')
 
 
@@ -252,22 +254,28 @@ def command(model: str, url: str, load: Load, data: str | Path, seconds: float, 
     return args
 
 
-def run_until_done(args: list[str], limit: float, what: str,
-                   outputs: Sequence[Path] = ()) -> subprocess.CompletedProcess:
-    """Run perf_analyzer, again if it hangs. perf_analyzer 2.51 sometimes stops sending in the
-    middle of a window and never ends (the server has answered everything it was sent; about one
-    Poisson window in 20 here, with or without a warm-up): such a run is killed after ``limit`` and
-    repeated, up to ``ATTEMPTS`` times in all, its ``outputs`` removed first (perf_analyzer
-    refuses a profile export file that exists)."""
-    for attempt in range(1, ATTEMPTS + 1):
-        for path in outputs:
-            path.unlink(missing_ok=True)
+def run_once(args: list[str], limit: float, what: str, outputs: Sequence[Path] = ()) -> subprocess.CompletedProcess:
+    """Run perf_analyzer once, its ``outputs`` removed first (perf_analyzer refuses a profile
+    export file that exists). perf_analyzer 2.51 sometimes stops sending in the middle of a window
+    and never ends (the server has answered everything it was sent; about one Poisson window in 20
+    here, with or without a warm-up): such a run is killed after ``limit``, a lost window."""
+    for path in outputs:
+        path.unlink(missing_ok=True)
+    try:
+        return subprocess.run(args, capture_output=True, text=True, timeout=limit)
+    except subprocess.TimeoutExpired:
+        raise WindowLost(f"perf_analyzer ({what}) hung for {limit:.0f} s") from None
+
+
+def until_kept(attempt: Callable[[], T]) -> T:
+    """``attempt()``, again while it loses its window (``WindowLost``: it hung, ended without a
+    word or left its export cut short), up to ``ATTEMPTS`` times in all; the last loss is raised."""
+    for tried in range(1, ATTEMPTS):
         try:
-            return subprocess.run(args, capture_output=True, text=True, timeout=limit)
-        except subprocess.TimeoutExpired:
-            print(f"    perf_analyzer ({what}) hung for {limit:.0f} s (attempt {attempt} of {ATTEMPTS})",
-                  file=sys.stderr, flush=True)
-    raise PerfAnalyzerError(f"perf_analyzer ({what}) did not finish in {limit:.0f} s, {ATTEMPTS} times")
+            return attempt()
+        except WindowLost as exc:
+            print(f"    {exc} (attempt {tried} of {ATTEMPTS})", file=sys.stderr, flush=True)
+    return attempt()
 
 
 def check_ended(done: subprocess.CompletedProcess, export: Path, what: str) -> None:
@@ -294,18 +302,13 @@ def measure(model: str, url: str, load: Load, data: str | Path, seconds: float, 
         args = command(model, url, load, data, seconds, warmup_s, csv_path, export)
         limit = timeout_s or HANG_AFTER_S + HANG_FACTOR * (seconds + warmup_s)
         what = f"{load.label} on {model}"
-        for attempt in range(1, ATTEMPTS + 1):
-            done = run_until_done(args, limit, what, (csv_path, export))
-            output = done.stdout + done.stderr
-            try:
-                check_ended(done, export, what)
-                sent, answered = read_export(export)
-                break
-            except WindowLost as exc:  # now and then an export is cut short or empty, or a run ends silently
-                if attempt == ATTEMPTS:
-                    raise
-                print(f"    perf_analyzer ({what}): {exc} (attempt {attempt} of {ATTEMPTS})", file=sys.stderr,
-                      flush=True)
+
+        def attempt() -> tuple[str, np.ndarray, np.ndarray]:
+            done = run_once(args, limit, what, (csv_path, export))
+            check_ended(done, export, what)
+            return done.stdout + done.stderr, *read_export(export)
+
+        output, sent, answered = until_kept(attempt)
         order = np.argsort(sent, kind="stable")
         sent, answered = sent[order], answered[order]
         delayed = DELAYED.search(output)
