@@ -109,7 +109,6 @@ class TritonPythonModel:
     def initialize(self, args: dict) -> None:
         version_dir = Path(args["model_repository"]) / args["model_version"]
         self._manifest = Manifest.load(version_dir)
-        self._input_names = tuple(spec.name for spec in self._manifest.inputs)
         config = json.loads(args["model_config"])
         if config.get("max_batch_size", 0) > self._manifest.max_batch_size:
             raise ValueError(
@@ -192,9 +191,13 @@ class TritonPythonModel:
 
     def _query(self, request, respond: Responder | None = None) -> Query:
         """The request as a Query answered through ``respond``, or, without one, keeping its reply."""
-        copy = respond is not None  # out of Triton's shared memory: the pipeline runs it after execute() returned
-        inputs = {name: tensor.as_numpy().copy() if copy else tensor.as_numpy() for name in self._input_names
-                  if (tensor := pb_utils.get_input_tensor_by_name(request, name)) is not None}
+        # One pass over the request's tensors (Triton admits only the inputs config.pbtxt names;
+        # a missing one is left out, for validation to name): get_input_tensor_by_name walks
+        # them again for every input.
+        if respond is None:
+            inputs = {tensor.name(): tensor.as_numpy() for tensor in request.inputs()}
+        else:  # out of Triton's shared memory: the pipeline runs it after execute() returned
+            inputs = {tensor.name(): tensor.as_numpy().copy() for tensor in request.inputs()}
         arrived = time.monotonic()
         timeout_us = self._queue.timeout_us(request.timeout())  # 0: none
         return Query(inputs, respond, tuple(request.requested_output_names()), arrived,
