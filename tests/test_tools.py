@@ -333,6 +333,28 @@ def test_soak_checks_every_answer_and_reports_windows(run, repository, sources, 
     assert sum(w["sent"] for w in windows) == sum(w["right"] + w["refused_right"] for w in windows)
 
 
+def test_stub_cost_times_ours_and_the_plain_model_inside_one_stub(run, tokenizer, tmp_path):
+    """``tools.stub_cost`` on the TensorRT-speed profile and RTE text, briefly: each way's CPU per
+    request inside the benchmark's stub, and ours against the plain model; a model that
+    pipelines is refused with the reason."""
+    done = run("tools.simulate", str(ROOT / "docs" / "profiles" / "bert_base_trt_a100_2stages.json"),
+               "--out", str(tmp_path), "--name", "trt")
+    assert done.returncode == 0, done.stdout + done.stderr
+    workload = ["--dataset", "glue:RTE", "--tokenizer", str(tokenizer), "--max-length", "128"]
+    out = tmp_path / "cost"
+    done = run("tools.stub_cost", str(tmp_path / "trt"), *workload, "--batch-sizes", "1,4", "--rounds", "1",
+               "--out", str(out))
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    rows = list(csv.DictReader((out / "stub_cost.csv").read_text().splitlines()))
+    assert [row["batch size"] for row in rows] == ["1", "4"]
+    for row in rows:
+        assert all(float(row[way]) > 0 for way in ("ours, as sent", "plain, padded", "ours, padded"))
+        assert row["ours / plain: median, range over rounds"].endswith("]")
+    refused = run("tools.stub_cost", str(tmp_path / "trt"), *workload, "--batch-sizes", "1", "--rounds", "1",
+                  "--parameter", "policy=pass")
+    assert refused.returncode == 1 and "pipelines here" in refused.stdout, refused.stdout[-2000:]
+
+
 def test_cost_benchmark_measures_four_ways_and_the_trace_shows_the_pipeline(run, tmp_path):
     """``tools.bench_cost`` on the near-zero-compute profile, briefly: every way of serving
     answers, with its CPU per request and per-stage rows; ``auto`` steps aside (one stage) and
