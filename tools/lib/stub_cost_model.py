@@ -59,7 +59,7 @@ class TritonPythonModel:
         spec.loader.exec_module(plain_module)
         ours = _model(ours_module, **settings["ours"])
         plain = _model(plain_module, **settings["plain"])
-        if not ours._inline:
+        if not ours._inline:  # how it serves, as the backend decided when it loaded
             ours.finalize()
             raise ValueError(f"{settings['ours']['name']} pipelines here: stub_cost measures a model served inside "
                              "execute (auto where it steps aside, or batching: triton)")
