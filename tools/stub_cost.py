@@ -50,12 +50,12 @@ BENCH_MODEL = Path(__file__).parent / "lib" / "stub_cost_model.py"
 WAYS = (("ours", "ours, as sent"), ("plain", "plain, padded"), ("ours, padded", "ours, padded"))
 
 
-def _bench_config() -> str:
+def _bench_config(settings: Path) -> str:
     return ('name: "stub_cost"\nbackend: "python"\nmax_batch_size: 0\n'
             'input [ { name: "unused" data_type: TYPE_INT32 dims: [ 1 ] } ]\n'
             'output [ { name: "unused_out" data_type: TYPE_INT32 dims: [ 1 ] } ]\n'
             'instance_group [ { kind: KIND_CPU count: 1 } ]\n'
-            'parameters: { key: "settings" value: { string_value: "settings.json" } }\n')
+            f'parameters: {{ key: "settings" value: {{ string_value: "{settings}" }} }}\n')
 
 
 def measure(args: argparse.Namespace, scratch: Path, log: Path | None) -> dict[str, dict[str, list[float]]]:
@@ -73,7 +73,7 @@ def measure(args: argparse.Namespace, scratch: Path, log: Path | None) -> dict[s
     (repository / "stub_cost" / VERSION).mkdir(parents=True)
     shutil.copy(BENCH_MODEL, repository / "stub_cost" / VERSION / "model.py")
     settings_file = repository / "stub_cost" / "settings.json"
-    (repository / "stub_cost" / "config.pbtxt").write_text(_bench_config().replace("settings.json", str(settings_file)))
+    (repository / "stub_cost" / "config.pbtxt").write_text(_bench_config(settings_file))
     results = scratch / "results.json"
     with Bench(repository, log=log) as bench, bench.client() as client:
         configs = {}
