@@ -61,13 +61,14 @@ def decide(manifest: Manifest, config: RuntimeConfig, cores: int | None = None,
     if config.batching == "triton":
         return Decision(Mode.IN_TURN, Choice(False, "batching: triton"))
     cores = cores or cpu_cores()
-    choice = config.policy.choose(manifest, cores, on_host_cores(manifest, device or CpuDevice()))
+    on_cores = on_host_cores(manifest, device or CpuDevice())
+    choice = config.policy.choose(manifest, cores, on_cores)
     if choice.pipeline:
-        return Decision(Mode.PIPELINE, choice, *waits(manifest, config, cores))
+        return Decision(Mode.PIPELINE, choice, *waits(manifest, config, cores, on_cores))
     return Decision(Mode.FUSED if fusable(manifest) else Mode.IN_TURN, choice)
 
 
-def waits(manifest: Manifest, config: RuntimeConfig, cores: int) -> tuple[bool, str]:
+def waits(manifest: Manifest, config: RuntimeConfig, cores: int, on_cores: bool) -> tuple[bool, str]:
     """Whether a pipeline's ``execute`` waits until stage 0 has computed the queries it handed
     over (``Entry.wait_ready``), and why. Waiting keeps Triton's batching alive: the requests
     that arrive meanwhile come in one ``execute``, and the responses ready by then go back in
@@ -88,7 +89,9 @@ def waits(manifest: Manifest, config: RuntimeConfig, cores: int) -> tuple[bool, 
         return True, "execute waits: no latency tables to tell whether the engines or the CPU cap the pipeline"
     # The diversity policy knows this host's serving cost (policy.pipeline_cost_us); others take the default.
     cost_us = getattr(config.policy, "pipeline_cost_us", PIPELINE_COST_US)
-    capacity = engine_capacity(tables, pipelined=True, shared_host=interpreted(manifest))
+    # Stages on the host's cores (``on_cores``) hold them for all their time, which the tables
+    # already are: only torch stages on a GPU add the interpreter's turns (``interpreted``).
+    capacity = engine_capacity(tables, pipelined=True, shared_host=interpreted(manifest) and not on_cores)
     share = capacity * cost_us / 1e6 / cores
     cpu = share >= CPU_BOUND
     return cpu, (f"execute {'waits for stage 0: the CPU caps' if cpu else 'returns at once: the engines cap'} the "
