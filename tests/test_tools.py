@@ -263,16 +263,17 @@ def test_compare_writes_ratios_with_intervals_an_aa_row_and_goodput(run, reposit
                "--dataset", "glue:RTE", "--tokenizer", str(tokenizer), "--max-length", "64",
                "--sendings", "exact,ragged", "--rounds", "2", "--window", "1", "--warmup", "0.3",
                "--probe-seconds", "1", "--tolerance", "0.5", "--delays-us", "", "--no-spinning",
-               "--loads", "0.5", "--concurrency", "2", "--out", str(out))
+               "--loads", "0.5", "--concurrency", "2", "--ours-sendings", "exact,client", "--out", str(out))
     assert done.returncode == 0, done.stdout + done.stderr
     peaks = {r["config"]: r for r in csv.DictReader((out / "peaks.csv").read_text().splitlines())}
     assert set(peaks) == {"Plain delay 0, threads sleep", "Plain delay 0, ragged, threads sleep",
-                          "Ensemble delay 0, threads sleep", "DVABatch (bert_like)"}
+                          "Ensemble delay 0, threads sleep", "DVABatch (bert_like)",
+                          "DVABatch (bert_like), client pads"}  # the same model of ours, sent padded text too
     assert all(float(r["peak_rps"]) > 0 for r in peaks.values()), peaks  # each answered a load under the QoS
     assert list(csv.DictReader((out / "probes.csv").read_text().splitlines()))
     windows = list(csv.DictReader((out / "windows.csv").read_text().splitlines()))
     measured = {r["config"] for r in windows}
-    assert len(measured) == 4 and any(c.startswith("A/A: ") for c in measured)  # plain, ensemble, copy, ours
+    assert len(measured) == 5 and any(c.startswith("A/A: ") for c in measured)  # plain, ensemble, copy, ours twice
     assert {(r["level"], r["round"]) for r in windows} == {(lv, n) for lv in ("0.5 of the peak", "c=2")
                                                           for n in ("1", "2")}
     assert all(int(r["requests"]) > 0 for r in windows)
@@ -315,6 +316,10 @@ def test_compare_refuses_a_variant_the_backend_refuses(run, repository, sources,
                "--variant", "typo:policy=fixd", "--out", str(tmp_path / "out"))
     assert done.returncode == 2
     assert "DVABatch typo does not load" in done.stdout and "fixd" in done.stdout
+    # Images have no length for a client to pad: said before any server starts.
+    done = run("tools.compare", str(repository / "resnet_like"), "--source", str(sources["resnet_like"]),
+               "--ours-sendings", "client", "--out", str(tmp_path / "out"))
+    assert done.returncode == 2 and "--ours-sendings client needs text" in done.stdout
 
 
 def test_soak_checks_every_answer_and_reports_windows(run, repository, sources, tmp_path):

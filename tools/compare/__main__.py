@@ -2,7 +2,8 @@
 
     python -m tools.compare MODEL_DIR [--dataset glue:RTE --tokenizer FILE | --input-data FILE | --shape ...]
         [--variant NAME:key=value,...] [--qos-ms 200] [--percentile 99] [--loads 0.25,0.6,0.9]
-        [--concurrency 1,16] [--intervals FILE ...] [--rounds 4] [--window 10] [--out DIR]
+        [--concurrency 1,16] [--intervals FILE ...] [--ours-sendings exact,client] [--rounds 4] [--window 10]
+        [--out DIR]
 
 1. Serve, from one tritonserver, the sliced model (and ``--variant``s of its parameters) and the
    peers (``tools.baselines``): the unsliced model as a plain Python-backend model behind Triton's
@@ -13,7 +14,8 @@
    equal shapes, in ragged batches the plain model pads, or padded by the client), then longer
    batcher delays while the peak still rises. The peer with the highest peak is *the* baseline.
 3. Measure the best plain model, the best ensemble, a second copy of the best baseline (the A/A
-   row: the noise floor) and ours, in ``--rounds`` interleaved rounds: Poisson loads at
+   row: the noise floor) and ours (sent text unpadded, and with ``--ours-sendings exact,client``
+   also padded as the plain model's client pads it), in ``--rounds`` interleaved rounds: Poisson loads at
    ``--loads`` of the baseline's peak, closed loops at ``--concurrency``, and ``--intervals``
    files (recorded bursts), each a perf_analyzer window of ``--window`` seconds.
 4. Write ``summary.md`` (every ratio to the baseline with its 95 % interval and a verdict:
@@ -61,11 +63,13 @@ def _numbers(kind: type, positive: bool = True):
 SENDINGS = ("exact", "ragged", "client")
 
 
-def _sendings(text: str) -> tuple[str, ...]:
-    chosen = tuple(v for v in text.split(",") if v)
-    if not chosen or set(chosen) - set(SENDINGS):
-        raise argparse.ArgumentTypeError(f"expected some of {','.join(SENDINGS)}, got {text!r}")
-    return chosen
+def _sendings(known: tuple[str, ...]):
+    def parse(text: str) -> tuple[str, ...]:
+        chosen = tuple(v for v in text.split(",") if v)
+        if not chosen or set(chosen) - set(known):
+            raise argparse.ArgumentTypeError(f"expected some of {','.join(known)}, got {text!r}")
+        return chosen
+    return parse
 
 
 def parser() -> argparse.ArgumentParser:
@@ -85,9 +89,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--tolerance", type=float, default=0.05, help="bisect the peak to this fraction (default 0.05)")
     p.add_argument("--delays-us", type=_numbers(int),
                    help="batcher delays to try after 0 (default: from the model's times; empty: none)")
-    p.add_argument("--sendings", type=_sendings, default=SENDINGS,
+    p.add_argument("--sendings", type=_sendings(SENDINGS), default=SENDINGS,
                    help="ways to send text to try: exact (unpadded, batches of equal shapes), ragged (unpadded, "
                         "batches the plain model pads), client (the client pads); default all")
+    p.add_argument("--ours-sendings", type=_sendings(("exact", "client")), default=("exact",),
+                   help="ways to send ours text, each measured: exact (unpadded, the default), client (the "
+                        "client pads, as it does for the plain model: what serving the lengths costs)")
     p.add_argument("--no-spinning", action="store_true", help="do not try ONNX Runtime threads that spin")
     p.add_argument("--no-ensemble", action="store_true", help="leave the ensemble peer out")
     p.add_argument("--out", type=Path, help="folder for the results (default results/<model>)")
@@ -110,7 +117,10 @@ def main(argv: list[str] | None = None) -> int:
     scratch = Path(tempfile.mkdtemp(prefix="dvabatch-compare-"))
     try:
         data = workload_files(args, model_dir, manifest, scratch)
-        ours = cfg.ours(model_dir, scratch / "repository", args.variant)
+        if "client" in args.ours_sendings and True not in data:
+            raise WorkloadError("--ours-sendings client needs text that a client can pad: --dataset, on a model "
+                                "with a length axis")
+        ours = cfg.ours(model_dir, scratch / "repository", args.variant, args.ours_sendings)
     except (WorkloadError, ValueError) as exc:
         console.print(f"[red]error:[/red] {exc}")
         shutil.rmtree(scratch, ignore_errors=True)
@@ -120,7 +130,8 @@ def main(argv: list[str] | None = None) -> int:
         with Bench(scratch / "repository", log=out / "tritonserver.log") as bench:
             try:
                 for config in ours:
-                    bench.load(config.model)
+                    if config.sending == args.ours_sendings[0]:  # each model once
+                        bench.load(config.model)
             except InferenceServerException as exc:
                 console.print(f"[red]error:[/red] {config.label} does not load: {exc.message()}")
                 return 2

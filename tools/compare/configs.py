@@ -1,7 +1,8 @@
 """The configurations a comparison serves, as models of one scratch repository.
 
 - ours: the sliced model as its config.pbtxt says, and variants of it with other parameters
-  (``--variant NAME:key=value,...``; setting ``policy`` drops the old policy's settings);
+  (``--variant NAME:key=value,...``; setting ``policy`` drops the old policy's settings), sent
+  text unpadded and, with ``--ours-sendings exact,client``, also padded by the client;
 - plain: the unsliced model as a plain Python-backend model behind Triton's dynamic batcher
   (``tools.baselines``), at delay 0 and tuned delays, ONNX Runtime's threads spinning (its
   default) or sleeping; for a model with a length axis, three ways to send text: unpadded with
@@ -66,15 +67,19 @@ def parse_variant(text: str) -> tuple[str, dict[str, str]]:
     return name, parameters
 
 
-def ours(model_dir: Path, repository: Path, variants: Sequence[str]) -> list[Config]:
-    """The model as configured, and each ``--variant``."""
-    configs = [Config(f"DVABatch ({model_dir.name})", f"{model_dir.name}_dva", "ours")]
-    write_variant(model_dir, repository, configs[0].model, {})
+def ours(model_dir: Path, repository: Path, variants: Sequence[str], sendings: Sequence[str] = ("exact",)
+         ) -> list[Config]:
+    """The model as configured, and each ``--variant``, each sent text as each of ``sendings``
+    says: unpadded (``exact``; ours batches every length) or padded by the client (``client``:
+    what the plain model's client does; the same model, other data)."""
+    served = [(f"DVABatch ({model_dir.name})", f"{model_dir.name}_dva")]
+    write_variant(model_dir, repository, served[0][1], {})
     for text in variants:
         name, overrides = parse_variant(text)
-        configs.append(Config(f"DVABatch {name}", f"{model_dir.name}_dva_{name}", "ours"))
-        write_variant(model_dir, repository, configs[-1].model, overrides)
-    return configs
+        served.append((f"DVABatch {name}", f"{model_dir.name}_dva_{name}"))
+        write_variant(model_dir, repository, served[-1][1], overrides)
+    return [Config(label + SENDING_LABELS[sending], model, "ours", sending)
+            for label, model in served for sending in sendings]
 
 
 SENDING_LABELS = {"exact": "", "ragged": ", ragged", "client": ", client pads"}
