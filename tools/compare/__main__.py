@@ -13,8 +13,9 @@
    ONNX Runtime's threads spinning or sleeping, then how text is sent (unpadded in batches of
    equal shapes, in ragged batches the plain model pads, or padded by the client), then longer
    batcher delays while the peak still rises. The peer with the highest peak is *the* baseline.
-3. Measure the best plain model, the best ensemble, a second copy of the best baseline (the A/A
-   row: the noise floor) and ours (sent text unpadded, and with ``--ours-sendings exact,client``
+3. Measure the best plain model, the best ensemble, the best baseline without its batcher delay
+   where it has one (a lone request waits the delay out), a second copy of the best baseline (the
+   A/A row: the noise floor) and ours (sent text unpadded, and with ``--ours-sendings exact,client``
    also padded as the plain model's client pads it), in ``--rounds`` interleaved rounds: Poisson loads at
    ``--loads`` of the baseline's peak, closed loops at ``--concurrency``, and ``--intervals``
    files (recorded bursts), each a perf_analyzer window of ``--window`` seconds.
@@ -206,11 +207,14 @@ class Search:
             self.peak(config)
         results.best_baseline = self.best(best.values())
         b = results.best_baseline
+        # A batcher delay that raises the peak is waited out by a request that comes alone: the
+        # same peer without it is measured too, the fair peer at one in flight and at low loads.
+        undelayed = [self.candidate(b.kind, 0, b.spinning, b.sending)] if b.delay_us else []
         copy = cfg.baseline(self.model_dir, self.repository, b.kind, b.delay_us, b.spinning, b.sending,
                             self.args.source, copy=True)
         for model in copy.models:
             self.bench.load(model)
-        results.measured = [*best.values(), copy, *ours]
+        results.measured = [*best.values(), *undelayed, copy, *ours]
         kept = {m for c in results.measured for m in c.models}
         for model in {m for c in self.candidates.values() for m in c.models} - kept:
             self.bench.unload(model)  # candidates that lost: their stubs and memory go

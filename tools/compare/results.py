@@ -33,7 +33,7 @@ class Results:
     capacity: float  # answers/s of the first plain candidate in a closed loop
     workload: str
     peaks: dict[Config, Peak] = field(default_factory=dict)
-    measured: list[Config] = field(default_factory=list)  # best plain, best ensemble, A/A copy, ours
+    measured: list[Config] = field(default_factory=list)  # best plain, best ensemble, undelayed, A/A copy, ours
     best_baseline: Config | None = None
     levels: list[Level] = field(default_factory=list)
     windows: dict[tuple[Config, str], list[Measured]] = field(default_factory=dict)  # one per round
