@@ -234,6 +234,9 @@ class Manifest:
     outputs: tuple[TensorSpec, ...]
     stages: tuple[StageSpec, ...]
     slicing: SlicingReport | None = None
+    # The unsliced model's own table where it was measured apart (a simulated profile's ``whole``):
+    # what the stages take fused, which may differ from their tables summed.
+    whole: LatencyTable | None = None
     format: int = field(default=FORMAT_VERSION)
 
     @property
@@ -261,12 +264,12 @@ class Manifest:
         return len({s.preferred_batch_size for s in self.stages if s.preferred_batch_size}) > 1
 
     def fused(self) -> Manifest:
-        """The model as one stage running every stage in turn (its latency the tables summed):
-        what the runtime serves when the pipeline cannot pay (``Policy.choose``)."""
+        """The model as one stage running every stage in turn (its latency ``whole``, else the
+        tables summed): what the runtime serves when the pipeline cannot pay (``Policy.choose``)."""
         tables = [s.latency for s in self.stages]
         stage = StageSpec(index=0, file="", engine=self.stages[0].engine, inputs=self.inputs, outputs=self.outputs,
                           nodes=sum(s.nodes for s in self.stages),
-                          latency=LatencyTable.total(tables) if all(tables) else None)
+                          latency=self.whole or (LatencyTable.total(tables) if all(tables) else None))
         return dataclasses.replace(self, stages=(stage,))
 
     def to_json(self) -> str:
@@ -285,6 +288,7 @@ class Manifest:
             outputs=_tensors(data["outputs"]),
             stages=tuple(StageSpec.from_json(s) for s in data["stages"]),
             slicing=SlicingReport.from_json(data["slicing"]) if data.get("slicing") else None,
+            whole=LatencyTable.from_json(data["whole"]) if data.get("whole") else None,
         )
 
     def save(self, version_dir: Path) -> Path:

@@ -144,14 +144,14 @@ def build(profile: Path, folder: Path, plan: Plan) -> dict[str, list[str]]:
         write_variant(profile, folder, "auto", extra)
         write_variant(profile, folder, "pipeline", {**extra, "policy": "pass"})
     else:
-        name, manifest, whole, parameters = from_profile(profile)
+        name, manifest, parameters = from_profile(profile)
         parameters = {**parameters, **extra}
         tables = [s.latency for s in manifest.stages]
         identity = (manifest.source_file, manifest.source_sha256)
         for model, policy in (("auto", parameters), ("pipeline", {**parameters, "policy": "pass"})):
             written = write_timed(model, manifest.inputs, tables, manifest.max_batch_size, *identity, folder / model,
-                                  policy)
-        timed_whole(written, whole)
+                                  policy, manifest.whole)
+        timed_whole(written)
     write_plain(folder / "auto", folder, "plain", among=plan.sources)
     steps = [p.name for p in write_ensemble(folder / "auto", folder, "ensemble")[:-1]]
     return {"plain": ["plain"], "ensemble": steps, "pipeline": ["pipeline"], "auto": ["auto"]}

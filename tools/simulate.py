@@ -16,7 +16,9 @@ It writes ``REPOSITORY/NAME``: the same interface and stages, each stage ``"engi
 (it computes nothing, passes the inputs through and takes its table's time), served by the real
 runtime in a real tritonserver. The baselines of ``tools.compare`` and ``tools.baselines`` for it
 are one timed stage with the whole model's table (``whole``, else the sum of the stage tables),
-kept in the cache like every one-stage baseline. Every tool then runs on it as on a real model.
+kept in the cache like every one-stage baseline; where the runtime serves the stages fused it
+takes the same table, so neither side gains what the profile's tables disagree on. Every tool
+then runs on it as on a real model.
 """
 
 from __future__ import annotations
@@ -45,18 +47,18 @@ def main(argv: list[str] | None = None) -> int:
             tables = [s.latency for s in sliced.stages]
             if any(t is None for t in tables):
                 raise ValueError(f"{args.source}: every stage needs a latency table")
-            whole, parameters = None, parameters_of((args.source / "config.pbtxt").read_text())
+            whole, parameters = sliced.whole, parameters_of((args.source / "config.pbtxt").read_text())
             source = (f"{args.source.name}-tables.json",
                       hashlib.sha256(json.dumps([str(t) for t in tables]).encode()).hexdigest())
             inputs, max_bs = sliced.inputs, sliced.max_batch_size
         else:
-            name, profiled, whole, parameters = from_profile(args.source)
-            name = args.name or name
+            name, profiled, parameters = from_profile(args.source)
+            name, whole = args.name or name, profiled.whole
             tables = [s.latency for s in profiled.stages]
             source, inputs, max_bs = (profiled.source_file, profiled.source_sha256), profiled.inputs, \
                 profiled.max_batch_size
-        manifest = write_timed(name, inputs, tables, max_bs, *source, args.out / name, parameters)
-        whole_dir = timed_whole(manifest, whole)
+        manifest = write_timed(name, inputs, tables, max_bs, *source, args.out / name, parameters, whole)
+        whole_dir = timed_whole(manifest)
     except (OSError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

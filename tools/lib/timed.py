@@ -45,10 +45,13 @@ def summed(tables: Sequence[LatencyTable]) -> LatencyTable:
 
 
 def write_timed(name: str, inputs: Sequence[TensorSpec], tables: Sequence[LatencyTable], max_batch_size: int,
-                source_file: str, source_sha256: str, out: Path, parameters: dict[str, str]) -> Manifest:
+                source_file: str, source_sha256: str, out: Path, parameters: dict[str, str],
+                whole: LatencyTable | None = None) -> Manifest:
+    """A timed model of ``tables``; ``whole``, the unsliced model's table, is what its stages
+    take fused (as the peers' one-stage model takes it: ``timed_whole``)."""
     stages = timed(inputs, tables)
     manifest = Manifest(source_file=source_file, source_sha256=source_sha256, max_batch_size=max_batch_size,
-                        inputs=tuple(inputs), outputs=stages[-1].outputs, stages=stages)
+                        inputs=tuple(inputs), outputs=stages[-1].outputs, stages=stages, whole=whole)
     (out / VERSION).mkdir(parents=True, exist_ok=True)
     manifest.save(out / VERSION)
     (out / "config.pbtxt").write_text(triton_config.render(name, manifest, parameters, comment=(
@@ -56,19 +59,20 @@ def write_timed(name: str, inputs: Sequence[TensorSpec], tables: Sequence[Latenc
     return manifest
 
 
-def timed_whole(manifest: Manifest, table: LatencyTable | None = None) -> Path:
-    """The one-stage timed model of a timed ``manifest`` (``table``, else its stages' sum), cached."""
+def timed_whole(manifest: Manifest) -> Path:
+    """The one-stage timed model of a timed ``manifest`` (its ``whole`` table, else its stages'
+    sum), cached."""
     tables = [s.latency for s in manifest.stages]
     lengths = tables[0].lengths or ()
     out = whole_path(manifest, "timed", lengths)
     if not (out / VERSION / "manifest.json").is_file():
-        write_timed(out.name, manifest.inputs, [table or summed(tables)], manifest.max_batch_size,
+        write_timed(out.name, manifest.inputs, [manifest.whole or summed(tables)], manifest.max_batch_size,
                     manifest.source_file, manifest.source_sha256, out, {})
     return out
 
 
-def from_profile(path: Path) -> tuple[str, Manifest, LatencyTable | None, dict[str, str]]:
-    """(name, stages as a manifest-to-be, whole table, parameters) of a JSON profile."""
+def from_profile(path: Path) -> tuple[str, Manifest, dict[str, str]]:
+    """(name, stages and whole table as a manifest-to-be, parameters) of a JSON profile."""
     data = json.loads(path.read_text())
     try:
         inputs = tuple(TensorSpec.from_json(t) for t in data["inputs"])
@@ -79,9 +83,9 @@ def from_profile(path: Path) -> tuple[str, Manifest, LatencyTable | None, dict[s
         raise ValueError(f"{path}: not a profile ({exc!r} missing or malformed); see python -m tools.simulate -h") \
             from None
     digest = hashlib.sha256(path.read_bytes()).hexdigest()
-    manifest = Manifest(path.name, digest, max_bs, inputs, inputs, timed(inputs, tables))
+    manifest = Manifest(path.name, digest, max_bs, inputs, inputs, timed(inputs, tables), whole=whole)
     parameters = {**triton_config.policy_parameters(), **data.get("parameters", {})}
-    return name, manifest, whole, {k: str(v) for k, v in parameters.items()}
+    return name, manifest, {k: str(v) for k, v in parameters.items()}
 
 
 def groups(costs: list[float], stages: int) -> list[tuple[int, int]]:
