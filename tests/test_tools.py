@@ -26,6 +26,7 @@ from tools.lib import prometheus as prom
 from tools.lib.peers import link_version
 from tools.lib.client import infer
 from tools.lib.real_models import MODELS
+from tools.lib.harness import bisect_peak
 from tools.lib.timed import groups, timed_whole
 
 from .conftest import ROOT
@@ -269,6 +270,28 @@ def test_a_profiles_whole_table_times_our_fused_model_and_the_plain_peer_alike(r
     assert ours.whole is not None and ours.whole != summed
     assert ours.fused().stages[0].latency == ours.whole
     assert Manifest.load(timed_whole(ours) / VERSION).stages[0].latency == ours.whole
+
+
+def test_a_peak_is_bisected_to_the_tolerance_and_a_lone_failing_window_does_not_set_it():
+    """Bisection to 5 % of a peak of 1000/s, the failure that closes the bracket probed twice; and
+    the plain model's probes in sim-minilm-h100-fp16-heldout/whole, where one window at 498/s
+    missed the QoS by a hiccup: the peak is found above it all the same."""
+    tried = []
+
+    def passes(rate: float) -> bool:
+        tried.append(rate)
+        return rate <= 1000
+
+    low, high = bisect_peak(passes, 300)
+    assert low <= 1000 < high and high - low <= 0.05 * low and tried.count(high) == 2
+
+    def hiccup_once(rate: float) -> bool:
+        tried.append(rate)
+        return rate <= 1000 and not (rate == 498 and tried.count(rate) == 1)
+
+    tried.clear()
+    low, high = bisect_peak(hiccup_once, 221)
+    assert tried[:6] == [221, 332, 498, 415, 456, 477] and 900 < low <= 1000 < high
 
 
 def test_compare_writes_ratios_with_intervals_an_aa_row_and_goodput(run, repository, sources, tokenizer, tmp_path):
