@@ -1,8 +1,10 @@
 """Where stage buffers live and how executors order their work on them.
 
 The executors only talk to a ``Device``: allocate buffer tensors, move rows in and out, and
-order launches across executors. On the CPU an executor's work is done when its call returns,
-so streams and events are nothing. On CUDA (torch) every executor has its own stream and every
+order launches across executors. On the CPU an engine's work is done when its call returns, so
+events are nothing, and a stream only holds the time until which a timed engine's simulated
+work keeps it busy (``busy``), as a GPU's stream runs ahead of the host: ``finish`` waits that
+out. On CUDA (torch) every executor has its own stream and every
 buffer its own event: after launching work that touches a buffer the executor records the
 buffer's event on its stream, and the next executor to touch the buffer makes its own stream
 wait on that event, so the data hand-over needs no host wait. The host does wait for each
@@ -10,14 +12,19 @@ stage's launches to finish (``finish``) before the scheduler updates the batch t
 paper's prototype synchronizes once per stage: otherwise the host runs ahead of the GPU, every
 batch looks finished the moment it is launched, and stretch, split and the load policies
 decide on a pipeline that is not the one running. Two executors overlap that wait with each
-other's work.
+other's work. Rows leave for the host through ``copy_out``, which does not wait: a model served
+inside ``execute`` builds its responses on them while the device still computes
+(``whole.WholeBatch``), what a plain model that waits for its engine first cannot do.
 """
 
 from __future__ import annotations
 
 import contextlib
 import math
+import threading
+import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
@@ -35,39 +42,77 @@ class Device(Protocol):
     def record(self, event: Any, stream: Any) -> None: ...
     def finish(self, stream: Any) -> None: ...
     def from_host(self, array: np.ndarray) -> Any: ...
+    def copy_out(self, tensor: Any) -> np.ndarray: ...
     def to_host(self, tensor: Any) -> np.ndarray: ...
+    def busy(self, seconds: float) -> None: ...
     def rows(self, buffer: Buffer, name: str, like: Any, capacity: int) -> Any: ...
 
 
+_THREAD = threading.local()  # the CPU stream each host thread runs on, whichever CpuDevice it is given
+
+
+@dataclass(eq=False)
+class CpuStream:
+    """A host thread's stream: busy until ``due`` (``time.monotonic()``) with a timed engine's work."""
+
+    due: float = 0.0
+
+
 class CpuDevice:
-    """Host memory; work is finished when the call returns."""
+    """Host memory; an engine's work is finished when its call returns, a timed engine's when
+    its stream's ``due`` has passed."""
 
     name = "cpu"
 
-    def stream(self) -> None:
-        return None
+    def stream(self) -> CpuStream:
+        return CpuStream()
 
     def event(self) -> None:
         return None
 
     @contextlib.contextmanager
-    def running_on(self, stream: None) -> Iterator[None]:
-        yield
+    def running_on(self, stream: CpuStream) -> Iterator[None]:
+        before = getattr(_THREAD, "stream", None)
+        _THREAD.stream = stream
+        try:
+            yield
+        finally:
+            _THREAD.stream = before
 
-    def after(self, event: None, stream: None) -> None:
+    def _current(self) -> CpuStream:
+        stream = getattr(_THREAD, "stream", None)
+        if stream is None:
+            stream = _THREAD.stream = CpuStream()
+        return stream
+
+    def after(self, event: None, stream: CpuStream) -> None:
         pass
 
-    def record(self, event: None, stream: None) -> None:
+    def record(self, event: None, stream: CpuStream) -> None:
         pass
 
-    def finish(self, stream: None) -> None:
-        pass
+    def finish(self, stream: CpuStream) -> None:
+        left = stream.due - time.monotonic()
+        if left > 0:
+            time.sleep(left)
 
     def from_host(self, array: np.ndarray) -> np.ndarray:
         return array
 
-    def to_host(self, tensor: np.ndarray) -> np.ndarray:
+    def copy_out(self, tensor: np.ndarray) -> np.ndarray:
+        """The rows, in host memory already (complete once the current stream is finished)."""
         return tensor
+
+    def to_host(self, tensor: np.ndarray) -> np.ndarray:
+        """The rows, once the current stream's work is done."""
+        self.finish(self._current())
+        return tensor
+
+    def busy(self, seconds: float) -> None:
+        """Keep the current stream busy ``seconds`` after the work already on it (a timed
+        engine's simulated compute; the host goes on meanwhile)."""
+        stream = self._current()
+        stream.due = max(time.monotonic(), stream.due) + seconds
 
     def rows(self, buffer: Buffer, name: str, like: np.ndarray, capacity: int) -> np.ndarray:
         return _view(buffer, name, like, capacity, lambda size: np.empty(size, like.dtype))
@@ -86,6 +131,7 @@ class CudaDevice:
         self._torch = torch
         self.device = torch.device("cuda", index)
         self.name = str(self.device)
+        self._cycles_per_second: float | None = None
 
     def stream(self) -> Any:
         return self._torch.cuda.Stream(device=self.device)
@@ -108,9 +154,33 @@ class CudaDevice:
     def from_host(self, array: np.ndarray) -> Any:
         return self._torch.from_numpy(np.ascontiguousarray(array)).to(self.device, non_blocking=False)
 
+    def copy_out(self, tensor: Any) -> np.ndarray:
+        """A host array that holds ``tensor`` once the current stream is finished: a copy
+        queued into pinned memory (torch's caching host allocator reuses it), so the host need
+        not wait for the work before it."""
+        host = self._torch.empty(tuple(tensor.shape), dtype=tensor.dtype, pin_memory=True)
+        host.copy_(tensor, non_blocking=True)
+        return host.numpy()
+
     def to_host(self, tensor: Any) -> np.ndarray:
-        self._torch.cuda.current_stream(self.device).synchronize()  # rows leave for the client here
-        return tensor.cpu().numpy()
+        """The rows, once the current stream's work is done (they leave for the client here)."""
+        host = self.copy_out(tensor)
+        self._torch.cuda.current_stream(self.device).synchronize()
+        return host
+
+    def busy(self, seconds: float) -> None:
+        """Keep the current stream busy for ``seconds`` without the host waiting (a timed
+        engine's simulated compute): a spinning kernel, its clock rate measured once."""
+        if self._cycles_per_second is None:
+            torch = self._torch
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            cycles = 10_000_000
+            start.record()
+            torch.cuda._sleep(cycles)
+            end.record()
+            end.synchronize()
+            self._cycles_per_second = cycles / (start.elapsed_time(end) / 1000)
+        self._torch.cuda._sleep(int(seconds * self._cycles_per_second))
 
     def rows(self, buffer: Buffer, name: str, like: Any, capacity: int) -> Any:
         return _view(buffer, name, like, capacity,

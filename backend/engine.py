@@ -5,8 +5,9 @@
   CUDA kernels on the executor's stream for a GPU instance, the CPU's cores for a CPU one.
 - ``tensorrt``: the stage as a TensorRT 10 or 11 engine, dynamic shapes through its optimization
   profile (CUDA device; needs the ``gpu`` extra).
-- ``timed``: computes nothing and takes as long as the stage's latency table predicts for the batch
-  (CPU: sleeps; CUDA: keeps the executor's stream busy), so a schedule can be tested exactly.
+- ``timed``: computes nothing and keeps the stream busy as long as the stage's latency table
+  predicts for the batch (``Device.busy``: CUDA, a spinning kernel; CPU, the time ``finish``
+  waits out), so a schedule can be tested exactly; like a GPU's work, it runs while the host goes on.
   Its outputs are its inputs, in order: a timed model answers every query with its own rows.
 """
 
@@ -110,7 +111,8 @@ class TorchEngine:
 
 
 class TimedEngine:
-    """Sleeps for the stage's tabulated latency and passes its inputs through as its outputs."""
+    """Keeps the stream busy for the stage's tabulated latency and passes its inputs through as
+    its outputs."""
 
     def __init__(self, stage: StageSpec, device: Device):
         if stage.latency is None:
@@ -120,7 +122,8 @@ class TimedEngine:
         self._table = stage.latency
         self._names = [(i.name, o.name) for i, o in zip(stage.inputs, stage.outputs)]
         self._length = _length_axis(stage)
-        self._sleep = time.sleep if isinstance(device, CpuDevice) else _gpu_sleeper()
+        self._device = device
+        device.busy(0)  # (on a GPU, its clock is measured now, not during the first batch)
         # Seconds by (rows, length), read once from the table: a simulated engine must cost the
         # host no more than the plain model's simulator, which indexes a dense table.
         self._seconds: dict[tuple[int, int | None], float] = {}
@@ -131,7 +134,7 @@ class TimedEngine:
         seconds = self._seconds.get(key)
         if seconds is None:
             seconds = self._seconds[key] = self._table.predict(*key) / 1000
-        self._sleep(seconds)
+        self._device.busy(seconds)
         return {out: _copy(inputs[src]) for src, out in self._names}
 
 
@@ -146,20 +149,6 @@ def _length_axis(stage: StageSpec) -> int | None:
 
 def _copy(tensor: Any) -> Any:
     return tensor.copy() if isinstance(tensor, np.ndarray) else tensor.clone()
-
-
-def _gpu_sleeper():
-    """Busy the current CUDA stream for a given time without the host waiting."""
-    import torch
-
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    cycles = 10_000_000
-    start.record()
-    torch.cuda._sleep(cycles)
-    end.record()
-    end.synchronize()
-    per_second = cycles / (start.elapsed_time(end) / 1000)
-    return lambda seconds: torch.cuda._sleep(int(seconds * per_second))
 
 
 class TensorRTEngine:

@@ -11,7 +11,8 @@ in the list ``execute`` returns, the rest from their requests' own response send
 this model and host) and with ``batching: triton``, the model serves as a plain Python model
 does: ``execute`` runs the batch Triton formed and returns every response in its list, which
 goes back in the one message ``execute`` sends anyway, where each ``send()`` is a round trip of
-its own. The runtime's counters reach Triton's metrics endpoint through the custom metrics API.
+its own; on engines that run ahead of the host (a GPU; timed) it builds those responses while
+they compute. The runtime's counters reach Triton's metrics endpoint through the custom metrics API.
 """
 
 import dataclasses
@@ -167,10 +168,12 @@ class TritonPythonModel:
 
     def _execute(self, requests: list) -> list | None:
         if self._inline or self._server.runs_inline():
-            # Every query is answered before run returns; its reply is kept on it.
+            # Every query is answered, its reply kept on it, before the engines are done: the
+            # responses are built meanwhile, on arrays filled by the time run returns.
             queries = [self._query(request) for request in requests]
-            self._server.run(queries)
-            return [self._response_of(query.reply) for query in queries]
+            responses: list = []
+            self._server.run(queries, lambda: responses.extend([self._response_of(q.reply) for q in queries]))
+            return responses
         handover = Handover([self._sender(request) for request in requests])
         self._server.submit([self._query(request, lambda outputs, failure, i=i: handover.deliver(
             i, self._response_of((outputs, failure)))) for i, request in enumerate(requests)],

@@ -111,15 +111,18 @@ class Runtime:
             self.metrics.lone(inline)
         return inline
 
-    def run(self, queries: Sequence[Query]) -> None:
+    def run(self, queries: Sequence[Query], meanwhile: Callable[[], None] | None = None) -> None:
         """Run a lone batch through every stage in the caller's thread and answer it before
         returning, where ``runs_inline`` said so: the executors wait meanwhile (nothing is in the
-        pipeline, and only the caller submits), so the engines are the caller's."""
+        pipeline, and only the caller submits), so the engines are the caller's. ``meanwhile``:
+        as ``WholeBatch.run``'s."""
         if self.dead:
             self.submit(queries)
+            if meanwhile is not None:
+                meanwhile()
             return
         self.entry.arrived(queries)
-        self._alone.run(queries)
+        self._alone.run(queries, meanwhile)
 
     @property
     def ready(self) -> bool:

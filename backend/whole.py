@@ -3,7 +3,9 @@
 Serves a model whose policy stepped aside (``serving.Mode.FUSED``, ``IN_TURN``) and ``batching:
 triton``. Triton's dynamic batcher forms the batch; it runs through every stage in one go and
 every query is answered before ``run`` returns (so the backend returns the responses from
-``execute``), with the same engines and validation as the pipeline.
+``execute``), with the same engines and validation as the pipeline. Where the engines run ahead
+of the host (a GPU; timed), the queries are answered with the arrays their results land in
+before the host waits for them, and ``run``'s caller builds its responses meanwhile.
 
 Requests whose inputs differ along the length axis arrive in one of Triton's batches (the slicer
 writes ``allow_ragged_batch`` on that axis). A ``Former`` decides how they run: stages on the
@@ -45,7 +47,8 @@ def together(queries: Sequence[Query]) -> list[list[Query]]:
 class WholeBatch:
     """Runs each batch Triton hands over to completion and answers its queries. A batch is
     padded along each named axis to its longest query (none where they agree, the usual case,
-    which costs no more than the plain model's concatenation)."""
+    which costs no more than the plain model's concatenation). Its engines' work goes on one
+    stream of its own, waited for once at the end of ``run``."""
 
     def __init__(self, manifest: Manifest, engines: Sequence[Engine], device: Device, metrics: Metrics,
                  pad_values: Mapping[str, float] | None = None, size_limits: Mapping[str, int] | None = None,
@@ -55,9 +58,29 @@ class WholeBatch:
         self.size_limits = size_limits
         self.form = form
         self._judged: Judged = {}
+        self._stream = device.stream()
         self._columns = [(spec, itemgetter(spec.name), self.pad_values.get(spec.name, 0)) for spec in manifest.inputs]
 
-    def run(self, queries: Sequence[Query]) -> None:
+    def run(self, queries: Sequence[Query], meanwhile: Callable[[], None] | None = None) -> None:
+        """Run and answer ``queries``; return once the engines are done. ``meanwhile`` is called
+        once, when every query is answered and before the host waits for the engines: on
+        engines that run ahead of the host (a GPU; timed), the answers' arrays are filled by
+        the time this returns, so the caller may build its responses on them meanwhile (the
+        backend's entry file does: at TensorRT speed a batch's responses cost the host about as
+        long as the engines take to answer it, and that time no longer adds up)."""
+        launched: list[list] = []  # [stage, rows, seconds launching it], in order
+        with self.device.running_on(self._stream):
+            self._run_formed(queries, launched)
+        if meanwhile is not None:
+            meanwhile()
+        began = time.monotonic()
+        self.device.finish(self._stream)
+        if launched:  # the wait belongs to the stages launched last, which it saw finish
+            launched[-1][2] += time.monotonic() - began
+        for stage, rows, seconds in launched:
+            self.metrics.stage_ran(stage, rows, seconds)
+
+    def _run_formed(self, queries: Sequence[Query], launched: list[list]) -> None:
         pending = refuse_invalid(self.manifest, queries, self.size_limits, self._judged)
         if not pending:
             return
@@ -74,7 +97,7 @@ class WholeBatch:
                 formed, taken = together(pending), len(pending)
             batches += len(formed)
             for batch in formed:
-                self._run_or_alone(batch)
+                self._run_or_alone(batch, launched)
             if taken < len(pending):
                 chosen = {id(q) for batch in formed for q in batch}
                 pending = [q for q in pending if id(q) not in chosen]
@@ -82,14 +105,14 @@ class WholeBatch:
                 pending = []
         self.metrics.admitted(admitted, waited_s, "new", batches)
 
-    def _run_or_alone(self, queries: list[Query]) -> None:
+    def _run_or_alone(self, queries: list[Query], launched: list[list]) -> None:
         try:
-            self._run(queries)
+            self._run(queries, launched)
         except Exception:  # noqa: BLE001 - rerun one by one: only a query that cannot run fails
-            each_alone(queries, lambda query: self._run([query]),
+            each_alone(queries, lambda query: self._run([query], launched),
                        lambda query, exc: query.answer(failure=Failure.of(exc)))
 
-    def _run(self, queries: Sequence[Query]) -> None:
+    def _run(self, queries: Sequence[Query], launched: list[list]) -> None:
         sizes = [q.sizes for q in queries]
         first = sizes[0]
         even = sizes.count(first) == len(sizes)  # nothing to pad or cut: the usual batch of equal shapes
@@ -99,8 +122,8 @@ class WholeBatch:
                 for spec, column, pad in self._columns}
         rows = len(next(iter(feed.values())))
         outputs = run_stages(self.engines, self.manifest.stages, feed,
-                             ran=lambda stage, seconds: self.metrics.stage_ran(stage, rows, seconds))
-        host = [(spec.name, spec.named, self.device.to_host(outputs[spec.name])) for spec in self.manifest.outputs]
+                             ran=lambda stage, seconds: launched.append([stage, rows, seconds]))
+        host = [(spec.name, spec.named, self.device.copy_out(outputs[spec.name])) for spec in self.manifest.outputs]
         start = 0
         for query, own in zip(queries, sizes):
             end = start + query.rows

@@ -5,6 +5,7 @@ waiting. Needs a GPU and torch with CUDA; skipped elsewhere. Timed stages keep t
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import replace
 
 import numpy as np
@@ -33,6 +34,23 @@ TABLE = {"batch_sizes": [1, 2, 4, 8], "mean": [1.0, 1.5, 2.0, 3.0]}
 
 def own_rows(key: int, rows: int) -> np.ndarray:
     return (np.arange(rows * 16) + 1000 * key).astype(np.float32).reshape(rows, 16)
+
+
+def test_rows_copied_out_land_once_the_stream_is_finished_and_the_host_goes_on_meanwhile():
+    """``copy_out`` queues the copy behind the stream's work (here 50 ms of a timed engine's)
+    and returns at once; the rows are in the host array once the stream is finished: what lets
+    ``WholeBatch`` build its responses while the engines compute."""
+    device = CudaDevice(0)
+    device.busy(0)  # measures the GPU's clock first
+    stream = device.stream()
+    with device.running_on(stream):
+        x = device.from_host(own_rows(1, 4))
+        began = time.monotonic()
+        device.busy(0.05)
+        host = device.copy_out(x * 2)
+        assert time.monotonic() - began < 0.05
+    device.finish(stream)
+    assert time.monotonic() - began >= 0.05 and np.array_equal(host, own_rows(1, 4) * 2)
 
 
 def burst(runtime: Runtime, count: int, seed: int) -> dict[int, list]:

@@ -442,6 +442,34 @@ def test_a_model_served_as_a_plain_one_runs_a_ragged_batch_once_or_in_two_by_len
             if family == "dvabatch_batches_total"} == {"8": 1, "16": 2}
 
 
+def test_a_model_served_as_a_plain_one_answers_while_its_engines_run_and_returns_once_they_are_done(tmp_path):
+    """On engines that run ahead of the host (a GPU; timed), ``WholeBatch.run`` answers every
+    query with the arrays its results land in and calls ``meanwhile`` (where the backend builds
+    its responses) before it waits for the engines, so that work does not add to theirs; it
+    returns once they are done, and the stage's busy time counts the wait."""
+    slow = timed_manifest(tmp_path, 200, 200, 2)  # two stages of 100 ms, fused
+    config = RuntimeConfig(policy=make_policy("auto", {"pipeline_cost_us": "1e9"}))  # steps aside on any host
+    metrics = Metrics()
+    decision, server = serve(slow, tmp_path, config, CpuDevice(), metrics)
+    assert decision.mode is Mode.FUSED
+    inbox = Inbox()
+    feeds = [sample_inputs(slow.inputs, 1, {"sequence": 4 + i}, seed=i) for i in range(3)]
+    seen = {}
+    began = time.monotonic()
+
+    def meanwhile():
+        seen["after_s"], seen["answered"] = time.monotonic() - began, sorted(inbox.answers)
+
+    server.run([inbox.query(i, feed) for i, feed in enumerate(feeds)], meanwhile)
+    took = time.monotonic() - began
+    assert seen["answered"] == [0, 1, 2] and seen["after_s"] < 0.1 <= 0.2 <= took
+    for i, feed in enumerate(feeds):
+        [(outputs, failure)] = inbox.answers[i]
+        assert failure is None and np.array_equal(outputs["input_ids_out"], feed["input_ids"])
+    busy = [v for (family, _), v in metrics.snapshot().items() if family == "dvabatch_stage_busy_us_total"]
+    assert sum(busy) >= 0.2e6
+
+
 def test_auto_serves_as_a_plain_model_where_the_pipeline_cannot_pay(repository, sources):
     """ONNX Runtime stages whose time grows with the rows: ``auto`` serves the stages as one
     session that runs each batch as it comes (a split would save nothing, and stages on shared

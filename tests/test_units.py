@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -159,6 +160,25 @@ def test_knobs_have_working_defaults_and_parse():
                                             "policy.split_after": "1", "buffer_pairs": "1"})
     assert config.policy == FixedPolicy(stretch_latest=True, split_after=1) and config.buffer_pairs == 1
     assert isinstance(RuntimeConfig.from_parameters({"policy": "random", "policy.seed": "3"}).policy, RandomPolicy)
+
+
+def test_a_cpu_stream_stays_busy_with_a_timed_engines_work_while_the_host_goes_on():
+    """``busy`` queues simulated work on the thread's current stream and returns at once, as
+    work queued on a GPU's stream does; ``finish`` and ``to_host`` wait it out, ``copy_out``
+    does not."""
+    device = CpuDevice()
+    stream = device.stream()
+    with device.running_on(stream):
+        began = time.monotonic()
+        device.busy(0.05)
+        device.busy(0.05)  # after the first
+        rows = device.copy_out(np.ones(3))
+        assert time.monotonic() - began < 0.05 and rows.sum() == 3
+        device.to_host(rows)
+        assert time.monotonic() - began >= 0.1
+        device.busy(0.05)
+    device.finish(stream)
+    assert time.monotonic() - began >= 0.15
 
 
 def test_engines_and_devices_fail_clearly_where_they_cannot_run(tmp_path):
