@@ -6,9 +6,10 @@
 
 For each timed profile (default: ``docs/profiles/zero_2stages.json``, near-zero compute, and
 ``bert_base_trt_a100_2stages.json``, TensorRT speed; ``tools.simulate``: timed stages that
-sleep for their table's time) or sliced model directory (``python -m slicer``: real engines, on
-the device it was sliced for; its unsliced source must be where the slicer found it), one
-tritonserver serves four models of the same engine:
+take their table's time, ours on a stream the host goes on beside, the peers asleep) or sliced
+model directory (``python -m slicer``: real engines, on the device it was sliced for; its
+unsliced source must be where the slicer found it), one tritonserver serves four models of the
+same engine:
 
 - ``plain``: the whole model as a plain Python model behind Triton's dynamic batcher (delay 0);
 - ``ensemble``: its stages as an ensemble, each step its own plain model and batcher;

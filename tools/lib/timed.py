@@ -55,7 +55,8 @@ def write_timed(name: str, inputs: Sequence[TensorSpec], tables: Sequence[Latenc
     (out / VERSION).mkdir(parents=True, exist_ok=True)
     manifest.save(out / VERSION)
     (out / "config.pbtxt").write_text(triton_config.render(name, manifest, parameters, comment=(
-        "# Simulated: every stage is timed (it sleeps for its table's time and passes its inputs through).\n")))
+        "# Simulated: every stage is timed (it keeps its stream busy for its table's time, as a GPU's\n"
+        "# work, and passes its inputs through).\n")))
     return manifest
 
 
