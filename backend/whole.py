@@ -67,7 +67,9 @@ class WholeBatch:
         engines that run ahead of the host (a GPU; timed), the answers' arrays are filled by
         the time this returns, so the caller may build its responses on them meanwhile (the
         backend's entry file does: at TensorRT speed a batch's responses cost the host about as
-        long as the engines take to answer it, and that time no longer adds up)."""
+        long as the engines take to answer it, and that time no longer adds up). An error that
+        only the wait reveals (a GPU's asynchronous fault, which leaves its context unusable
+        anyway) is raised from here, for the whole call."""
         launched: list[list] = []  # [stage, rows, seconds launching it], in order
         with self.device.running_on(self._stream):
             self._run_formed(queries, launched)
