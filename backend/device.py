@@ -51,6 +51,14 @@ class Device(Protocol):
 _THREAD = threading.local()  # the CPU stream each host thread runs on, whichever CpuDevice it is given
 
 
+def _current() -> CpuStream:
+    """The calling thread's CPU stream (one of its own until it runs on another)."""
+    stream = getattr(_THREAD, "stream", None)
+    if stream is None:
+        stream = _THREAD.stream = CpuStream()
+    return stream
+
+
 class _RunningOn:
     """The calling thread runs on ``stream`` inside ``with`` (a class, not a generator: it is
     entered once per ``execute`` and per stage item, and costs a third as much)."""
@@ -90,12 +98,6 @@ class CpuDevice:
     def running_on(self, stream: CpuStream) -> _RunningOn:
         return _RunningOn(stream)
 
-    def _current(self) -> CpuStream:
-        stream = getattr(_THREAD, "stream", None)
-        if stream is None:
-            stream = _THREAD.stream = CpuStream()
-        return stream
-
     def after(self, event: None, stream: CpuStream) -> None:
         pass
 
@@ -116,13 +118,13 @@ class CpuDevice:
 
     def to_host(self, tensor: np.ndarray) -> np.ndarray:
         """The rows, once the current stream's work is done."""
-        self.finish(self._current())
+        self.finish(_current())
         return tensor
 
     def busy(self, seconds: float) -> None:
         """Keep the current stream busy ``seconds`` after the work already on it (a timed
         engine's simulated compute; the host goes on meanwhile)."""
-        stream = self._current()
+        stream = _current()
         stream.due = max(time.monotonic(), stream.due) + seconds
 
     def rows(self, buffer: Buffer, name: str, like: np.ndarray, capacity: int) -> np.ndarray:

@@ -462,7 +462,7 @@ def test_a_model_served_as_a_plain_one_answers_while_its_engines_run_and_returns
 
     server.run([inbox.query(i, feed) for i, feed in enumerate(feeds)], meanwhile)
     took = time.monotonic() - began
-    assert seen["answered"] == [0, 1, 2] and seen["after_s"] < 0.1 <= 0.2 <= took
+    assert seen["answered"] == [0, 1, 2] and seen["after_s"] < 0.1 and took >= 0.2
     for i, feed in enumerate(feeds):
         [(outputs, failure)] = inbox.answers[i]
         assert failure is None and np.array_equal(outputs["input_ids_out"], feed["input_ids"])
