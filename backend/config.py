@@ -11,6 +11,7 @@
     parameters: { key: "allow_spinning"  value: { string_value: "auto" } }      # ONNX Runtime threads
     parameters: { key: "execute_waits"   value: { string_value: "auto" } }      # back-pressure on Triton
     parameters: { key: "lone_inline"     value: { string_value: "true" } }      # lone batches in execute
+    parameters: { key: "cuda_graphs"     value: { string_value: "auto" } }      # torch stages as CUDA graphs
 
 ``batching: triton`` serves the model single-entry single-exit: Triton's dynamic batcher forms
 each batch and ``execute`` runs it through every stage to completion and returns the responses,
@@ -79,6 +80,7 @@ class RuntimeConfig:
     allow_spinning: str = "auto"  # let idle ONNX Runtime threads spin: true, false, or auto (see ``spins``)
     execute_waits: str = "auto"  # a pipeline's execute waits for stage 0: true, false, or auto (``serving.waits``)
     lone_inline: bool = True  # a batch finding the pipeline empty may run inside execute (``lone.py``)
+    cuda_graphs: str = "auto"  # torch stages replay CUDA graphs per shape bucket: true, false, or auto (``graphs``)
     pad_values: Mapping[str, float] = field(default_factory=dict)  # input -> what pads it (default 0)
     max_sizes: Mapping[str, int] = field(default_factory=dict)  # named axis -> largest size served (0: any)
     queue: QueuePolicy = field(default_factory=lambda: QueuePolicy())  # from dynamic_batching, not parameters
@@ -112,7 +114,7 @@ class RuntimeConfig:
         if values.get("intra_op_thread_count", 0) < 0:
             raise ConfigError("parameter 'intra_op_thread_count' must be >= 0 (0: every core), "
                               f"got {values['intra_op_thread_count']}")
-        for switch in ("allow_spinning", "execute_waits"):
+        for switch in ("allow_spinning", "execute_waits", "cuda_graphs"):
             if switch in values:
                 values[switch] = values[switch].lower()
                 if values[switch] not in ("auto", "true", "false"):
@@ -130,6 +132,15 @@ class RuntimeConfig:
         threads at each operator, and nothing else waits for those cores; in a pipeline, stages
         that spin take the cores the co-running ones need."""
         return alone if self.allow_spinning == "auto" else self.allow_spinning == "true"
+
+    def graphs(self, manifest: Manifest, gpu: bool) -> bool:
+        """Whether torch stages replay a CUDA graph per shape bucket (``engine.graph_buckets``;
+        a batch's length padded up to a bucket first): ``auto``, on a GPU instance; ``true``, on
+        a CPU one too, where the same buckets run on static buffers (what the tests check without
+        a GPU); ``false``, never (the interpreter runs every batch at its own shape)."""
+        if not any(stage.engine == "torch" for stage in manifest.stages):
+            return False
+        return gpu if self.cuda_graphs == "auto" else self.cuda_graphs == "true"
 
     def bind(self, manifest: Manifest) -> None:
         """Check the knobs against the model and let the policy read its tables."""

@@ -463,10 +463,11 @@ class DiversityPolicy(Policy):
 
 
 def interpreted(manifest: Manifest) -> bool:
-    """Whether every stage runs on our torch interpreter: one Python call per node, all under the
-    one lock of the process's interpreter, so stages running at once take turns for their host
-    time even where their kernels overlap on a GPU."""
-    return all(s.engine == "torch" for s in manifest.stages)
+    """Whether every stage runs on our torch interpreter node by node: one Python call per node,
+    all under the one lock of the process's interpreter, so stages running at once take turns for
+    their host time even where their kernels overlap on a GPU. Not where they replay CUDA graphs
+    (``Manifest.as_graphs``): a replay is one launch."""
+    return all(s.engine == "torch" for s in manifest.stages) and not manifest.graphs
 
 
 def engine_capacity(tables: Sequence[LatencyTable], pipelined: bool, statistic: str = "mean",

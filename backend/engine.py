@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -23,8 +24,10 @@ import numpy as np
 
 from .device import CpuDevice, Device
 from .manifest import Manifest, StageSpec
+from .sample import batch_sizes_up_to, sample_inputs
 
 Tensors = dict[str, Any]
+log = logging.getLogger(__name__)
 
 
 class Engine(Protocol):
@@ -86,25 +89,30 @@ class TorchEngine:
     """A stage (a file, or a serialised model) run by torch on ``device``: on CUDA its kernels go
     to the executor's current stream and read and write the buffers in place; on the CPU it takes
     and gives numpy arrays as the other CPU engines do, with ``threads`` intra-op threads (torch
-    has one pool per process, so the last engine loaded sets it). TF32 is off: FP32 results then
-    match ONNX Runtime's within the slicer's tolerance."""
+    has one pool per process, so the last engine loaded sets it). ``precision`` (the stage's):
+    fp32 keeps TF32 off, so that FP32 results match ONNX Runtime's within the slicer's tolerance;
+    tf32 lets matmuls and convolutions use it; fp16 runs the graph in half
+    (``onnx_torch.TorchGraph``). With row buckets (``graph_rows``) it replays a CUDA graph per
+    shape bucket (``torch_graphs.ShapeGraphs``; on the CPU the same buckets on static buffers)."""
 
-    def __init__(self, model: Path | bytes, output_names: list[str], device: Device, threads: int | None = None):
+    def __init__(self, model: Path | bytes, output_names: list[str], device: Device, threads: int | None = None,
+                 precision: str = "fp32", graph_rows: Sequence[int] = (), name: str = "stage"):
         import torch
 
         from .onnx_torch import TorchGraph
+        from .torch_graphs import ShapeGraphs
 
         on_cpu = isinstance(device, CpuDevice)
         if on_cpu and threads:
             torch.set_num_threads(threads)
         if not on_cpu:
-            torch.backends.cuda.matmul.allow_tf32 = False
-            torch.backends.cudnn.allow_tf32 = False
-        self.graph = TorchGraph(model, "cpu" if on_cpu else device.device)
+            torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = precision == "tf32"
+        self.graph = TorchGraph(model, "cpu" if on_cpu else device.device, precision)
+        self.graphs = ShapeGraphs(self.graph, graph_rows, name) if graph_rows else None
         self._outputs = output_names
 
     def run(self, inputs: Mapping[str, Any]) -> Tensors:
-        outputs = self.graph.run(inputs, self._outputs)
+        outputs = (self.graphs or self.graph).run(inputs, self._outputs)
         if self.graph.device.type == "cpu":  # host buffers are numpy arrays, as other CPU engines give
             return {name: tensor.numpy() for name, tensor in outputs.items()}
         return outputs
@@ -218,16 +226,20 @@ def on_host_cores(manifest: Manifest, device: Device) -> bool:
 
 
 def load_engines(manifest: Manifest, version_dir: Path, device: Device | None = None, threads: int = 0,
-                 spinning: bool = False, fused: bool = False) -> list[Engine]:
+                 spinning: bool = False, fused: bool = False, graphs: bool = False) -> list[Engine]:
     """Every stage's engine, as the backend serves them (``threads`` 0: every core); with
     ``fused``, the one engine of ``manifest.fused()``: ONNX Runtime or torch stages merged back
     into one graph (one run instead of one per stage, and ONNX Runtime's optimiser sees across
-    the cuts), or one timed engine for timed stages."""
+    the cuts), or one timed engine for timed stages. With ``graphs``, torch stages replay a CUDA
+    graph per shape bucket (``graph_buckets``), each captured here (``warm_up``)."""
     threads = threads or cpu_cores()
     device = device or CpuDevice()
+    rows = graph_buckets(manifest)[0] if graphs else ()
     if not fused:  # one stage is a session alone: its spinning threads may spin on between runs
-        return [load_engine(stage, version_dir, device, threads, spinning, len(manifest.stages) == 1)
-                for stage in manifest.stages]
+        engines = [load_engine(stage, version_dir, device, threads, spinning, len(manifest.stages) == 1, rows)
+                   for stage in manifest.stages]
+        warm_up(engines, manifest, device)
+        return engines
     if not fusable(manifest):
         raise ValueError("only onnxruntime or torch stages, or timed ones, run fused")
     engine = manifest.stages[0].engine
@@ -237,8 +249,73 @@ def load_engines(manifest: Manifest, version_dir: Path, device: Device | None = 
     outputs = [t.name for t in manifest.outputs]
     merged = merge_stages(files, [t.name for t in manifest.inputs], outputs)
     if engine == "torch":
-        return [TorchEngine(merged, outputs, device, threads)]
+        engines: list[Engine] = [TorchEngine(merged, outputs, device, threads, manifest.stages[0].precision, rows,
+                                             "fused stages")]
+        warm_up(engines, manifest.fused(), device)
+        return engines
     return [OnnxRuntimeEngine(merged, outputs, threads, spinning, between_runs=True)]
+
+
+def graph_buckets(manifest: Manifest) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(row buckets, length buckets) of a model's CUDA graphs: the batch sizes and lengths its
+    stage tables were measured at (so the tables are the graphs' times), else powers of two up
+    to the largest batch and no lengths. A batch's length is padded up to a length bucket
+    (``padding.Buckets``); a model with other named axes gets no graphs past its row buckets."""
+    table = manifest.stages[0].latency if manifest.stages else None
+    rows = tuple(table.batch_sizes) if table is not None else batch_sizes_up_to(manifest.max_batch_size)
+    axis = manifest.length_axis
+    lengths = tuple(table.lengths) if axis and table is not None and table.axis == axis and table.lengths else ()
+    return rows, lengths
+
+
+def warm_up(engines: Sequence[Engine], manifest: Manifest, device: Device) -> None:
+    """Run every bucket once through the stages, the largest first, so that each graphed torch
+    stage captures its graphs (and the smaller buckets fit in the memory the largest took); then
+    no stage captures again: a shape no graph holds runs eagerly. The graphs' memory is noted on
+    each (``ShapeGraphs.reserved``). A model whose inputs have named axes other than the length
+    axis, or a length axis but no length buckets, gets no graphs (shapes outside the buckets)."""
+    graphed = [e.graphs for e in engines if isinstance(e, TorchEngine) and e.graphs is not None]
+    if not graphed:
+        return
+    rows, lengths = graph_buckets(manifest)
+    axis = manifest.length_axis
+    named = {d for spec in manifest.inputs for d in spec.dims if isinstance(d, str)}
+    if named - {axis} or (axis and not lengths):
+        why = f"named axes {sorted(named - {axis})}" if named - {axis} else f"no length buckets for '{axis}'"
+        log.warning("no CUDA graphs: %s (the stages run eagerly)", why)
+    else:
+        before = _reserved(device)
+        stream = device.stream()
+        with device.running_on(stream):
+            for length in sorted(lengths, reverse=True) or [None]:
+                for batch in sorted(rows, reverse=True):
+                    feed = sample_inputs(manifest.inputs, batch, {axis: length} if axis else {}, seed=batch)
+                    run_stages(engines, manifest.stages, {k: device.from_host(v) for k, v in feed.items()})
+        device.finish(stream)
+        for graphs in graphed:
+            graphs.reserved = (_reserved(device) - before) // len(graphed)
+    for graphs in graphed:
+        graphs.capturing = False
+
+
+def _reserved(device: Device) -> int:
+    """Bytes the device's memory allocator holds (0 on the CPU)."""
+    if isinstance(device, CpuDevice):
+        return 0
+    import torch
+
+    return torch.cuda.memory_reserved(device.device)
+
+
+def describe_graphs(engines: Sequence[Engine]) -> str:
+    """What the CUDA graphs of ``engines`` are, for the model's log; empty where none."""
+    graphed = [e.graphs for e in engines if isinstance(e, TorchEngine) and e.graphs is not None]
+    if not graphed:
+        return ""
+    parts = [f"{g.name}: {g.graphs} graphs" + (f", {len(g.failures)} shapes eager ({next(iter(g.failures.values()))})"
+                                               if g.failures else "") for g in graphed]
+    total = sum(g.reserved for g in graphed)
+    return f"CUDA graphs over row buckets {list(graphed[0].rows)}: {'; '.join(parts)}; {total / 2**20:.0f} MiB"
 
 
 def merge_stages(files: Sequence[Path], inputs: Sequence[str], outputs: Sequence[str]) -> bytes:
@@ -270,9 +347,11 @@ def merge_stages(files: Sequence[Path], inputs: Sequence[str], outputs: Sequence
 
 
 def load_engine(stage: StageSpec, version_dir: Path, device: Device | None = None,
-                threads: int | None = None, spinning: bool = False, between_runs: bool = False) -> Engine:
+                threads: int | None = None, spinning: bool = False, between_runs: bool = False,
+                graph_rows: Sequence[int] = ()) -> Engine:
     """The engine the manifest names for ``stage``, loaded from ``version_dir`` for ``device``
-    (``threads``, ``spinning``, ``between_runs``: see ``ort_options``)."""
+    (``threads``, ``spinning``, ``between_runs``: see ``ort_options``; ``graph_rows``: a torch
+    stage's CUDA graph buckets, see ``TorchEngine``)."""
     device = device or CpuDevice()
     on_cpu = isinstance(device, CpuDevice)
     if stage.engine == "timed":
@@ -286,7 +365,7 @@ def load_engine(stage: StageSpec, version_dir: Path, device: Device | None = Non
     path = _stage_file(stage, version_dir)
     outputs = [t.name for t in stage.outputs]
     if stage.engine == "torch":
-        return TorchEngine(path, outputs, device, threads)
+        return TorchEngine(path, outputs, device, threads, stage.precision, graph_rows, f"stage {stage.index}")
     if not on_cpu:
         return TensorRTEngine(path, outputs, device)
     return OnnxRuntimeEngine(path, outputs, threads, spinning, between_runs)

@@ -68,6 +68,9 @@ class LatencyTable:
     axis: str | None = None
     lengths: tuple[int, ...] | None = None
     unit: str = "ms"
+    # The engine runs a batch at the next tabulated length (CUDA graphs captured at these lengths,
+    # the batch padded up to one): ``predict`` then rounds the length up as ``lookup`` does.
+    padded: bool = False
 
     def __post_init__(self):
         if self.unit != "ms":
@@ -106,10 +109,11 @@ class LatencyTable:
         """Milliseconds ``batch`` rows of ``length`` are expected to take: the table's entry for
         the batch size rounded up, linear between the tabulated lengths around ``length`` (the
         first length's entry below it), and beyond the largest batch or length proportionally
-        more; ``p99`` falls back to ``mean`` where the table has none. A table without ``axis``
-        ignores ``length``. Reading between lengths matters where time grows with the length (a
-        CPU): a query of 70 tokens costs about half one of 128, and rounding it up to 128 made
-        Policy I pad such queries together at twice their cost."""
+        more (rounded up to the next length where the engine pads to it, ``padded``); ``p99``
+        falls back to ``mean`` where the table has none. A table without ``axis`` ignores
+        ``length``. Reading between lengths matters where time grows with the length (a CPU): a
+        query of 70 tokens costs about half one of 128, and rounding it up to 128 made Policy I
+        pad such queries together at twice their cost."""
         statistic = statistic if getattr(self, statistic) is not None else "mean"
         scale = 1.0
         if batch > self.batch_sizes[-1]:
@@ -122,7 +126,7 @@ class LatencyTable:
             return scale * length / self.lengths[-1] * float(self.row(self.lengths[-1], statistic)[column])
         upper = _round_up(self.lengths, length, f"'{self.axis}' length")
         high = float(self.row(self.lengths[upper], statistic)[column])
-        if self.lengths[upper] == length:
+        if self.lengths[upper] == length or self.padded:
             return scale * high
         below, above = self.lengths[upper - 1], self.lengths[upper]
         low = float(self.row(below, statistic)[column])
@@ -142,7 +146,8 @@ class LatencyTable:
                          for n in lengths)
             return rows if first.lengths else rows[0]
 
-        return cls(first.batch_sizes, summed("mean"), summed("p99"), first.axis, first.lengths)
+        return cls(first.batch_sizes, summed("mean"), summed("p99"), first.axis, first.lengths,
+                   padded=first.padded)
 
 
 def _round_up(table: tuple[int, ...], value: int, what: str) -> int:
@@ -178,6 +183,7 @@ class StageSpec:
     node_range: tuple[str, str] | None = None  # first and last node of the optimised source graph
     preferred_batch_size: int | None = None  # from ``latency``: time per query stops improving beyond it
     buffer_bytes: int | None = None  # what the stage writes (outputs + carry) at the max batch size
+    precision: str = "fp32"  # torch stages: fp32 (TF32 off), tf32 or fp16 (``onnx_torch.TorchGraph``)
 
     @classmethod
     def from_json(cls, data: dict) -> StageSpec:
@@ -193,6 +199,7 @@ class StageSpec:
             node_range=tuple(data["node_range"]) if data.get("node_range") else None,
             preferred_batch_size=data.get("preferred_batch_size"),
             buffer_bytes=data.get("buffer_bytes"),
+            precision=data.get("precision", "fp32"),
         )
 
 
@@ -237,6 +244,7 @@ class Manifest:
     # The unsliced model's own table where it was measured apart (a simulated profile's ``whole``):
     # what the stages take fused, which may differ from their tables summed.
     whole: LatencyTable | None = None
+    graphs: bool = False  # served as CUDA graphs (set at load, ``as_graphs``; never written by the slicer)
     format: int = field(default=FORMAT_VERSION)
 
     @property
@@ -263,17 +271,29 @@ class Manifest:
         """The stages prefer different batch sizes."""
         return len({s.preferred_batch_size for s in self.stages if s.preferred_batch_size}) > 1
 
+    def as_graphs(self) -> Manifest:
+        """The model as served where its torch stages replay CUDA graphs: their host time is a
+        graph's launch, not the interpreter's (``diversity.interpreted``), and where a batch is
+        padded up to a tabulated length before it enters (the graphs' length buckets), every
+        table predicts the length rounded up."""
+        def padded(table: LatencyTable | None) -> LatencyTable | None:
+            return dataclasses.replace(table, padded=True) if table is not None and table.lengths else table
+        return dataclasses.replace(self, graphs=True, whole=padded(self.whole), stages=tuple(
+            dataclasses.replace(s, latency=padded(s.latency)) for s in self.stages))
+
     def fused(self) -> Manifest:
         """The model as one stage running every stage in turn (its latency ``whole``, else the
         tables summed): what the runtime serves when the pipeline cannot pay (``Policy.choose``)."""
         tables = [s.latency for s in self.stages]
         stage = StageSpec(index=0, file="", engine=self.stages[0].engine, inputs=self.inputs, outputs=self.outputs,
-                          nodes=sum(s.nodes for s in self.stages),
+                          nodes=sum(s.nodes for s in self.stages), precision=self.stages[0].precision,
                           latency=self.whole or (LatencyTable.total(tables) if all(tables) else None))
         return dataclasses.replace(self, stages=(stage,))
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), indent=2) + "\n"
+        data = asdict(self)
+        del data["graphs"]  # how it is served, not what the slicer made
+        return json.dumps(data, indent=2) + "\n"
 
     @classmethod
     def from_json(cls, text: str) -> Manifest:

@@ -128,7 +128,7 @@ class TritonPythonModel:
                                  trace=stage_ran)
         pb_utils.Logger.log_info(f"{args['model_name']}: serves {decision.mode.value} "
                                  f"({decision.choice.why}{'; ' + decision.waits_why if decision.waits_why else ''}; "
-                                 "backend/serving.py)")
+                                 "backend/serving.py)" + (f"; {decision.graphs}" if decision.graphs else ""))
         self._wait_s = BACKPRESSURE_MAX_S if decision.waits else 0.0
         # Inside execute (fused, in turn) every query is answered before execute returns.
         self._inline, self._server = decision.mode is not Mode.PIPELINE, server

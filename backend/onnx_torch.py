@@ -60,11 +60,16 @@ def _slice(a: dict, data, starts, ends, axes=None, steps=None):
     index: list[Any] = [slice(None)] * data.dim()
     for start, end, axis, step in zip(starts, ends, axes, steps):
         cut = slice(start, end, step)
+        axis %= data.dim()
         if step > 0:
-            index[axis % data.dim()] = cut
-        else:  # torch slices forwards only
-            picked = range(*cut.indices(data.shape[axis]))
-            data = data.index_select(axis, torch.tensor(list(picked), dtype=torch.long, device=data.device))
+            index[axis] = cut
+            continue
+        # torch slices forwards only: the same elements, read forwards from the flipped axis (no
+        # index tensor to build and copy to the device, which a CUDA graph could not capture)
+        picked = range(*cut.indices(data.shape[axis]))
+        last = data.shape[axis] - 1
+        data = data.flip(axis)
+        index[axis] = slice(last - picked[0], last - picked[-1] + 1, -step) if picked else slice(0, 0)
     return data[tuple(index)]
 
 
@@ -310,51 +315,112 @@ HOST_ARGUMENTS: dict[str, frozenset[int]] = {
 }
 
 
+PRECISIONS = ("fp32", "tf32", "fp16")
+HALF_MAX = 65504.0  # the largest finite float16
+# Under ``fp16`` these compute in FP32 (their half inputs cast up, and what they give stays FP32
+# until an FP16 operator): a square, a sum of many halves or an exponential leaves half's range
+# (65504) where FP32 does not. LayerNormalization and Softmax stay half: torch accumulates their
+# reductions in FP32 inside the kernel, as torch's own ``model.half()`` runs them.
+FP32_OPS = frozenset({"Pow", "ReduceSum", "Exp", "Log"})
+# ...and these compute in FP16 whatever their inputs are: the tensor cores' operators.
+FP16_OPS = frozenset({"MatMul", "Gemm", "Conv", "Einsum"})
+
+
 class TorchGraph:
     """An ONNX model (a file or its bytes) ready to run on ``device``. Initializers of more than
     ``HOST_ELEMENTS`` elements, or of a floating type, live on the device; the rest (shape
-    constants) in host memory, copied to the device once when a node there needs them."""
+    constants), and any initializer a node reads as a size, axis or bound (``HOST_ARGUMENTS``),
+    in host memory. A host value a device node needs is copied there once per input shape
+    (``_to_device``): host values follow from the shapes alone, so a run repeated on the same
+    shapes (a CUDA graph's capture, ``torch_graphs.py``) copies nothing between host and device.
+
+    ``precision``: ``fp32`` (TF32 off, set by the caller), ``tf32`` (the same graph; the caller
+    lets matmuls and convolutions use TF32) or ``fp16``: floating initializers stored in half
+    (clamped to its range: a mask's ``finfo(float32).min`` becomes half's, as torch's own half
+    models compute it), floating inputs cast to half, ``Cast`` to FLOAT casting to half,
+    ``FP32_OPS`` computed in FP32 and ``FP16_OPS`` in FP16, and every floating output cast back
+    to the type the graph declares, so a stage's interface is the FP32 model's."""
 
     HOST_ELEMENTS = 64
+    CONSTANT_SHAPES = 256  # input shapes whose device copies of host values are kept (then afresh)
 
-    def __init__(self, model: Path | bytes | onnx.ModelProto, device: torch.device | str = "cpu"):
+    def __init__(self, model: Path | bytes | onnx.ModelProto, device: torch.device | str = "cpu",
+                 precision: str = "fp32"):
         if isinstance(model, bytes):
             model = onnx.load_from_string(model)
         elif not isinstance(model, onnx.ModelProto):
             model = onnx.load(str(model))
+        if precision not in PRECISIONS:
+            raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, not {precision!r}")
         self.device = torch.device(device)
+        self.precision = precision
+        self._half = precision == "fp16"
         opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)
         unknown = sorted({f"{n.domain}:{n.op_type}" if n.domain not in ("", "ai.onnx") else n.op_type
                           for n in model.graph.node if n.op_type not in OPS or n.domain not in ("", "ai.onnx")})
         if unknown:
             raise NotImplementedError(f"the torch engine does not run ONNX operator(s) {', '.join(unknown)} "
                                       "(slice with --optimize basic or none: no contrib operators)")
+        read_on_host = {name for node in model.graph.node
+                        for k, name in enumerate(node.input) if k in HOST_ARGUMENTS.get(node.op_type, ())}
         self._values: dict[str, torch.Tensor] = {}
         for proto in model.graph.initializer:
             tensor = _tensor(proto)
-            host = tensor.numel() <= self.HOST_ELEMENTS and not tensor.is_floating_point()
-            self._values[proto.name] = tensor if host else tensor.to(self.device)
+            if proto.name in read_on_host or (tensor.numel() <= self.HOST_ELEMENTS and not tensor.is_floating_point()):
+                self._values[proto.name] = tensor
+                continue
+            if self._half and tensor.dtype in (torch.float32, torch.float64):
+                tensor = tensor.clamp(-HALF_MAX, HALF_MAX).half()
+            self._values[proto.name] = tensor.to(self.device)
         self._on_device: dict[str, torch.Tensor] = {}  # host constants copied for device nodes
+        self._constants: dict[tuple, dict[str, torch.Tensor]] = {}  # per input shapes: host values copied
         self._nodes = [(node.name or node.op_type, node.op_type, list(node.input), list(node.output),
-                        {**{att.name: onnx.helper.get_attribute_value(att) for att in node.attribute},
-                         "_opset": opset, "_outputs": len(node.output)})
+                        self._attributes(node, opset), self._computes_in(node.op_type))
                        for node in model.graph.node]
         self.inputs = [i.name for i in model.graph.input if i.name not in self._values]
         self.outputs = [o.name for o in model.graph.output]
+        self._declared = {o.name: DTYPES.get(o.type.tensor_type.elem_type) for o in model.graph.output}
+
+    def _attributes(self, node: onnx.NodeProto, opset: int) -> dict:
+        attrs = {**{att.name: onnx.helper.get_attribute_value(att) for att in node.attribute},
+                 "_opset": opset, "_outputs": len(node.output)}
+        if self._half and node.op_type == "Cast" and attrs.get("to") == onnx.TensorProto.FLOAT:
+            attrs["to"] = onnx.TensorProto.FLOAT16
+        return attrs
+
+    def _computes_in(self, kind: str) -> torch.dtype | None:
+        if not self._half:
+            return None
+        return torch.float32 if kind in FP32_OPS else torch.float16 if kind in FP16_OPS else None
 
     @torch.inference_mode()
     def run(self, inputs: Mapping[str, Any], outputs: Sequence[str] | None = None,
             timer: Callable[[str, Callable[[], Any]], Any] | None = None) -> dict[str, torch.Tensor]:
-        """The graph's ``outputs`` (default: all) for ``inputs`` (torch tensors on the device, or
-        numpy arrays). ``timer(node_name, call)`` wraps each node's call where nodes are timed."""
+        """The graph's ``outputs`` (default: all) for ``inputs`` (torch tensors, or numpy arrays,
+        moved to the device where they are elsewhere). ``timer(node_name, call)`` wraps each
+        node's call where nodes are timed."""
         values = dict(self._values)
         for name, value in inputs.items():
-            values[name] = torch.as_tensor(value).to(self.device) if isinstance(value, np.ndarray) else value
-        for name, kind, ins, outs, attrs in self._nodes:
+            value = torch.as_tensor(value) if isinstance(value, np.ndarray) else value
+            if value.device != self.device:
+                value = value.to(self.device)
+            values[name] = value.half() if self._half and value.dtype == torch.float32 else value
+        on_device = self.device.type != "cpu"
+        shapes = tuple((name, tuple(v.shape), v.dtype) for name, v in inputs.items()) if on_device else ()
+        varies: set[str] = set()  # host values computed from device data: not constants of the shapes
+        for name, kind, ins, outs, attrs, computes_in in self._nodes:
             args = [values[i] if i else None for i in ins]
-            if self.device.type != "cpu" and any(a is not None and a.device.type != "cpu" for a in args):
-                host = HOST_ARGUMENTS.get(kind, frozenset())
-                args = [a if k in host else self._to_device(i, a) for k, (i, a) in enumerate(zip(ins, args))]
+            if on_device:
+                if any(a is not None and a.device.type != "cpu" for a in args):
+                    host = HOST_ARGUMENTS.get(kind, frozenset())
+                    args = [a if k in host else self._to_device(i, a, shapes, i in varies)
+                            for k, (i, a) in enumerate(zip(ins, args))]
+                    if kind not in ("Shape", "Size"):
+                        varies.update(outs)
+                elif any(i in varies for i in ins):
+                    varies.update(outs)
+            if computes_in is not None:
+                args = [a.to(computes_in) if a is not None and a.is_floating_point() else a for a in args]
             op = OPS[kind]
             try:
                 result = op(attrs, *args) if timer is None else timer(name, lambda: op(attrs, *args))
@@ -365,16 +431,42 @@ class TorchGraph:
             for out, value in zip(outs, result if isinstance(result, tuple) else (result,)):
                 if out:
                     values[out] = value
-        return {name: values[name] for name in (outputs or self.outputs)}
+        return {name: self._output(name, values[name], shapes, name in varies) for name in (outputs or self.outputs)}
 
-    def _to_device(self, name: str, value: torch.Tensor | None) -> torch.Tensor | None:
+    def _output(self, name: str, value: torch.Tensor, shapes: tuple, varies: bool) -> torch.Tensor:
+        """An output on the device, in the type the graph declares (FP16 computes others)."""
+        if self.device.type != "cpu":
+            value = self._to_device(name, value, shapes, varies)
+        declared = self._declared.get(name)
+        if self._half and declared is not None and value.is_floating_point() and value.dtype != declared:
+            value = value.to(declared)
+        return value
+
+    def _to_device(self, name: str, value: torch.Tensor | None, shapes: tuple, varies: bool) -> torch.Tensor | None:
+        """``value`` on the device: a host constant copied once; another host value once per
+        input shapes (``shapes``), since it follows from them, unless it ``varies`` with device
+        data (then on every run)."""
         if value is None or value.device.type != "cpu":
             return value
-        if name in self._values:  # a host constant: copied once
+        if name in self._values:
             if name not in self._on_device:
-                self._on_device[name] = value.to(self.device)
+                self._on_device[name] = self._copy(value)
             return self._on_device[name]
-        return value.to(self.device, non_blocking=True)
+        if varies:
+            return self._copy(value, non_blocking=True)
+        copies = self._constants.get(shapes)
+        if copies is None:
+            if len(self._constants) >= self.CONSTANT_SHAPES:
+                self._constants.clear()
+            copies = self._constants[shapes] = {}
+        if name not in copies:
+            copies[name] = self._copy(value)
+        return copies[name]
+
+    def _copy(self, value: torch.Tensor, non_blocking: bool = False) -> torch.Tensor:
+        if self._half and value.dtype in (torch.float32, torch.float64):  # as the initializers are
+            value = value.clamp(-HALF_MAX, HALF_MAX).half()
+        return value.to(self.device, non_blocking=non_blocking)
 
 
 def node_timer(device: torch.device, record: Callable[[str, float], None]) -> Callable[[str, Callable[[], Any]], Any]:

@@ -10,6 +10,7 @@ Used by the pipeline (Policy I batches) and by single-entry serving (ragged base
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -49,6 +50,21 @@ def stack(arrays: Sequence[np.ndarray], spec: TensorSpec, sizes: Mapping[str, in
         out[(slice(row, row + len(array)), *map(slice, array.shape[1:]))] = array
         row += len(array)
     return out
+
+
+@dataclass(frozen=True)
+class Buckets:
+    """The sizes a batch's named axes are padded up to before it enters the stages: the lengths
+    their CUDA graphs were captured for (``engine.graph_buckets``), so every stage sees one of
+    them; a size past every bucket stays as it is (those stages then run eagerly). Without
+    buckets a batch is padded to its longest query only."""
+
+    sizes: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+
+    def pad(self, sizes: Mapping[str, int]) -> Mapping[str, int]:
+        if not self.sizes:
+            return sizes
+        return {name: next((b for b in self.sizes.get(name, ()) if b >= size), size) for name, size in sizes.items()}
 
 
 Layout = tuple[tuple[int, str], ...]  # a tensor's named axes, ``TensorSpec.named``

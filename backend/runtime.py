@@ -32,7 +32,7 @@ from .exit import Exit
 from .lone import LoneRuns
 from .manifest import Manifest
 from .metrics import IN_FLIGHT, WAITING, Family, Metrics
-from .padding import cut, stack
+from .padding import Buckets, cut, stack
 from .query import Code, Failure, Judged, Query, refuse_invalid
 from .scheduler import Scheduler
 from .whole import WholeBatch
@@ -44,7 +44,7 @@ CANCEL_IN_FLIGHT_S = 0.1  # a query in the pipeline is asked once it is this old
 class Runtime:
     def __init__(self, manifest: Manifest, engines: Sequence[Engine], config: RuntimeConfig | None = None,
                  device: Device | None = None, trace: Trace | None = None, metrics: Metrics | None = None,
-                 on_death: Callable[[str], None] | None = None):
+                 on_death: Callable[[str], None] | None = None, buckets: Buckets = Buckets()):
         """``on_death``: called once, with the reason, if an executor thread dies after all (the
         backend then has its stub replaced, as Triton cannot be told the model is not ready)."""
         config = config or RuntimeConfig()
@@ -56,6 +56,7 @@ class Runtime:
         config.bind(manifest)
         self.pad_values = config.pad_values
         self.size_limits = config.size_limits(manifest)
+        self.buckets = buckets
         self._judged: Judged = {}
         self.table = BatchTable(stages, manifest.max_batch_size)
         self.metrics = metrics or Metrics()
@@ -85,7 +86,8 @@ class Runtime:
             executor.start()
         # A lone batch run inline (``lone.py``): the same engines, one stage after another.
         self._lone = LoneRuns() if config.lone_inline else None
-        self._alone = WholeBatch(manifest, engines, self.device, self.metrics, self.pad_values, self.size_limits)
+        self._alone = WholeBatch(manifest, engines, self.device, self.metrics, self.pad_values, self.size_limits,
+                                 buckets=buckets)
 
     def submit(self, queries: Sequence[Query], wait_s: float = 0.0) -> None:
         """Validate and hand over; never waits for inference. With ``wait_s``, return once stage 0
@@ -173,9 +175,12 @@ class Runtime:
     # What the executors need from around them (executor.Stage).
 
     def stage_inputs(self, row: BatchRow, item: BatchItem) -> dict[str, Any]:
-        """The item's rows of the model's inputs, padded to the batch's sizes where it pads."""
+        """The item's rows of the model's inputs, padded to the batch's sizes where it pads, and
+        on to a bucket of the stages' CUDA graphs where they have them."""
         chunks = list(row.members_in(item.start, item.num))
         sizes = dict(row.shape.sizes)
+        if self.buckets.sizes:
+            sizes = dict(self.buckets.pad(sizes or chunks[0][0].query.sizes))
         return {spec.name: self.device.from_host(stack([m.query.inputs[spec.name][q:q + n] for m, q, _, n in chunks],
                                                        spec, sizes, self.pad_values.get(spec.name, 0)))
                 for spec in self.manifest.inputs}

@@ -19,17 +19,18 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
 from pathlib import Path
 
 from .config import RuntimeConfig
 from .device import CpuDevice, Device
 from .diversity import PIPELINE_COST_US, engine_capacity, interpreted
-from .engine import cpu_cores, fusable, load_engines, on_host_cores
+from .engine import cpu_cores, describe_graphs, fusable, graph_buckets, load_engines, on_host_cores
 from .executor import Trace
 from .manifest import Manifest
 from .metrics import Metrics
+from .padding import Buckets
 from .policy import Choice
 from .runtime import Runtime
 from .whole import WholeBatch, together
@@ -52,6 +53,7 @@ class Decision:
     choice: Choice
     waits: bool = False  # a pipeline's ``execute`` waits until stage 0 has computed its queries
     waits_why: str = ""
+    graphs: str = ""  # the torch stages' CUDA graphs, where they have them (``engine.describe_graphs``)
 
 
 def decide(manifest: Manifest, config: RuntimeConfig, cores: int | None = None,
@@ -104,15 +106,22 @@ def serve(manifest: Manifest, version_dir: Path, config: RuntimeConfig, device: 
           ) -> tuple[Decision, WholeBatch | Runtime]:
     """The model's engines loaded and its server built: a ``WholeBatch`` (``execute`` runs each
     batch) or a ``Runtime`` (``execute`` hands over and returns once stage 0 has computed them)."""
+    graphs = config.graphs(manifest, not isinstance(device, CpuDevice))
+    lengths = graph_buckets(manifest)[1] if graphs else ()
+    buckets = Buckets({manifest.length_axis: lengths}) if lengths else Buckets()
+    if graphs:  # every batch runs at a bucket's length, and a stage costs the host a graph's launch
+        manifest = manifest.as_graphs()
     decision = decide(manifest, config, device=device)
     metrics.serving(decision.mode.value, decision.choice.capacity)
     chosen = decision.mode
     fused = chosen is Mode.FUSED
     alone = chosen is not Mode.PIPELINE or len(manifest.stages) == 1  # one session runs at a time
     engines = load_engines(manifest, version_dir, device, config.intra_op_thread_count or cpu_cores(),
-                           config.spins(alone), fused)
+                           config.spins(alone), fused, graphs)
+    decision = replace(decision, graphs=describe_graphs(engines))
     if chosen is Mode.PIPELINE:
-        return decision, Runtime(manifest, engines, config, device, trace=trace, metrics=metrics, on_death=on_death)
+        return decision, Runtime(manifest, engines, config, device, trace=trace, metrics=metrics, on_death=on_death,
+                                 buckets=buckets)
     manifest = manifest.fused() if fused else manifest
     config.bind(manifest)
     # Where compute is dear (ONNX Runtime on the CPU's cores) the policy's clusters by length save
@@ -126,4 +135,4 @@ def serve(manifest: Manifest, version_dir: Path, config: RuntimeConfig, device: 
     else:
         form = config.policy.form_inline
     return decision, WholeBatch(manifest, engines, device, metrics, config.pad_values, config.size_limits(manifest),
-                                form)
+                                form, buckets)

@@ -30,7 +30,7 @@ from .device import Device
 from .engine import Engine, run_stages
 from .manifest import Manifest
 from .metrics import Metrics
-from .padding import cut, stack
+from .padding import Buckets, cut, stack
 from .query import Failure, Judged, Query, each_alone, refuse_invalid, waited
 
 log = logging.getLogger(__name__)
@@ -47,14 +47,16 @@ def together(queries: Sequence[Query]) -> list[list[Query]]:
 class WholeBatch:
     """Runs each batch Triton hands over to completion and answers its queries. A batch is
     padded along each named axis to its longest query (none where they agree, the usual case,
-    which costs no more than the plain model's concatenation). Its engines' work goes on one
-    stream of its own, waited for once at the end of ``run``."""
+    which costs no more than the plain model's concatenation), and on up to a bucket of its CUDA
+    graphs where it has them (``buckets``). Its engines' work goes on one stream of its own,
+    waited for once at the end of ``run``."""
 
     def __init__(self, manifest: Manifest, engines: Sequence[Engine], device: Device, metrics: Metrics,
                  pad_values: Mapping[str, float] | None = None, size_limits: Mapping[str, int] | None = None,
-                 form: Former = together):
+                 form: Former = together, buckets: Buckets = Buckets()):
         self.manifest, self.engines, self.device, self.metrics = manifest, engines, device, metrics
         self.pad_values = pad_values or {}
+        self.buckets = buckets
         self.size_limits = size_limits
         self.form = form
         self._judged: Judged = {}
@@ -117,8 +119,10 @@ class WholeBatch:
     def _run(self, queries: Sequence[Query], launched: list[list]) -> None:
         sizes = [q.sizes for q in queries]
         first = sizes[0]
-        even = sizes.count(first) == len(sizes)  # nothing to pad or cut: the usual batch of equal shapes
-        pad_to = {} if even else {name: max(s[name] for s in sizes) for name in first}
+        longest = first if sizes.count(first) == len(sizes) else {name: max(s[name] for s in sizes) for name in first}
+        pad_to = self.buckets.pad(longest)
+        even = longest is first and pad_to == first  # one shape, a bucket's if any: nothing to pad or cut
+        pad_to = {} if even else pad_to
         inputs = [q.inputs for q in queries]
         feed = {spec.name: self.device.from_host(stack(list(map(column, inputs)), spec, pad_to, pad))
                 for spec, column, pad in self._columns}

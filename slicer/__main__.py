@@ -64,7 +64,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--optimize", choices=OPTIMIZATION_LEVELS,
                    help="ONNX Runtime graph optimisation before cutting (default: extended for onnxruntime, "
                         "basic for torch and tensorrt)")
-    p.add_argument("--fp16", action="store_true", help="tensorrt: allow FP16 kernels")
+    p.add_argument("--precision", choices=("fp32", "tf32", "fp16"), default="fp32",
+                   help="torch and tensorrt: fp32 (default; TF32 off), tf32, or fp16 (weights in half; the stages "
+                        "must agree with the FP32 source to --min-cosine)")
     p.add_argument("--dim", type=_dim, action="append", default=[], metavar="NAME=SIZE",
                    help="size of a named dynamic axis other than the length axis (default 8)")
     p.add_argument("--length-axis", default=AUTO, metavar="NAME",
@@ -90,7 +92,10 @@ def parser() -> argparse.ArgumentParser:
                    help="times the cuts are measured as served and re-cut from those times (default 3; "
                         "0: cut from the node profile alone)")
     p.add_argument("--tolerance", type=float, default=1e-4,
-                   help="largest absolute difference allowed between stages and source (default 1e-4)")
+                   help="fp32: largest absolute difference allowed between stages and source (default 1e-4)")
+    p.add_argument("--min-cosine", type=float, default=0.999,
+                   help="tf32 and fp16: least cosine similarity allowed between the stages' outputs and the "
+                        "source's (default 0.999)")
     return p
 
 
@@ -101,7 +106,7 @@ def options_from(args: argparse.Namespace) -> SliceOptions:
         lengths=args.lengths, balance_batch_size=args.balance_batch_size, balance_slack=args.balance_slack,
         cut_at_diversity=args.cut_at_diversity, improvement=args.improvement, warmup=args.warmup,
         node_repeats=args.node_repeats, stage_repeats=args.stage_repeats, tolerance=args.tolerance,
-        fp16=args.fp16, device=args.device, policy_defaults=args.policy_defaults,
+        min_cosine=args.min_cosine, precision=args.precision, device=args.device, policy_defaults=args.policy_defaults,
         calibration_rounds=args.calibration_rounds,
     )
 
@@ -154,7 +159,8 @@ def summary(result: SliceResult, console: Console) -> None:
     if result.policy:
         console.print("policy defaults in config.pbtxt: " + ", ".join(f"{k}={v}" for k, v in result.policy.items()))
     console.print("time: " + ", ".join(f"{step} {sec:.1f} s" for step, sec in result.seconds.items()))
-    console.print(f"max abs error against the source model: {result.max_abs_error:.3g}")
+    console.print(f"against the source model ({result.manifest.stages[0].precision}): max abs error "
+                  f"{result.max_abs_error:.3g}, cosine similarity {result.cosine:.7f}")
 
 
 def _stop(signum: int, _frame) -> None:

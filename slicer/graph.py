@@ -29,7 +29,7 @@ from onnx import helper
 from backend.engine import ort_options
 from backend.manifest import Dim, TensorSpec
 from slicer.errors import SliceError
-from slicer.sample import DEFAULT_DIM_SIZE, sample_inputs
+from backend.sample import DEFAULT_DIM_SIZE, sample_inputs
 
 # Two probe runs whose batch sizes and dynamic-axis sizes differ from each other and from the
 # sizes a fixed axis is likely to have, so a coincidence cannot make a tensor look batched.

@@ -15,19 +15,10 @@ import numpy as np
 
 from backend.engine import Engine
 from backend.manifest import LatencyTable, StageSpec, TensorSpec
-from slicer.sample import sample_inputs, sizes_at
+from backend.sample import sample_inputs, sizes_at
 
 # Progress callback: (what is being done, how many of how many done).
 Progress = Callable[[str, int, int], None]
-
-
-def batch_sizes_up_to(maximum: int) -> tuple[int, ...]:
-    """1, 2, 4, ... below ``maximum``, then ``maximum`` itself."""
-    sizes, size = [], 1
-    while size < maximum:
-        sizes.append(size)
-        size *= 2
-    return (*sizes, maximum)
 
 
 @dataclass(frozen=True)

@@ -38,6 +38,7 @@ import onnx
 from backend.device import CpuDevice, Device
 from backend.engine import OnnxRuntimeEngine, cpu_cores, load_engines, run_stages
 from backend.manifest import MANIFEST_FILE, Manifest, SlicingReport, StageSpec, TensorSpec
+from backend.sample import batch_sizes_up_to, sample_inputs, sizes_at
 from slicer import triton_config
 from slicer.calibration import Span, calibrated_costs
 from slicer.cuts import CutPlan, balanced_cuts
@@ -47,14 +48,12 @@ from slicer.profile import (
     DiversityChange,
     NodeProfile,
     Progress,
-    batch_sizes_up_to,
     diversity_changes,
     measure_stages,
     node_preferences,
     preferred_batch_size,
     wall_timer,
 )
-from slicer.sample import sample_inputs, sizes_at
 from slicer.targets import Target, make_target, optimize, profile
 
 VERSION = "1"
@@ -81,8 +80,9 @@ class SliceOptions:
     warmup: int = 3
     node_repeats: int = 10
     stage_repeats: int = 30
-    tolerance: float = 1e-4
-    fp16: bool = False
+    tolerance: float = 1e-4  # largest absolute difference from the source (FP32 stages)
+    min_cosine: float = 0.999  # least cosine similarity to the source (TF32 and FP16 stages)
+    precision: str = "fp32"  # fp32, tf32 or fp16 (torch, tensorrt)
     device: str = "auto"  # torch target: cuda, cpu, or auto (a GPU where torch sees one)
     policy_defaults: bool = True  # write policy parameters chosen from the profile into config.pbtxt
     calibration_rounds: int = 3  # re-cut from served stage times at most this often (0: cut from the profile)
@@ -93,6 +93,7 @@ class SliceResult:
     model_dir: Path
     manifest: Manifest
     max_abs_error: float  # chained stages against the source model on random inputs
+    cosine: float  # their least cosine similarity to the source model's outputs
     node_profile: NodeProfile
     plan: CutPlan  # predicted stage times from the node profile
     changes: tuple[tuple[str, DiversityChange], ...]  # (first node's name, change) of operator diversity
@@ -154,16 +155,36 @@ def write_stages(analysis: GraphAnalysis, cuts: Sequence[int], target: Target, o
     return specs
 
 
+@dataclass(frozen=True)
+class Agreement:
+    """How close the chained stages came to the source model: the largest absolute difference
+    and the least cosine similarity of an output (flattened, per batch), over every check."""
+
+    max_abs_error: float = 0.0
+    cosine: float = 1.0
+
+    def worst(self, other: Agreement) -> Agreement:
+        return Agreement(max(self.max_abs_error, other.max_abs_error), min(self.cosine, other.cosine))
+
+
+def cosine(a: np.ndarray, b: np.ndarray) -> float:
+    """Cosine similarity of two arrays, flattened (1.0 where both are zero)."""
+    a, b = a.astype(np.float64).ravel(), b.astype(np.float64).ravel()
+    norms = float(np.linalg.norm(a) * np.linalg.norm(b))
+    return float(a @ b) / norms if norms else float(np.array_equal(a, b))
+
+
 def verify(src: Path, version_dir: Path, manifest: Manifest, batch_sizes: list[int],
-           dim_sizes: Mapping[str, int], seed: int = 0, device: Device | None = None) -> float:
-    """Largest absolute difference between the chained stages and the source model.
+           dim_sizes: Mapping[str, int], seed: int = 0, device: Device | None = None,
+           graphs: bool = False) -> Agreement:
+    """How close the chained stages (replaying CUDA graphs with ``graphs``) come to the source.
 
     Stages that return other tensors, or other shapes, than the source are an error, not a number.
     """
     device = device or CpuDevice()
     reference = OnnxRuntimeEngine(src, [s.name for s in manifest.outputs])
-    engines = load_engines(manifest, version_dir, device)
-    worst = 0.0
+    engines = load_engines(manifest, version_dir, device, graphs=graphs)
+    agreement = Agreement()
     for batch in batch_sizes:
         feed = sample_inputs(manifest.inputs, batch, dim_sizes, seed=seed + batch)
         expected = reference.run(feed)
@@ -175,8 +196,8 @@ def verify(src: Path, version_dir: Path, manifest: Manifest, batch_sizes: list[i
             if got[name].shape != want.shape:
                 raise SliceError(f"stages give {name} shape {got[name].shape}, the source model {want.shape}")
             diff = np.abs(got[name].astype(np.float64) - want.astype(np.float64))
-            worst = max(worst, float(diff.max()) if diff.size else 0.0)
-    return worst
+            agreement = agreement.worst(Agreement(float(diff.max()) if diff.size else 0.0, cosine(got[name], want)))
+    return agreement
 
 
 def read_source(src: Path) -> onnx.ModelProto:
@@ -360,12 +381,12 @@ def _operator_diversity(node_profile: NodeProfile, length: int | None, costs: np
 
 
 def _build(analysis: GraphAnalysis, cuts: Sequence[int], target: Target, folder: Path, max_bs: int,
-           src: Path | None = None) -> Manifest:
+           src: Path | None = None, precision: str = "fp32") -> Manifest:
     """The stages of ``cuts`` written to ``folder/1`` (their ONNX graphs to ``folder/graphs``)."""
     staged, graphs = folder / VERSION, folder / "graphs"
     staged.mkdir(parents=True)
     graphs.mkdir()
-    specs = write_stages(analysis, cuts, target, graphs, staged)
+    specs = [replace(spec, precision=precision) for spec in write_stages(analysis, cuts, target, graphs, staged)]
     return Manifest(source_file=src.name if src else "", source_sha256=sha256(src) if src else "",
                     max_batch_size=max_bs, inputs=analysis.inputs, outputs=analysis.outputs, stages=tuple(specs))
 
@@ -379,8 +400,8 @@ def served_times(analysis: GraphAnalysis, cuts: Sequence[int], target: Target, f
     (its files built in ``folder``, removed after): the lowest of ``SERVED_TRIES`` means, since
     what disturbs a timing on a shared machine only ever adds to it."""
     try:
-        manifest = _build(analysis, cuts, target, folder, options.max_batch_size)
-        engines = load_engines(manifest, folder / VERSION, target.device)
+        manifest = _build(analysis, cuts, target, folder, options.max_batch_size, precision=options.precision)
+        engines = load_engines(manifest, folder / VERSION, target.device, graphs=target.graphs)
         tries = [measure_stages(engines, manifest.inputs, manifest.stages, [batch], [length], axis,
                                 dict(options.dim_sizes), target.device.from_host, wall_timer(target.synchronize),
                                 options.warmup, options.stage_repeats) for _ in range(SERVED_TRIES)]
@@ -423,25 +444,33 @@ def _calibrate(plan: _Plan, target: Target, scratch: Path, length: int | None, a
 
 
 def _build_and_verify(src: Path, plan: _Plan, target: Target, scratch: Path, lengths: tuple[int | None, ...],
-                      axis: str | None, options: SliceOptions) -> tuple[Manifest, float]:
-    """Stage files in ``scratch/1``; refuses stages that differ from the source."""
-    manifest = _build(plan.analysis, plan.cuts.cuts, target, scratch, options.max_batch_size, src)
+                      axis: str | None, options: SliceOptions) -> tuple[Manifest, Agreement]:
+    """Stage files in ``scratch/1``; refuses stages that differ from the source: FP32 ones by more
+    than ``tolerance``, TF32 and FP16 ones (whose error scales with the values) by a cosine
+    similarity below ``min_cosine``."""
+    manifest = _build(plan.analysis, plan.cuts.cuts, target, scratch, options.max_batch_size, src,
+                      options.precision)
     staged, max_bs = scratch / VERSION, options.max_batch_size
-    error = 0.0
+    agreement = Agreement()
     for length in dict.fromkeys((lengths[0], lengths[-1])):
         grid = sorted({1, min(3, max_bs), max_bs})
-        error = max(error, verify(src, staged, manifest, grid, sizes_at(options.dim_sizes, axis, length),
-                                  seed=length or 0, device=target.device))
-    if not error <= options.tolerance:
-        raise SliceError(f"stages differ from the source model by {error:.3g} (> {options.tolerance:g}); not written")
-    return manifest, error
+        agreement = agreement.worst(verify(src, staged, manifest, grid, sizes_at(options.dim_sizes, axis, length),
+                                           seed=length or 0, device=target.device, graphs=target.graphs))
+    if options.precision == "fp32" and not agreement.max_abs_error <= options.tolerance:
+        raise SliceError(f"stages differ from the source model by {agreement.max_abs_error:.3g} "
+                         f"(> --tolerance {options.tolerance:g}); not written")
+    if options.precision != "fp32" and not agreement.cosine >= options.min_cosine:
+        raise SliceError(f"{options.precision} stages agree with the FP32 source model to a cosine similarity of "
+                         f"{agreement.cosine:.7f} (< --min-cosine {options.min_cosine:g}; largest difference "
+                         f"{agreement.max_abs_error:.3g}); not written")
+    return manifest, agreement
 
 
 def _measure(manifest: Manifest, plan: _Plan, target: Target, version_dir: Path, lengths: tuple[int | None, ...],
              axis: str | None, options: SliceOptions, progress: Progress | None) -> list[StageSpec]:
     """The stages with their latency tables, preferred batch sizes and buffer bytes."""
     batch_sizes = batch_sizes_up_to(options.max_batch_size)
-    engines = load_engines(manifest, version_dir, target.device)
+    engines = load_engines(manifest, version_dir, target.device, graphs=target.graphs)
     tables = measure_stages(engines, manifest.inputs, manifest.stages, batch_sizes, lengths, axis,
                             dict(options.dim_sizes), target.device.from_host, wall_timer(target.synchronize),
                             options.warmup, options.stage_repeats, progress)
@@ -471,7 +500,7 @@ def slice_model(src: Path, out: Path, options: SliceOptions, progress: Progress 
     _check_out(src, out)
     lengths: tuple[int | None, ...] = tuple(options.lengths) if axis else (None,)
     target = make_target(options.target, device=options.device, max_batch=options.max_batch_size, axis=axis,
-                         max_length=lengths[-1], dim_sizes=dict(options.dim_sizes), fp16=options.fp16)
+                         max_length=lengths[-1], dim_sizes=dict(options.dim_sizes), precision=options.precision)
     if options.optimize and options.optimize not in target.optimizations:
         raise SliceError(f"--optimize {options.optimize} makes graphs {target.name} cannot load; use one of "
                          f"{', '.join(target.optimizations)}")
@@ -505,7 +534,7 @@ def _slice(src: Path, out: Path, options: SliceOptions, axis: str | None, length
         if calibration:
             seconds["calibrate"] = time.perf_counter() - began
         began = time.perf_counter()
-        manifest, error = _build_and_verify(src, plan, target, scratch, lengths, axis, options)
+        manifest, agreement = _build_and_verify(src, plan, target, scratch, lengths, axis, options)
         seconds["build and verify"] = time.perf_counter() - began
         began = time.perf_counter()
         specs = _measure(manifest, plan, target, scratch / VERSION, lengths, axis, options, progress)
@@ -527,6 +556,7 @@ def _slice(src: Path, out: Path, options: SliceOptions, axis: str | None, length
         (scratch / VERSION).rename(out / VERSION)
     (out / "config.pbtxt").write_text(triton_config.render(out.name, manifest, policy))
     named = tuple((plan.analysis.nodes[c.after_node].name, c) for c in plan.changes)
-    return SliceResult(model_dir=out, manifest=manifest, max_abs_error=error, node_profile=plan.node_profile,
+    return SliceResult(model_dir=out, manifest=manifest, max_abs_error=agreement.max_abs_error,
+                       cosine=agreement.cosine, node_profile=plan.node_profile,
                        plan=plan.cuts, changes=named, diversity_cuts=tuple(plan.diversity_cuts), policy=policy,
                        seconds=seconds)

@@ -24,7 +24,7 @@ from backend.engine import ort_options
 from backend.manifest import TensorSpec
 from slicer.errors import SliceError
 from slicer.profile import NodeProfile, Progress
-from slicer.sample import sample_inputs, sizes_at
+from backend.sample import sample_inputs, sizes_at
 
 # ONNX Runtime's offline graph optimisation levels that keep a model portable across machines
 # ("all" adds layout changes tied to the CPU it ran on).
@@ -42,6 +42,7 @@ class Target(Protocol):
     suffix: str  # stage file suffix
     optimizations: tuple[str, ...]  # the levels its engine can load; the first is the default
     device: Device
+    graphs: bool  # its stages are served as CUDA graphs per shape bucket (so timed and verified)
 
     def profile_nodes(self, model_path: Path, nodes: Sequence[str], inputs: Sequence[TensorSpec],
                       configs: Sequence[tuple[int | None, int]], axis: str | None, dim_sizes: Mapping[str, int],
@@ -100,8 +101,11 @@ class OnnxRuntimeTarget:
     name = engine = "onnxruntime"
     suffix = ".onnx"
     optimizations = ("extended", "basic", "none")
+    graphs = False
 
-    def __init__(self):
+    def __init__(self, precision: str = "fp32"):
+        if precision != "fp32":
+            raise SliceError(f"--precision {precision}: the onnxruntime target runs FP32 only (use --target torch)")
         self.device = CpuDevice()
 
     def profile_nodes(self, model_path, nodes, inputs, configs, axis, dim_sizes, warmup, repeats, threads, progress):
@@ -152,15 +156,16 @@ class OnnxRuntimeTarget:
 
 class TorchTarget:
     """Stages stay standard ONNX files run by torch (``backend/onnx_torch.py``) on ``device``
-    (``cuda``, or ``cpu``; ``auto``: a GPU where torch sees one); nodes are timed one by one as
-    the interpreter runs them (CUDA events on a GPU, wall time on the CPU)."""
+    (``cuda``, or ``cpu``; ``auto``: a GPU where torch sees one) at ``precision``; nodes are
+    timed one by one as the interpreter runs them (CUDA events on a GPU, wall time on the CPU).
+    On a GPU the stages are verified and timed as they serve: as CUDA graphs per shape bucket."""
 
     name = engine = "torch"
     suffix = ".onnx"
     # Extended ONNX Runtime fusions emit com.microsoft operators the interpreter does not know.
     optimizations = ("basic", "none")
 
-    def __init__(self, device: str = "auto"):
+    def __init__(self, device: str = "auto", precision: str = "fp32"):
         try:
             import torch
         except ImportError:
@@ -171,15 +176,21 @@ class TorchTarget:
             raise SliceError(f"--device must be auto, cpu or cuda, not {device!r}")
         if device == "cuda" and not torch.cuda.is_available():
             raise SliceError("--device cuda: no CUDA GPU is visible (torch.cuda.is_available() is False)")
+        from backend.onnx_torch import PRECISIONS
+
+        if precision not in PRECISIONS:
+            raise SliceError(f"--precision must be one of {', '.join(PRECISIONS)}, not {precision!r}")
         self._torch = torch
         self.device = CudaDevice() if device == "cuda" else CpuDevice()
+        self.graphs = device == "cuda"
+        self.precision = precision
 
     def profile_nodes(self, model_path, nodes, inputs, configs, axis, dim_sizes, warmup, repeats, threads, progress):
         """Median time per node (ms) for each (length, batch) in ``configs``."""
         from backend.engine import TorchEngine
         from backend.onnx_torch import node_timer
 
-        engine = TorchEngine(Path(model_path), [], self.device, threads)  # sets threads and TF32 as served
+        engine = TorchEngine(Path(model_path), [], self.device, threads, self.precision)  # as served
         graph, index = engine.graph, {name: i for i, name in enumerate(nodes)}
         result = []
         for c, (length, batch) in enumerate(configs):
@@ -291,30 +302,33 @@ class TensorRTTarget:
     """GPU: one TensorRT engine per stage (TensorRT 10 or 11), built from the stage's ONNX graph
     with an optimization profile covering batch 1..max and lengths 1..max; nodes are timed by
     TensorRT's per-layer profiler on an engine of the whole model. FP32 builds keep TF32 off,
-    so stages verify against ONNX Runtime at the slicer's tolerance. ``fp16`` sets TensorRT 10's
-    FP16 flag; TensorRT 11 builds strongly typed networks only, so an FP16 engine there comes
-    from an FP16 source model (ModelOpt AutoCast), sliced without ``--fp16``."""
+    so stages verify against ONNX Runtime at the slicer's tolerance; ``tf32`` leaves it on.
+    ``fp16`` sets TensorRT 10's FP16 flag; TensorRT 11 builds strongly typed networks only, so
+    an FP16 engine there comes from an FP16 source model (ModelOpt AutoCast), sliced at fp32."""
 
     name = engine = "tensorrt"
     suffix = ".plan"
     # Extended ONNX Runtime fusions emit com.microsoft operators TensorRT's parser does not know.
     optimizations = ("basic", "none")
+    graphs = False
 
     def __init__(self, max_batch: int, axis: str | None, max_length: int | None, dim_sizes: Mapping[str, int],
-                 fp16: bool = False):
+                 precision: str = "fp32"):
         reason = tensorrt_missing()
         if reason:
             raise SliceError(f"--target tensorrt cannot run here: {reason}")
         import tensorrt as trt
 
-        if fp16 and not hasattr(trt.BuilderFlag, "FP16"):
-            raise SliceError(f"--fp16: TensorRT {trt.__version__} builds strongly typed networks only; convert the "
-                             "source to FP16 first (python -m modelopt.onnx.autocast --onnx_path SRC.onnx) and "
-                             "slice that without --fp16")
+        if precision not in ("fp32", "tf32", "fp16"):
+            raise SliceError(f"--precision must be fp32, tf32 or fp16, not {precision!r}")
+        if precision == "fp16" and not hasattr(trt.BuilderFlag, "FP16"):
+            raise SliceError(f"--precision fp16: TensorRT {trt.__version__} builds strongly typed networks only; "
+                             "convert the source to FP16 first (python -m modelopt.onnx.autocast --onnx_path SRC.onnx) "
+                             "and slice that at --precision fp32")
         self._trt = trt
         self._logger = trt.Logger(trt.Logger.WARNING)
         self.device = CudaDevice()
-        self.fp16 = fp16
+        self.precision = precision
         self._shape_args = (max_batch, axis, max_length, dim_sizes)
 
     def _build(self, onnx_path: Path, inputs: Sequence[TensorSpec], probe: Probe, detailed: bool) -> bytes:
@@ -326,9 +340,9 @@ class TensorRTTarget:
             errors = "; ".join(str(parser.get_error(i)) for i in range(parser.num_errors))
             raise SliceError(f"TensorRT cannot parse {onnx_path.name}: {errors}")
         config = builder.create_builder_config()
-        if hasattr(trt.BuilderFlag, "TF32"):
+        if hasattr(trt.BuilderFlag, "TF32") and self.precision != "tf32":
             config.clear_flag(trt.BuilderFlag.TF32)
-        if self.fp16:
+        if self.precision == "fp16":
             config.set_flag(trt.BuilderFlag.FP16)
         if detailed:
             config.profiling_verbosity = trt.ProfilingVerbosity.DETAILED
@@ -387,13 +401,13 @@ class TensorRTTarget:
 TARGETS = ("onnxruntime", "torch", "tensorrt")
 
 
-def make_target(name: str, device: str = "auto", **shape_args) -> Target:
+def make_target(name: str, device: str = "auto", precision: str = "fp32", **shape_args) -> Target:
     if name == "onnxruntime":
-        return OnnxRuntimeTarget()
+        return OnnxRuntimeTarget(precision)
     if name == "torch":
-        return TorchTarget(device)
+        return TorchTarget(device, precision)
     if name == "tensorrt":
-        return TensorRTTarget(**shape_args)
+        return TensorRTTarget(**shape_args, precision=precision)
     raise SliceError(f"--target must be one of {', '.join(TARGETS)}, not {name!r}")
 
 

@@ -16,7 +16,7 @@ from tritonclient.utils import InferenceServerException
 
 from backend.engine import OnnxRuntimeEngine
 from backend.manifest import Manifest
-from slicer.sample import sample_inputs
+from backend.sample import sample_inputs
 from slicer.slicing import VERSION, slice_model
 from tools.lib import prometheus as prom
 from tools.lib.client import infer

@@ -19,7 +19,7 @@ from backend.policy import Policy, RandomPolicy
 from backend.query import Code
 from backend.entry import SCAN
 from backend.runtime import CANCEL_IN_FLIGHT_S, Runtime
-from slicer.sample import sample_inputs
+from backend.sample import sample_inputs
 from slicer.slicing import VERSION
 
 from .conftest import MAX_BATCH

@@ -16,11 +16,13 @@ import tritonclient.grpc as grpcclient
 
 from backend.engine import OnnxRuntimeEngine
 from backend.manifest import Manifest
-from slicer.sample import sample_inputs
+from backend.sample import sample_inputs
 from slicer.slicing import VERSION
 from tools.lib.processes import children_of, free_port
 from tools.lib.client import infer
-from tools.lib.bundle import LIMIT, TOP
+
+from .conftest import ROOT
+from tools.lib.bundle import LIMIT, TOP, bundle_files
 
 PYTHON = f"{sys.version_info.major}.{sys.version_info.minor}"
 
@@ -51,6 +53,8 @@ def test_the_bundle_holds_what_the_host_needs_and_fits(bundle):
     assert any(n.startswith("wheels/numpy-1.") for n in have)
     assert any(n.startswith("wheels/tritonclient-") for n in have)
     assert not any(n.endswith((".onnx", ".plan")) for n in have), "no model files travel"
+    without = bundle_files(PYTHON, project=False)
+    assert "host.sh" in without and not any(name.startswith("project/") for name in without)
 
 
 def test_the_host_script_dry_run_checks_and_plans_every_step(bundle):
@@ -68,6 +72,27 @@ def test_the_host_script_dry_run_checks_and_plans_every_step(bundle):
     assert exports.returncode == 0 and path in exports.stdout, exports.stdout + exports.stderr
     wrong = subprocess.run([str(top / "host.sh"), "measur"], capture_output=True, text=True)
     assert wrong.returncode == 2 and "unknown step" in wrong.stderr
+
+
+def test_one_short_lease_runs_every_gpu_step_on_a_checkout_beside_the_bundle(bundle, tmp_path):
+    """``gpu``: models in FP16 up to 64 rows, the engine benchmark, the cost benchmark and the GPU
+    tests, then one archive; ``--project`` runs a checkout (a bundle built with --no-project has
+    none, and says so)."""
+    _, _, top = bundle
+    env = {**os.environ, "PYTHON": sys.executable}
+    done = subprocess.run([str(top / "host.sh"), "--dry-run", "--project", str(ROOT), "--out", str(tmp_path / "r"),
+                           "gpu"], capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    steps = [line[3:] for line in done.stdout.splitlines() if line.startswith("== ")]
+    assert steps == ["check", "setup", "models", "engine", "gpu_test", "cost", "archive"]
+    for said in ("--precision fp16 --max-batch-size 64", "tools.engine_bench", "--reference bert_base",
+                 "--reference resnet50", "tools.bench_cost", "--rounds 1", "--seconds 2",
+                 f"tar czf {tmp_path / 'r'}.tar.gz",
+                 f"cd \"{ROOT}\" && DVABATCH_TEST_DEVICE=GPU"):
+        assert said in done.stdout, said
+    missing = subprocess.run([str(top / "host.sh"), "--project", str(tmp_path), "env"], capture_output=True,
+                             text=True, env=env, timeout=60)
+    assert missing.returncode == 2 and "no project at" in missing.stderr
 
 
 def test_the_bundled_tritonserver_serves_the_bundled_project(bundle, repository, sources):

@@ -22,7 +22,7 @@ from backend.query import Failure, Handover, Query, refuse_invalid, take_batch, 
 from backend.runtime import Runtime
 from backend.serving import Mode, decide, serve
 from backend.whole import WholeBatch
-from slicer.sample import sample_inputs
+from backend.sample import sample_inputs
 from slicer.slicing import VERSION
 
 from .conftest import E2E_STAGES, MAX_BATCH

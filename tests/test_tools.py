@@ -19,7 +19,7 @@ import tritonclient.grpc as grpcclient
 
 from backend.engine import OnnxRuntimeEngine
 from backend.manifest import LatencyTable, Manifest
-from slicer.sample import sample_inputs
+from backend.sample import sample_inputs
 from slicer import triton_config
 from slicer.slicing import VERSION
 from tools.lib import prometheus as prom
@@ -192,6 +192,60 @@ def test_ensemble_peer_of_the_same_stages_answers_as_the_unsliced_model(run, cli
     assert_answers_are_the_unsliced_models(client, "bert_like_ensemble", manifest, sources["bert_like"], feeds)
     for model in ("bert_like_ensemble", *steps):
         client.unload_model(model)
+
+
+def test_peers_of_a_torch_model_sliced_for_a_gpu_run_its_graphs_and_precision(sources, tmp_path):
+    """Written without a GPU (a manifest that says cuda): the plain model replays CUDA graphs over
+    our row and length buckets at the stages' precision, padding lengths to a bucket; the
+    ensemble's steps run the same engine from KIND_CPU instances on the GPU."""
+    from dataclasses import replace
+
+    from backend.engine import graph_buckets
+    from slicer.slicing import slice_model
+    from tools.lib.peers import write_ensemble, write_plain
+
+    from .conftest import FAST
+
+    pytest.importorskip("torch")
+    model_dir = tmp_path / "bert_gpu"
+    slice_model(sources["bert_like"], model_dir, replace(FAST, stages=2, target="torch", device="cpu",
+                                                         precision="fp16", calibration_rounds=0))
+    manifest = Manifest.load(model_dir / VERSION)
+    replace(manifest, slicing=replace(manifest.slicing, device="cuda")).save(model_dir / VERSION)
+    rows, lengths = graph_buckets(manifest)
+    plain = (write_plain(model_dir, tmp_path, "plain", source=sources["bert_like"]) / "config.pbtxt").read_text()
+    for key, value in (("precision", "fp16"), ("graph_rows", ",".join(map(str, rows))),
+                       ("length_buckets", ",".join(map(str, lengths))),
+                       ("length_inputs", "input_ids:0,attention_mask:0")):
+        assert f'key: "{key}" value: {{ string_value: "{value}" }}' in plain, key
+    assert "kind: KIND_GPU" in plain and "ragged" not in plain
+    *steps, _ = write_ensemble(model_dir, tmp_path, "ens")
+    for step in steps:
+        config = (step / "config.pbtxt").read_text()
+        assert "kind: KIND_CPU" in config and 'key: "device" value: { string_value: "cuda" }' in config
+        assert 'key: "graph_rows"' in config and 'key: "length_buckets"' not in config
+        assert (step / VERSION / "torch_graphs.py").is_file()
+
+
+def test_engine_bench_times_each_stage_per_bucket(run, sources, tmp_path):
+    """On the CPU (a GPU run is docs/results'): every stage per rows and length, summed, fused."""
+    from dataclasses import replace
+
+    from slicer.slicing import slice_model
+
+    from .conftest import FAST
+
+    pytest.importorskip("torch")
+    slice_model(sources["bert_like"], tmp_path / "bert", replace(FAST, stages=2, target="torch", device="cpu",
+                                                                calibration_rounds=0))
+    done = run("tools.engine_bench", str(tmp_path / "bert"), "--rows", "1,8", "--lengths", "8,64", "--repeats", "3",
+               "--out", str(tmp_path / "out"))
+    assert done.returncode == 0, done.stdout + done.stderr
+    result = json.loads((tmp_path / "out" / "engine.json").read_text())
+    assert [(c["rows"], c["length"]) for c in result["cells"]] == [(1, 8), (8, 8), (1, 64), (8, 64)]
+    for cell in result["cells"]:
+        assert len(cell["stages"]) == 2 and cell["summed"] == pytest.approx(sum(cell["stages"]), abs=1e-3)
+    assert "| 8 | 64 |" in (tmp_path / "out" / "engine.md").read_text()
 
 
 def test_peers_for_a_gpu_host_use_tritons_own_backends(repository, tmp_path):

@@ -3,6 +3,7 @@ and on whole models, a model sliced for it, and its refusals. The CUDA path is i
 
 from __future__ import annotations
 
+import threading
 from dataclasses import replace
 from typing import NamedTuple
 
@@ -16,8 +17,9 @@ from backend.engine import OnnxRuntimeEngine, TorchEngine, load_engines, run_sta
 from backend.manifest import Manifest
 from backend.config import RuntimeConfig, make_policy
 from backend.serving import decide
+from slicer.errors import SliceError
 from slicer.graph import input_specs
-from slicer.sample import sample_inputs
+from backend.sample import sample_inputs
 from slicer.slicing import VERSION, slice_model
 from slicer.targets import optimize
 
@@ -177,3 +179,134 @@ def test_nodes_are_timed_one_by_one(sources, tmp_path):
     timer.flush()
     assert set(times) == {n.name for n in named.graph.node}
     assert all(ms >= 0 for ms in times.values()) and sum(times.values()) > 0
+
+
+# CUDA graphs per shape bucket (backend/torch_graphs.py): on the CPU the same buckets, padding and
+# cutting run on static buffers; the capture itself is tested on a GPU (test_cuda.py).
+
+
+def test_shape_graphs_pad_rows_to_a_bucket_and_answer_as_the_interpreter(sources, tmp_path, caplog):
+    from backend.onnx_torch import TorchGraph
+    from backend.torch_graphs import ShapeGraphs
+
+    path = tmp_path / "bert.onnx"
+    specs = input_specs(optimize(sources["bert_like"], path, "basic"))
+    graph = TorchGraph(path)
+    graphs = ShapeGraphs(graph, (1, 2, 4, 8), "bert")
+    for rows in (3, 1, 8, 5):
+        for length in (8, 16):
+            feed = sample_inputs(specs, rows, {"sequence": length}, seed=rows + length)
+            got, want = graphs.run(feed), graph.run(feed)
+            for name, value in want.items():
+                assert got[name].shape == value.shape
+                np.testing.assert_allclose(got[name].numpy(), value.numpy(), atol=1e-5, rtol=0)
+    assert graphs.graphs == 6 and graphs.bucket(3) == 4 and graphs.bucket(9) is None  # rows 4, 1, 8 x 2 lengths
+    graphs.capturing = False
+    with caplog.at_level("WARNING"):
+        for _ in range(2):
+            graphs.run(sample_inputs(specs, 2, {"sequence": 12}, seed=0))  # a shape no bucket holds
+    assert graphs.graphs == 6 and sum("runs eagerly" in r.message for r in caplog.records) == 1
+
+
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+def test_a_run_repeated_on_its_shapes_copies_nothing_to_the_device_and_reads_nothing_back(sources, tmp_path,
+                                                                                         precision):
+    """What a CUDA graph's capture needs, checked without a GPU: on torch's meta device (shapes
+    only: reading a value on the host fails there), the first run copies the host values its
+    device nodes need once, and a second run on the same shapes copies nothing."""
+    from backend.onnx_torch import TorchGraph
+
+    for name, src in sources.items():
+        path = tmp_path / f"{name}.onnx"
+        specs = input_specs(optimize(src, path, "basic"))
+        graph = TorchGraph(path, "meta", precision)
+        copies: list[tuple] = []
+        copy = graph._copy
+        graph._copy = lambda value, non_blocking=False: copies.append(tuple(value.shape)) or copy(value, non_blocking)
+        feed = {k: torch.from_numpy(v).to("meta") for k, v in sample_inputs(specs, 3, {"sequence": 16}).items()}
+        first = graph.run(feed)
+        before = len(copies)
+        second = graph.run(feed)
+        assert len(copies) == before, f"{name}: the second run copied {copies[before:]}"
+        assert {k: (v.shape, v.dtype) for k, v in first.items()} == {k: (v.shape, v.dtype) for k, v in second.items()}
+        assert all(v.dtype == torch.float32 for v in second.values()), "outputs in the graph's declared type"
+
+
+def test_fp16_stages_agree_with_the_fp32_source_and_a_stricter_cosine_refuses(sources, tmp_path):
+    for name in ("bert_like", "resnet_like"):
+        result = slice_model(sources[name], tmp_path / name, replace(FAST, stages=2, target="torch", device="cpu",
+                                                                    precision="fp16"))
+        assert result.cosine >= 0.9999 and result.max_abs_error > 1e-6, (name, result.cosine)
+        assert {s.precision for s in Manifest.load(tmp_path / name / VERSION).stages} == {"fp16"}
+    with pytest.raises(SliceError, match="fp16 stages agree .* cosine similarity of 0.99.*--min-cosine 1"):
+        slice_model(sources["bert_like"], tmp_path / "strict", replace(FAST, stages=2, target="torch", device="cpu",
+                                                                      precision="fp16", min_cosine=1.0))
+    assert not (tmp_path / "strict").exists()
+    with pytest.raises(SliceError, match="onnxruntime target runs FP32 only"):
+        slice_model(sources["bert_like"], tmp_path / "ort", replace(FAST, stages=2, precision="fp16"))
+
+
+@pytest.mark.parametrize("mode", ["pipeline", "fused"])
+def test_a_model_served_with_shape_graphs_answers_every_length_as_the_source(sources, tmp_path, mode):
+    """cuda_graphs true on a CPU instance: the pipeline (policy pass) and the fused model run each
+    batch at a bucket of rows and of length (the profiled ones, 8 and 64), padded there and cut
+    back to each query's own length."""
+    from backend.config import RuntimeConfig
+    from backend.engine import graph_buckets
+    from backend.metrics import Metrics
+    from backend.padding import Buckets
+    from backend.query import Query
+    from backend.serving import Mode, serve
+    from backend.whole import WholeBatch
+
+    out = tmp_path / "bert_torch"
+    slice_model(sources["bert_like"], out, replace(FAST, stages=2, target="torch", device="cpu"))
+    manifest = Manifest.load(out / VERSION)
+    feeds = [sample_inputs(manifest.inputs, 1 + i % 3, {"sequence": 5 + 7 * i}, seed=i) for i in range(9)]
+    replies: dict[int, tuple] = {}
+    if mode == "pipeline":
+        config = RuntimeConfig.from_parameters({"cuda_graphs": "true", "policy": "pass"})
+        decision, server = serve(manifest, out / VERSION, config, CpuDevice(), Metrics())
+        assert decision.mode is Mode.PIPELINE
+        assert decision.graphs.count("8 graphs") == 2  # rows 1, 2, 4, 8 x lengths 8, 64, each stage
+        done = threading.Condition()
+
+        def query(i: int) -> Query:
+            def respond(outputs, failure):
+                with done:
+                    replies[i] = outputs, failure
+                    done.notify_all()
+            return Query(feeds[i], respond)
+        server.submit([query(i) for i in range(len(feeds))])
+        with done:
+            assert done.wait_for(lambda: len(replies) == len(feeds), timeout=60)
+        server.close()
+    else:
+        engines = load_engines(manifest, out / VERSION, fused=True, graphs=True)
+        assert engines[0].graphs.graphs == 8 and not engines[0].graphs.capturing
+        whole = WholeBatch(manifest.fused(), engines, CpuDevice(), Metrics(),
+                           buckets=Buckets({"sequence": graph_buckets(manifest)[1]}))
+        queries = [Query(feed, None) for feed in feeds]
+        whole.run(queries)
+        replies = {i: q.reply for i, q in enumerate(queries)}
+        assert engines[0].graphs.graphs == 8, "every batch ran in a captured bucket"
+    reference = OnnxRuntimeEngine(sources["bert_like"], [o.name for o in manifest.outputs])
+    for i, (outputs, failure) in replies.items():
+        assert failure is None, failure
+        for name, expected in reference.run(feeds[i]).items():
+            assert outputs[name].shape == expected.shape
+            np.testing.assert_allclose(outputs[name], expected, atol=TOLERANCE, rtol=0)
+
+
+def test_buckets_pad_lengths_up_and_padded_tables_predict_the_bucket():
+    from backend.manifest import LatencyTable
+    from backend.padding import Buckets
+
+    buckets = Buckets({"sequence": (16, 64)})
+    assert buckets.pad({"sequence": 5}) == {"sequence": 16} and buckets.pad({"sequence": 64}) == {"sequence": 64}
+    assert buckets.pad({"sequence": 70}) == {"sequence": 70}, "past every bucket: as it is"
+    sizes = {"sequence": 5}
+    assert Buckets().pad(sizes) is sizes
+    table = LatencyTable((1, 4), ((1.0, 2.0), (3.0, 6.0)), axis="sequence", lengths=(16, 64))
+    assert table.predict(4, 40) == 4.0 and replace(table, padded=True).predict(4, 40) == 6.0
+    assert replace(table, padded=True).predict(4, 16) == 2.0

@@ -25,7 +25,9 @@ weigh at low rates), and per stage (ensemble step; the plain model's one
 run) the rows per batch, the share of the time it was busy and how long a request waited before
 it (Triton's queue, and our entry's before stage 0), so every change to the serving path shows
 its effect and where the time goes. ``--out`` keeps the table (summary.md), the numbers
-(cost.csv) and tritonserver's log of each profile.
+(cost.csv) and tritonserver's log of each profile. A model whose load or window fails is left
+out, said in the table and the log, and the others measured (exit status 1); the plain model's
+failure ends the run.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ import math
 import os
 import shutil
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -183,27 +185,47 @@ def measure(bench: Bench, model: str, counted: list[str], load: Load, data: Path
                 (after.stubs_s - before.stubs_s) * 1e6 * per, batch, tuple(stages))
 
 
-def run_profile(profile: Path, plan: Plan, console: Console, log: Path | None = None) -> list[dict]:
+def run_profile(profile: Path, plan: Plan, console: Console, failed: dict[str, str],
+                log: Path | None = None) -> list[dict]:
     """Measure ``plan.models`` of ``profile``; tritonserver's log goes to ``log`` (else it goes
-    with the scratch folder)."""
+    with the scratch folder). A model that failed is left out, and said in ``failed``
+    ("profile model" -> why)."""
     folder = Path(tempfile.mkdtemp(prefix="dvabatch-cost-"))
     try:
         counted = build(profile, folder, plan)
         data = write_input_data(synthetic(interface_of(folder / "auto"), 1, {}, lengths=(plan.length,)),
                                 folder / "data.json")
         costs: dict[tuple[str, int], list[Cost]] = {(m, c): [] for m in plan.models for c in plan.concurrencies}
+        left_out: dict[str, str] = {}
         with Bench(folder, log=log or folder / "triton.log") as bench:
+            def attempt(model: str, step) -> None:
+                """A peer or ours that fails (its load or a window) is reported and left out; the
+                others go on. The plain model is every ratio's base: its failure ends the run."""
+                if model in left_out:
+                    return
+                try:
+                    step()
+                except (PerfAnalyzerError, InferenceServerException) as exc:
+                    if model == "plain":
+                        raise
+                    left_out[model] = str(exc).strip().splitlines()[0][:300]
+                    failed[f"{profile.stem} {model}"] = left_out[model]
+                    console.print(f"[red]{profile.stem}: {model} failed, left out:[/red] {left_out[model]}")
+
             for model in plan.models:
-                for step in counted[model] if model == "ensemble" else ():
-                    bench.load(step)
-                bench.load(model)
-                bench.capacity(model, data, max(plan.concurrencies), 1.0)  # warm up
+                def load(model: str = model) -> None:
+                    for step in counted[model] if model == "ensemble" else ():
+                        bench.load(step)
+                    bench.load(model)
+                    bench.capacity(model, data, max(plan.concurrencies), 1.0)  # warm up
+                attempt(model, load)
             for _ in range(plan.rounds):
                 for concurrency in plan.concurrencies:
                     for model in plan.models:
-                        costs[model, concurrency].append(measure(bench, model, counted[model],
-                                                                 Load(concurrency=concurrency), data, plan.seconds))
-        return report(profile.stem, costs, plan, console)
+                        attempt(model, lambda model=model, c=concurrency: costs[model, c].append(
+                            measure(bench, model, counted[model], Load(concurrency=c), data, plan.seconds)))
+        measured = replace(plan, models=tuple(m for m in plan.models if m not in left_out))
+        return report(profile.stem, costs, measured, console)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 
@@ -257,7 +279,7 @@ def report(name: str, costs: dict[tuple[str, int], list[Cost]], plan: Plan, cons
     return rows
 
 
-def write(out: Path, rows: list[dict], console: Console) -> None:
+def write(out: Path, rows: list[dict], console: Console, failed: dict[str, str]) -> None:
     out.mkdir(parents=True, exist_ok=True)
     with (out / "cost.csv").open("w", newline="") as f:
         writer = csv.writer(f)
@@ -267,6 +289,7 @@ def write(out: Path, rows: list[dict], console: Console) -> None:
     lines = ["| profile | " + " | ".join(title for title, _ in COLUMNS) + " |",
              "|---|" + "|".join("---" if key in ("model", "stages") else "---:" for _, key in COLUMNS) + "|"]
     lines += ["| " + " | ".join([row["profile"], *(cell(row, key) for _, key in COLUMNS)]) + " |" for row in rows]
+    lines += ["", *(f"- {model} failed and was left out: {why}" for model, why in failed.items())] if failed else []
     (out / "summary.md").write_text("\n".join(lines) + "\n")
     console.print(f"wrote {out / 'summary.md'} and {out / 'cost.csv'}")
 
@@ -300,9 +323,10 @@ def main(argv: list[str] | None = None) -> int:
                 tuple(args.source))
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
+    failed: dict[str, str] = {}
     try:
         rows = [row for profile in args.profiles
-                for row in run_profile(profile, plan, console,
+                for row in run_profile(profile, plan, console, failed,
                                        args.out / f"tritonserver-{profile.stem}.log" if args.out else None)]
     except (SliceError, ValueError, FileNotFoundError) as exc:
         console.print(f"[red]error:[/red] {exc}")
@@ -312,8 +336,8 @@ def main(argv: list[str] | None = None) -> int:
         console.print(f"[red]error:[/red] {exc}{logs}")
         return 1
     if args.out:
-        write(args.out, rows, console)
-    return 0
+        write(args.out, rows, console, failed)
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

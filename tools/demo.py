@@ -22,7 +22,7 @@ from tritonclient.utils import InferenceServerException
 
 from backend.engine import OnnxRuntimeEngine
 from backend.manifest import Manifest
-from slicer.sample import sample_inputs
+from backend.sample import sample_inputs
 from slicer.slicing import VERSION
 from tools.lib.examples import EXAMPLES
 from tools.lib.client import infer

@@ -1,23 +1,29 @@
 #!/usr/bin/env bash
 # DVABatch on a GPU host without network, from the bundle `python -m tools.gpu_bundle` writes.
 #
-#   dvabatch-gpu/host.sh [--dry-run] [--work DIR] [--out DIR] STEP...
+#   dvabatch-gpu/host.sh [--dry-run] [--work DIR] [--out DIR] [--project DIR] STEP...
 #
-# Steps, in the order `all` runs them (`cost` is left out of `all`: `measure` covers it and more):
+# Steps, in the order `all` runs them (`engine` and `cost` are left out of `all`: `measure` covers more):
 #   check    the host's Python matches the bundled stub; torch sees a GPU; the modules the project
 #            needs import; tritonserver, the backend and the stub find every library; perf_analyzer runs
 #   setup    the bundled numpy<2, tritonclient, protobuf and python-rapidjson into WORK/site, which
 #            (with the project) goes first on PYTHONPATH, ahead of the host's own packages
 #   models   BERT-base and ResNet-50 with random weights, exported here and sliced for torch on the GPU
-#   test     the GPU tests (CUDA streams and events, the torch engine, schedules) and the real-Triton
-#            tests, with the bundled tritonserver
+#            in FP16, up to 64 rows (CUDA graphs per shape bucket, captured when a model loads)
+#   test     the GPU tests (CUDA streams and events, graphs, the torch engine, schedules) and the
+#            real-Triton tests, with the bundled tritonserver
 #   measure  tools.compare of each model against the plain model and the ensemble on the same engine
 #            (perf_analyzer; GLUE RTE and SST-2 for BERT-base), outputs under --out
-#   cost     tools.bench_cost of each model (closed loops at 1, 16 and 64 in flight, two rounds: the
-#            plain model, the ensemble, the forced pipeline and auto, with CPU per request): minutes, not
-#            the half hour measure takes; outputs under --out
+#   engine   tools.engine_bench of each model: every stage's time per bucket beside torch's own model
+#            (transformers' BertModel, torchvision's ResNet-50; FP16, CUDA graph), outputs under --out
+#   cost     tools.bench_cost of each model (closed loops at 1, 16 and 64 in flight: the plain model,
+#            the ensemble, the forced pipeline and auto, with CPU per request), outputs under --out
+#   gpu      (not in `all`) what one short lease does, in under 8 minutes: check setup models engine,
+#            the GPU tests, cost (one round of 2 s windows), then one archive of --out (OUT.tar.gz)
 #   env      (not in `all`) print the environment as export lines, for commands of your own:
 #            eval "$(dvabatch-gpu/host.sh env)"; cd dvabatch-gpu/project && python3 -m tools.bench_cost ...
+# --project: the repository to run (default: the bundle's project/; a bundle built with --no-project
+# has none, and a checkout of the same commit is given instead).
 # --dry-run runs the checks that need no GPU and prints every other command instead of running it.
 set -euo pipefail
 
@@ -25,6 +31,7 @@ HERE="$(cd "$(dirname "$0")" && pwd)"
 PY="${PYTHON:-python3}"
 WORK="$HERE/work"
 OUT="$HERE/results"
+PROJECT="$HERE/project"
 DRY=0
 STEPS=()
 while [ $# -gt 0 ]; do
@@ -32,14 +39,18 @@ while [ $# -gt 0 ]; do
         --dry-run) DRY=1 ;;
         --work) WORK="$2"; shift ;;
         --out) OUT="$2"; shift ;;
+        --project) PROJECT="$(cd "$2" && pwd)"; shift ;;
         all) STEPS+=(check setup models test measure) ;;
-        check|setup|models|test|measure|cost|env) STEPS+=("$1") ;;
-        -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
+        gpu) STEPS+=(check setup models engine gpu_test cost archive)
+             COST_ROUNDS="${COST_ROUNDS:-1}" COST_SECONDS="${COST_SECONDS:-2}" ;;
+        check|setup|models|test|measure|engine|cost|env) STEPS+=("$1") ;;
+        -h|--help) sed -n '2,30p' "$0"; exit 0 ;;
         *) echo "host.sh: unknown step or option '$1' (see --help)" >&2; exit 2 ;;
     esac
     shift
 done
-[ ${#STEPS[@]} -gt 0 ] || { sed -n '2,23p' "$0"; exit 2; }
+[ ${#STEPS[@]} -gt 0 ] || { sed -n '2,30p' "$0"; exit 2; }
+[ -d "$PROJECT/backend" ] || { echo "host.sh: no project at $PROJECT (this bundle has none: give --project DIR)" >&2; exit 2; }
 
 WANT_PYTHON="$(sed -n 's/^python //p' "$HERE/BUNDLE.txt")"
 SITE="$WORK/site"
@@ -48,7 +59,7 @@ SITE="$WORK/site"
 # first (numpy<2), then the host Python's own site-packages; and libpython's folder (where a
 # Python not installed by the system keeps it) is on the loader's path.
 HOST_SITE="$("$PY" -c 'import site; print(":".join(site.getsitepackages()))')"
-export PYTHONPATH="$SITE:$HERE/project:$HOST_SITE${PYTHONPATH:+:$PYTHONPATH}"
+export PYTHONPATH="$SITE:$PROJECT:$HOST_SITE${PYTHONPATH:+:$PYTHONPATH}"
 LIBPYTHON_DIR="$("$PY" -c 'import sysconfig; print(sysconfig.get_config_var("LIBDIR") or "")')"
 if [ ! -e "$LIBPYTHON_DIR/libpython$WANT_PYTHON.so.1.0" ]; then  # not where sysconfig says: the first found
     found="$(find /usr /opt /root -name "libpython$WANT_PYTHON.so.1.0" 2>/dev/null | head -1 || true)"
@@ -111,15 +122,31 @@ setup() {
 models() {
     # The export and the slicer use the host's own packages: its transformers may not import beside
     # the bundled numpy<2 (seen on an H200 host), which only the stubs need.
-    PYTHONPATH="$HERE/project:$HOST_SITE" run "$PY" -m tools.models bert_base resnet50_tv --target torch --device cuda \
-        --repository "$REPOSITORY"
+    PYTHONPATH="$PROJECT:$HOST_SITE" run "$PY" -m tools.models bert_base resnet50_tv --target torch --device cuda \
+        --precision fp16 --max-batch-size 64 --repository "$REPOSITORY"
     if [ -f "$HERE/tokenizer.json" ]; then
         run cp "$HERE/tokenizer.json" "$DVABATCH_CACHE/sources/bert_base.tokenizer.json"
     fi
 }
 
+gpu_test() {
+    run sh -c "cd \"$PROJECT\" && DVABATCH_TEST_DEVICE=GPU \"$PY\" -m pytest -q -p no:cacheprovider tests/test_cuda.py tests/test_torch.py"
+}
+
+engine() {
+    # transformers and torchvision run on the host's own packages (see models)
+    PYTHONPATH="$PROJECT:$HOST_SITE" run "$PY" -m tools.engine_bench "$REPOSITORY/bert_base" --reference bert_base \
+        --out "$OUT/engine-bert_base"
+    PYTHONPATH="$PROJECT:$HOST_SITE" run "$PY" -m tools.engine_bench "$REPOSITORY/resnet50_tv" --reference resnet50 \
+        --out "$OUT/engine-resnet50"
+}
+
+archive() {
+    run tar czf "$OUT.tar.gz" -C "$(dirname "$OUT")" "$(basename "$OUT")"
+}
+
 test_step() {
-    run sh -c "cd \"$HERE/project\" && DVABATCH_TEST_DEVICE=GPU \"$PY\" -m pytest -q -p no:cacheprovider tests/test_cuda.py tests/test_torch.py tests/test_schedule.py tests/test_runtime.py tests/test_units.py tests/test_e2e.py"
+    run sh -c "cd \"$PROJECT\" && DVABATCH_TEST_DEVICE=GPU \"$PY\" -m pytest -q -p no:cacheprovider tests/test_cuda.py tests/test_torch.py tests/test_schedule.py tests/test_runtime.py tests/test_units.py tests/test_e2e.py"
 }
 
 measure() {
@@ -134,8 +161,8 @@ measure() {
 
 cost() {
     for model in bert_base resnet50_tv; do
-        run "$PY" -m tools.bench_cost "$REPOSITORY/$model" --concurrency 1,16,64 --rounds 2 --seconds 3 \
-            --out "$OUT/cost-$model"
+        run "$PY" -m tools.bench_cost "$REPOSITORY/$model" --concurrency 1,16,64 --rounds "${COST_ROUNDS:-2}" \
+            --seconds "${COST_SECONDS:-3}" --out "$OUT/cost-$model"
     done
 }
 

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from slicer.profile import batch_sizes_up_to
+from backend.sample import batch_sizes_up_to
 from tools.lib.timed import groups
 
 

@@ -38,12 +38,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repository", type=Path, default=REAL_REPOSITORY)
     parser.add_argument("--target", choices=TARGETS, help="slice for this target (default: onnxruntime)")
     parser.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto", help="torch target: where")
+    parser.add_argument("--precision", choices=("fp32", "tf32", "fp16"), help="torch target: the stages' precision")
+    parser.add_argument("--max-batch-size", type=int, help="the largest batch (default: the model's own, 8 or 16)")
     parser.add_argument("--force", action="store_true", help="fetch, export and slice again")
     args = parser.parse_args(argv)
     for name in args.names or list(DEFAULT):
         model = BY_NAME[name]
         try:
-            seconds = build(model, args.repository, args.force, args.target, args.device)
+            seconds = build(model, args.repository, args.force, args.target, args.device, args.precision,
+                            args.max_batch_size)
         except ImportError as exc:  # transformers hides why behind its lazy import: say the cause too
             cause = f"; because {exc.__cause__!r}" if exc.__cause__ else ""
             print(f"{name}: needs the models extra ({exc}{cause}); run `make models`", file=sys.stderr)

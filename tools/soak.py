@@ -34,7 +34,7 @@ from tritonclient.utils import np_to_triton_dtype
 
 from backend.engine import OnnxRuntimeEngine
 from backend.manifest import Manifest
-from slicer.sample import sample_inputs
+from backend.sample import sample_inputs
 from slicer.slicing import VERSION
 from tools.lib.peers import find_source
 from tools.lib.peers import write_variant

@@ -135,14 +135,19 @@ def _commit() -> str:
     return git("rev-parse", "HEAD") + (" (with uncommitted changes)" if git("status", "--porcelain") else "")
 
 
-def build(out: Path, python: str) -> dict[str, int]:
+def bundle_files(python: str, project: bool = True) -> dict[str, Path]:
+    """Archive name -> file: everything the host needs for ``python``, with or without the project
+    (where a checkout travels beside the bundle, as the working tree does to a lent machine)."""
+    return {**triton_files(python), **perf_analyzer_files(), **{f"wheels/{w.name}": w for w in wheels(python)},
+            **data_files(), **(project_files() if project else {}), "host.sh": HOST_SCRIPT}
+
+
+def build(out: Path, python: str, project: bool = True) -> dict[str, int]:
     """Write the archive ``out``; archive name -> bytes (before compression)."""
-    files = {**triton_files(python), **perf_analyzer_files(),
-             **{f"wheels/{w.name}": w for w in wheels(python)}, **data_files(), **project_files(),
-             "host.sh": HOST_SCRIPT}
+    files = bundle_files(python, project)
     sizes = {name: path.stat().st_size for name, path in files.items()}
     listing = "".join(f"{size:>12}  {name}\n" for name, size in sorted(sizes.items()))
-    about = (f"dvabatch GPU bundle: python -m tools.gpu_bundle --python {python}\n"
+    about = (f"dvabatch GPU bundle: python -m tools.gpu_bundle --python {python}{'' if project else ' --no-project'}\n"
              f"commit {_commit()}\nbuilt {time.strftime('%Y-%m-%d %H:%M:%S %Z')}\npython {python}\n\n"
              f"{sum(sizes.values())} bytes in {len(sizes)} files:\n{listing}").encode()
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -14,8 +14,11 @@ On a GPU host each plain model or step can be Triton's ``onnxruntime`` (``model.
 ``tensorrt`` backend (``model.plan``, from a model sliced with ``--target tensorrt``) instead of the
 Python one. A model sliced for torch gets Python peers on the same engine: ``plain_model.py`` runs
 its ONNX file with the torch interpreter (``backend/onnx_torch.py``, copied beside it) on the
-device the model was sliced for. A simulated model (timed stages, ``tools.simulate``) gets timed plain models: they
-sleep for their table's time, the whole model's for the plain model and each stage's for a step.
+device the model was sliced for, at its precision, and on a GPU as CUDA graphs over the same row
+and length buckets as ours (``backend/torch_graphs.py``, copied too; an ensemble's steps capture
+each shape as it first comes, since only the first step's input shapes are known ahead). A
+simulated model (timed stages, ``tools.simulate``) gets timed plain models: they sleep for their
+table's time, the whole model's for the plain model and each stage's for a step.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from backend.engine import graph_buckets
 from backend.manifest import LatencyTable, Manifest, StageSpec, TensorSpec
 from slicer import triton_config
 from slicer.triton_config import PARAMETER, parameters_of
@@ -38,7 +42,7 @@ from tools.lib.paths import BACKEND_DIR, CACHE, SOURCES
 from tools.lib.timed import timed_whole
 
 PLAIN_MODEL = Path(__file__).with_name("plain_model.py")
-TORCH_INTERPRETER = BACKEND_DIR / "onnx_torch.py"
+TORCH_FILES = (BACKEND_DIR / "onnx_torch.py", BACKEND_DIR / "torch_graphs.py")
 BACKENDS = ("python", "onnxruntime", "tensorrt")
 
 
@@ -133,7 +137,8 @@ def _engine_files(peer: Peer, source: Path, version: Path, manifest: Manifest) -
     if peer.backend == "python":
         shutil.copy(PLAIN_MODEL, version / "model.py")
         if on_torch(manifest):
-            shutil.copy(TORCH_INTERPRETER, version / TORCH_INTERPRETER.name)
+            for path in TORCH_FILES:
+                shutil.copy(path, version / path.name)
     if source.suffix == ".onnx":  # weights kept beside an ONNX file go along
         import onnx
 
@@ -149,16 +154,28 @@ def _timed_files(table: LatencyTable, spec_inputs: tuple[TensorSpec, ...], max_b
     shutil.copy(PLAIN_MODEL, version / "model.py")
 
 
-def _parameters(peer: Peer, manifest: Manifest, ragged_inputs: dict[str, int],
-                ragged_outputs: dict[str, int]) -> dict[str, str]:
-    parameters = {"engine": "torch"} if peer.backend == "python" and on_torch(manifest) else {}
+def _parameters(peer: Peer, manifest: Manifest, length_inputs: dict[str, int] | None = None,
+                length_outputs: dict[str, int] | None = None, whole: bool = False) -> dict[str, str]:
+    """plain_model.py's parameters: the torch engine as ours runs it (its precision; on a GPU its
+    CUDA graphs' row buckets, and for the whole model their length buckets), ONNX Runtime's
+    threads, and the tensors with a length axis (padded together where ``peer.ragged``)."""
+    parameters: dict[str, str] = {}
+    if peer.backend == "python" and on_torch(manifest):
+        parameters.update(engine="torch", precision=manifest.stages[0].precision)
+        if on_gpu(manifest, peer):
+            rows, lengths = graph_buckets(manifest)
+            parameters["graph_rows"] = ",".join(map(str, rows))
+            if whole and lengths and length_inputs:
+                parameters["length_buckets"] = ",".join(map(str, lengths))
     if peer.threads:
         parameters["intra_op_thread_count"] = str(peer.threads)
     if not peer.spinning:
         parameters["allow_spinning"] = "false"
-    if ragged_inputs:
-        parameters["ragged_inputs"] = ",".join(f"{n}:{a}" for n, a in ragged_inputs.items())
-        parameters["ragged_outputs"] = ",".join(f"{n}:{a}" for n, a in ragged_outputs.items())
+    if length_inputs and (peer.ragged or "length_buckets" in parameters):
+        parameters["length_inputs"] = ",".join(f"{n}:{a}" for n, a in length_inputs.items())
+        parameters["length_outputs"] = ",".join(f"{n}:{a}" for n, a in (length_outputs or {}).items())
+    if peer.ragged:
+        parameters["ragged"] = "true"
     return parameters
 
 
@@ -210,16 +227,17 @@ def write_plain(model_dir: Path, repository: Path, name: str, peer: Peer = Peer(
         if peer.backend == "python" and on_torch(manifest) and manifest.slicing is not None:
             whole = folded(whole, manifest)
         _engine_files(peer, whole, out / VERSION, manifest)
-    axis = manifest.length_axis if peer.ragged else None
-    ragged_inputs = {s.name: s.dims.index(axis) for s in inputs if axis in s.dims} if axis else {}
-    ragged_outputs = {s.name: s.dims.index(axis) for s in outputs if axis in s.dims} if axis else {}
-    if peer.ragged and not ragged_inputs:
+    axis = manifest.length_axis
+    length_inputs = {s.name: s.dims.index(axis) for s in inputs if axis in s.dims} if axis else {}
+    length_outputs = {s.name: s.dims.index(axis) for s in outputs if axis in s.dims} if axis else {}
+    if peer.ragged and not length_inputs:
         raise ValueError(f"{model_dir.name} has no length axis to pad along")
     note = ("# Peer: the unsliced model as one plain model behind Triton's dynamic batcher"
-            + (f"; requests of different '{axis}' padded to the longest" if ragged_inputs else "") + ".\n")
+            + (f"; requests of different '{axis}' padded to the longest" if peer.ragged else "") + ".\n")
     (out / "config.pbtxt").write_text(_config(name, peer, manifest.max_batch_size, inputs, outputs, peer.delay_us,
-                                              _parameters(peer, manifest, ragged_inputs, ragged_outputs), note,
-                                              on_gpu(manifest, peer), ragged=set(ragged_inputs)))
+                                              _parameters(peer, manifest, length_inputs, length_outputs, whole=True),
+                                              note, on_gpu(manifest, peer),
+                                              ragged=set(length_inputs) if peer.ragged else set()))
     return out
 
 
@@ -295,10 +313,16 @@ def _step(model_dir: Path, repository: Path, name: str, stage: StageSpec, manife
     else:
         _engine_files(peer, model_dir / VERSION / stage.file, out / VERSION, manifest)
     delay = peer.delay_us if stage.index == 0 else 0
+    parameters = _parameters(peer, manifest)
+    gpu = on_gpu(manifest, peer)
+    if gpu and peer.backend == "python":
+        # A KIND_CPU instance whose torch runs on the GPU: with KIND_GPU Python steps every request
+        # failed on an H200 host (the next step's input arrived with 0 bytes; docs/gpu.md), and
+        # the steps hand each other host arrays either way.
+        parameters["device"], gpu = "cuda", False
     (out / "config.pbtxt").write_text(_config(name, peer, manifest.max_batch_size, stage.inputs, stage.outputs, delay,
-                                              _parameters(peer, manifest, {}, {}),
-                                              f"# Step {stage.index} of the ensemble of {model_dir.name}.\n",
-                                              on_gpu(manifest, peer)))
+                                              parameters,
+                                              f"# Step {stage.index} of the ensemble of {model_dir.name}.\n", gpu))
     return out
 
 

@@ -6,17 +6,23 @@ nothing of the dvabatch backend is on its path. Triton's dynamic batcher forms e
 
 The engine is ``model.onnx`` in the version folder (one ONNX Runtime session; with ``engine:
 torch``, the torch interpreter ``onnx_torch.py`` copied beside it, on the instance's GPU or the
-CPU, TF32 off, as the dvabatch torch engine runs), or, for a simulated model,
+CPU at the ``precision`` the model was sliced for, as the dvabatch torch engine runs it, and with
+``graph_rows`` replaying a CUDA graph per shape bucket through ``torch_graphs.py``, captured at
+load: a batch's rows padded up to a bucket of ``graph_rows``, its length up to one of
+``length_buckets``), or, for a simulated model,
 ``latency_ms.json``: it computes nothing, sleeps for the batch's tabulated time
 (``ms[rows - 1][length]``, proportionally longer past the last length) and answers input i as
 output i. config.pbtxt parameters:
 
+- ``device``: ``cuda`` runs the torch engine on the GPU from a KIND_CPU instance (the ensemble's
+  steps: see ``peers._step``);
 - ``intra_op_thread_count``: ONNX Runtime's threads (the name Triton's onnxruntime backend uses;
   default: ONNX Runtime's own choice); ``allow_spinning``: ``false`` makes idle threads sleep
   (default: ONNX Runtime's, they spin);
-- ``ragged_inputs`` / ``ragged_outputs`` (``name:axis,...``, axes without the batch axis): with
-  ``allow_ragged_batch`` on those inputs, requests of different lengths share a batch, padded with
-  zeros to the longest, and those outputs are cut back to each request's own length.
+- ``length_inputs`` / ``length_outputs`` (``name:axis,...``, axes without the batch axis): the
+  tensors with a length axis; with ``ragged: true`` (and ``allow_ragged_batch`` on those inputs)
+  requests of different lengths share a batch, padded with zeros to the longest (and on to a
+  length bucket), and those outputs are cut back to each request's own length.
 
 Without ragged inputs Triton batches only requests of equal shapes. A batch that fails runs
 again request by request, so that only a request that cannot run gets an error.
@@ -30,6 +36,8 @@ from pathlib import Path
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
+LAZY_GRAPHS = 64  # shapes an ensemble step captures as they first come (then it runs new ones eagerly)
+
 
 def _axes(text: str) -> dict:
     return {name: int(axis) for name, _, axis in (item.partition(":") for item in text.split(",") if item)}
@@ -42,14 +50,19 @@ class TritonPythonModel:
         folder = Path(args["model_repository"]) / args["model_version"]
         self.inputs = [t["name"] for t in config["input"]]
         self.outputs = [t["name"] for t in config["output"]]
-        self.ragged_inputs = _axes(parameters.get("ragged_inputs", ""))
-        self.ragged_outputs = _axes(parameters.get("ragged_outputs", ""))
+        self.length_inputs = _axes(parameters.get("length_inputs", ""))
+        self.length_outputs = _axes(parameters.get("length_outputs", ""))
+        self.ragged = parameters.get("ragged", "false") == "true"
+        self.buckets = [int(v) for v in parameters.get("length_buckets", "").split(",") if v]
         self.session = self.graph = None
         if (folder / "latency_ms.json").is_file():
             self.table = json.loads((folder / "latency_ms.json").read_text())
             return
         if parameters.get("engine") == "torch":
-            self.graph = self._torch_graph(folder, args)
+            self.graph = self._torch_graph(folder, args, parameters)
+            rows = [int(v) for v in parameters.get("graph_rows", "").split(",") if v]
+            if rows:
+                self._capture(folder, rows, config)
             return
         import onnxruntime as ort
 
@@ -82,7 +95,7 @@ class TritonPythonModel:
     def _groups(self, feeds: list) -> list:
         """Requests that run as one batch: all of them where ragged inputs are padded, else
         those of equal shapes."""
-        if self.ragged_inputs:
+        if self.ragged:
             return [list(range(len(feeds)))]
         groups = {}
         for i, feed in enumerate(feeds):
@@ -91,44 +104,75 @@ class TritonPythonModel:
 
     def _run(self, feeds: list) -> list:
         """Outputs of each request of one batch."""
-        longest = {n: max(f[n].shape[1 + a] for f in feeds) for n, a in self.ragged_inputs.items()}
+        longest = {n: self._bucket(max(f[n].shape[1 + a] for f in feeds)) for n, a in self.length_inputs.items()}
         batch = {n: np.concatenate([self._pad(f[n], n, longest) for f in feeds]) for n in self.inputs}
         outputs = dict(zip(self.outputs, self._engine(batch)))
         answers, start = [], 0
         for feed in feeds:
             rows = feed[self.inputs[0]].shape[0]
-            own = {n: feed[n].shape[1 + a] for n, a in self.ragged_inputs.items()}
+            own = {n: feed[n].shape[1 + a] for n, a in self.length_inputs.items()}
             length = next(iter(own.values()), None)
             answer = {}
             for name, array in outputs.items():
                 part = array[start:start + rows]
-                if name in self.ragged_outputs and length is not None:
-                    part = np.take(part, range(length), axis=1 + self.ragged_outputs[name])
+                axis = self.length_outputs.get(name)
+                if axis is not None and length is not None and part.shape[1 + axis] != length:
+                    part = np.take(part, range(length), axis=1 + axis)
                 answer[name] = np.ascontiguousarray(part)
             answers.append(answer)
             start += rows
         return answers
 
+    def _bucket(self, length: int) -> int:
+        return next((b for b in self.buckets if b >= length), length)
+
     def _pad(self, array: np.ndarray, name: str, longest: dict) -> np.ndarray:
-        if name not in self.ragged_inputs:
+        if name not in self.length_inputs:
             return array
-        axis = 1 + self.ragged_inputs[name]
+        axis = 1 + self.length_inputs[name]
+        if array.shape[axis] == longest[name]:
+            return array
         width = [(0, 0)] * array.ndim
         width[axis] = (0, longest[name] - array.shape[axis])
         return np.pad(array, width)
 
     @staticmethod
-    def _torch_graph(folder: Path, args: dict):
-        import torch
-
-        spec = importlib.util.spec_from_file_location("onnx_torch", folder / "onnx_torch.py")
+    def _module(folder: Path, name: str):
+        spec = importlib.util.spec_from_file_location(name, folder / f"{name}.py")
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
+        return module
+
+    def _torch_graph(self, folder: Path, args: dict, parameters: dict):
+        import torch
+
         device = "cpu"
-        if args.get("model_instance_kind") == "GPU":
+        precision = parameters.get("precision", "fp32")
+        if args.get("model_instance_kind") == "GPU" or parameters.get("device") == "cuda":
             device = f"cuda:{args.get('model_instance_device_id', 0)}"
-            torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
-        return module.TorchGraph(folder / "model.onnx", device)
+            torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = precision == "tf32"
+        return self._module(folder, "onnx_torch").TorchGraph(folder / "model.onnx", device, precision)
+
+    def _capture(self, folder: Path, rows: list, config: dict) -> None:
+        """The CUDA graph of every (rows, length) bucket, largest first, from zero-filled inputs.
+        Where the inputs' shapes are not known (an ensemble step's other axes), each shape is
+        captured when it first comes, up to ``LAZY_GRAPHS`` of them."""
+        self.graph = self._module(folder, "torch_graphs").ShapeGraphs(self.graph, rows, "plain model")
+        for length in sorted(self.buckets, reverse=True) or [None]:
+            for batch in sorted(rows, reverse=True):
+                feed = {}
+                for tensor in config["input"]:
+                    dims = [int(d) for d in tensor["dims"]]
+                    axis = self.length_inputs.get(tensor["name"])
+                    if axis is not None and length is not None:
+                        dims[axis] = length
+                    if min(dims, default=0) < 0:
+                        self.graph.limit = LAZY_GRAPHS
+                        return
+                    dtype = pb_utils.triton_string_to_numpy(tensor["data_type"])
+                    feed[tensor["name"]] = np.zeros((batch, *dims), dtype)
+                self.graph.run(feed, self.outputs)
+        self.graph.capturing = False
 
     def _engine(self, batch: dict) -> list:
         if self.session is not None:

@@ -225,9 +225,10 @@ DEFAULT = ("minilm", "resnet50", "vgg16", "craft")  # the real-weight ones; the 
 
 
 def build(model: RealModel, repository: Path, force: bool = False, target: str | None = None,
-          device: str = "auto") -> dict[str, float]:
-    """Fetch, write the source and slice ``model`` (for ``target`` on ``device``, else as its
-    options say); seconds per step (a step already done is skipped)."""
+          device: str = "auto", precision: str | None = None, max_batch_size: int | None = None) -> dict[str, float]:
+    """Fetch, write the source and slice ``model`` (for ``target`` on ``device`` at ``precision``,
+    up to ``max_batch_size`` rows, else as its options say); seconds per step (a step already
+    done is skipped)."""
     seconds = {}
     began = time.perf_counter()
     if force or not model.source.is_file():
@@ -241,6 +242,8 @@ def build(model: RealModel, repository: Path, force: bool = False, target: str |
     if force or not up_to_date(model.source, model_dir):
         began = time.perf_counter()
         options = replace(model.options, target=target, device=device) if target else model.options
+        options = replace(options, precision=precision or options.precision,
+                          max_batch_size=max_batch_size or options.max_batch_size)
         slice_model(model.source, model_dir, options)
         seconds["slice"] = time.perf_counter() - began
     return seconds

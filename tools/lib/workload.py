@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from backend.manifest import Manifest, TensorSpec
-from slicer.sample import sample_inputs
+from backend.sample import sample_inputs
 from slicer.slicing import VERSION
 from tools.lib.paths import ROOT
 from slicer.triton_config import TRITON_DTYPES

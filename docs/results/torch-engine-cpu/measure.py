@@ -19,7 +19,7 @@ import numpy as np
 from backend.device import CpuDevice
 from backend.engine import OnnxRuntimeEngine, TorchEngine, cpu_cores
 from slicer.graph import input_specs
-from slicer.sample import sample_inputs
+from backend.sample import sample_inputs
 from slicer.targets import optimize
 from tools.lib.paths import SOURCES
 

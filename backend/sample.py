@@ -1,4 +1,5 @@
-"""Random inputs shaped like a model's interface, for probing and verifying stages."""
+"""Random inputs shaped like a model's interface, at the batch sizes a model is profiled for: for
+probing, verifying and timing stages, and for capturing their CUDA graphs at load."""
 
 from __future__ import annotations
 
@@ -6,10 +7,19 @@ from collections.abc import Iterable, Mapping
 
 import numpy as np
 
-from backend.manifest import TensorSpec
+from .manifest import TensorSpec
 
 # Size of a dynamic axis (other than the batch axis) that nobody named a size for.
 DEFAULT_DIM_SIZE = 8
+
+
+def batch_sizes_up_to(maximum: int) -> tuple[int, ...]:
+    """1, 2, 4, ... below ``maximum``, then ``maximum`` itself."""
+    sizes, size = [], 1
+    while size < maximum:
+        sizes.append(size)
+        size *= 2
+    return (*sizes, maximum)
 
 
 def sizes_at(dim_sizes: Mapping[str, int], axis: str | None, length: int | None) -> dict[str, int]:
