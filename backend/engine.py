@@ -225,20 +225,26 @@ def on_host_cores(manifest: Manifest, device: Device) -> bool:
     return all(s.engine == "onnxruntime" or (s.engine == "torch" and on_cpu) for s in manifest.stages)
 
 
+Buckets = tuple[tuple[int, ...], tuple[int, ...]]  # (row buckets, length buckets) of CUDA graphs
+
+
 def load_engines(manifest: Manifest, version_dir: Path, device: Device | None = None, threads: int = 0,
-                 spinning: bool = False, fused: bool = False, graphs: bool = False) -> list[Engine]:
+                 spinning: bool = False, fused: bool = False, graphs: bool = False,
+                 buckets: Buckets | None = None) -> list[Engine]:
     """Every stage's engine, as the backend serves them (``threads`` 0: every core); with
     ``fused``, the one engine of ``manifest.fused()``: ONNX Runtime or torch stages merged back
     into one graph (one run instead of one per stage, and ONNX Runtime's optimiser sees across
     the cuts), or one timed engine for timed stages. With ``graphs``, torch stages replay a CUDA
-    graph per shape bucket (``graph_buckets``), each captured here (``warm_up``)."""
+    graph per shape bucket (``buckets``, by default ``graph_buckets``: what the slicer profiles
+    before the tables exist), each captured here (``warm_up``)."""
     threads = threads or cpu_cores()
     device = device or CpuDevice()
-    rows = graph_buckets(manifest)[0] if graphs else ()
+    buckets = buckets or graph_buckets(manifest)
+    rows = buckets[0] if graphs else ()
     if not fused:  # one stage is a session alone: its spinning threads may spin on between runs
         engines = [load_engine(stage, version_dir, device, threads, spinning, len(manifest.stages) == 1, rows)
                    for stage in manifest.stages]
-        warm_up(engines, manifest, device)
+        warm_up(engines, manifest, device, buckets)
         return engines
     if not fusable(manifest):
         raise ValueError("only onnxruntime or torch stages, or timed ones, run fused")
@@ -251,12 +257,12 @@ def load_engines(manifest: Manifest, version_dir: Path, device: Device | None = 
     if engine == "torch":
         engines: list[Engine] = [TorchEngine(merged, outputs, device, threads, manifest.stages[0].precision, rows,
                                              "fused stages")]
-        warm_up(engines, manifest.fused(), device)
+        warm_up(engines, manifest.fused(), device, buckets)
         return engines
     return [OnnxRuntimeEngine(merged, outputs, threads, spinning, between_runs=True)]
 
 
-def graph_buckets(manifest: Manifest) -> tuple[tuple[int, ...], tuple[int, ...]]:
+def graph_buckets(manifest: Manifest) -> Buckets:
     """(row buckets, length buckets) of a model's CUDA graphs: the batch sizes and lengths its
     stage tables were measured at (so the tables are the graphs' times), else powers of two up
     to the largest batch and no lengths. A batch's length is padded up to a length bucket
@@ -268,7 +274,7 @@ def graph_buckets(manifest: Manifest) -> tuple[tuple[int, ...], tuple[int, ...]]
     return rows, lengths
 
 
-def warm_up(engines: Sequence[Engine], manifest: Manifest, device: Device) -> None:
+def warm_up(engines: Sequence[Engine], manifest: Manifest, device: Device, buckets: Buckets) -> None:
     """Run every bucket once through the stages, the largest first, so that each graphed torch
     stage captures its graphs (and the smaller buckets fit in the memory the largest took); then
     no stage captures again: a shape no graph holds runs eagerly. The graphs' memory is noted on
@@ -277,7 +283,7 @@ def warm_up(engines: Sequence[Engine], manifest: Manifest, device: Device) -> No
     graphed = [e.graphs for e in engines if isinstance(e, TorchEngine) and e.graphs is not None]
     if not graphed:
         return
-    rows, lengths = graph_buckets(manifest)
+    rows, lengths = buckets
     axis = manifest.length_axis
     named = {d for spec in manifest.inputs for d in spec.dims if isinstance(d, str)}
     if named - {axis} or (axis and not lengths):

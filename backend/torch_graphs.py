@@ -68,6 +68,9 @@ class ShapeGraphs:
         self._cuda = self.device.type == "cuda"
         self._pool = torch.cuda.graph_pool_handle() if self._cuda else None
         self._done = torch.cuda.Event() if self._cuda else None  # the last replay, on whichever stream
+        # Captures run on one side stream: the allocator caches blocks per stream, so a stream per
+        # capture kept every warm-up run's memory (a GPU's worth over a model's buckets).
+        self._side = torch.cuda.Stream(self.device) if self._cuda else None
         self._captured: dict[Key, Captured | None] = {}  # None: could not be captured, runs eagerly
         self._eager: set[Key] = set()  # shapes no graph holds, logged once
         self.capturing = True
@@ -128,7 +131,7 @@ class ShapeGraphs:
         if not self._cuda:
             return Captured(static, {n: o.clone() for n, o in self.graph.run(static, outputs).items()})
         current = torch.cuda.current_stream(self.device)
-        side = torch.cuda.Stream(self.device)
+        side = self._side
         side.wait_stream(current)
         graph = torch.cuda.CUDAGraph()
         try:

@@ -36,7 +36,7 @@ import numpy as np
 import onnx
 
 from backend.device import CpuDevice, Device
-from backend.engine import OnnxRuntimeEngine, cpu_cores, load_engines, run_stages
+from backend.engine import Buckets, OnnxRuntimeEngine, cpu_cores, load_engines, run_stages
 from backend.manifest import MANIFEST_FILE, Manifest, SlicingReport, StageSpec, TensorSpec
 from backend.sample import batch_sizes_up_to, sample_inputs, sizes_at
 from slicer import triton_config
@@ -176,14 +176,15 @@ def cosine(a: np.ndarray, b: np.ndarray) -> float:
 
 def verify(src: Path, version_dir: Path, manifest: Manifest, batch_sizes: list[int],
            dim_sizes: Mapping[str, int], seed: int = 0, device: Device | None = None,
-           graphs: bool = False) -> Agreement:
-    """How close the chained stages (replaying CUDA graphs with ``graphs``) come to the source.
+           graphs: bool = False, buckets: Buckets | None = None) -> Agreement:
+    """How close the chained stages (replaying CUDA graphs of ``buckets`` with ``graphs``) come to
+    the source.
 
     Stages that return other tensors, or other shapes, than the source are an error, not a number.
     """
     device = device or CpuDevice()
     reference = OnnxRuntimeEngine(src, [s.name for s in manifest.outputs])
-    engines = load_engines(manifest, version_dir, device, graphs=graphs)
+    engines = load_engines(manifest, version_dir, device, graphs=graphs, buckets=buckets)
     agreement = Agreement()
     for batch in batch_sizes:
         feed = sample_inputs(manifest.inputs, batch, dim_sizes, seed=seed + batch)
@@ -198,6 +199,12 @@ def verify(src: Path, version_dir: Path, manifest: Manifest, batch_sizes: list[i
             diff = np.abs(got[name].astype(np.float64) - want.astype(np.float64))
             agreement = agreement.worst(Agreement(float(diff.max()) if diff.size else 0.0, cosine(got[name], want)))
     return agreement
+
+
+def graph_buckets_of(options: SliceOptions, axis: str | None) -> Buckets:
+    """The CUDA graphs' buckets of the stages being sliced: the batch sizes and lengths they are
+    profiled at, which their latency tables will hold (``engine.graph_buckets`` once they do)."""
+    return batch_sizes_up_to(options.max_batch_size), tuple(options.lengths) if axis else ()
 
 
 def read_source(src: Path) -> onnx.ModelProto:
@@ -401,7 +408,8 @@ def served_times(analysis: GraphAnalysis, cuts: Sequence[int], target: Target, f
     what disturbs a timing on a shared machine only ever adds to it."""
     try:
         manifest = _build(analysis, cuts, target, folder, options.max_batch_size, precision=options.precision)
-        engines = load_engines(manifest, folder / VERSION, target.device, graphs=target.graphs)
+        engines = load_engines(manifest, folder / VERSION, target.device, graphs=target.graphs,
+                               buckets=graph_buckets_of(options, axis))
         tries = [measure_stages(engines, manifest.inputs, manifest.stages, [batch], [length], axis,
                                 dict(options.dim_sizes), target.device.from_host, wall_timer(target.synchronize),
                                 options.warmup, options.stage_repeats) for _ in range(SERVED_TRIES)]
@@ -455,7 +463,8 @@ def _build_and_verify(src: Path, plan: _Plan, target: Target, scratch: Path, len
     for length in dict.fromkeys((lengths[0], lengths[-1])):
         grid = sorted({1, min(3, max_bs), max_bs})
         agreement = agreement.worst(verify(src, staged, manifest, grid, sizes_at(options.dim_sizes, axis, length),
-                                           seed=length or 0, device=target.device, graphs=target.graphs))
+                                           seed=length or 0, device=target.device, graphs=target.graphs,
+                                           buckets=graph_buckets_of(options, axis)))
     if options.precision == "fp32" and not agreement.max_abs_error <= options.tolerance:
         raise SliceError(f"stages differ from the source model by {agreement.max_abs_error:.3g} "
                          f"(> --tolerance {options.tolerance:g}); not written")
@@ -470,7 +479,8 @@ def _measure(manifest: Manifest, plan: _Plan, target: Target, version_dir: Path,
              axis: str | None, options: SliceOptions, progress: Progress | None) -> list[StageSpec]:
     """The stages with their latency tables, preferred batch sizes and buffer bytes."""
     batch_sizes = batch_sizes_up_to(options.max_batch_size)
-    engines = load_engines(manifest, version_dir, target.device, graphs=target.graphs)
+    engines = load_engines(manifest, version_dir, target.device, graphs=target.graphs,
+                           buckets=graph_buckets_of(options, axis))
     tables = measure_stages(engines, manifest.inputs, manifest.stages, batch_sizes, lengths, axis,
                             dict(options.dim_sizes), target.device.from_host, wall_timer(target.synchronize),
                             options.warmup, options.stage_repeats, progress)

@@ -30,6 +30,7 @@ again request by request, so that only a request that cannot run gets an error.
 
 import importlib.util
 import json
+import sys
 import time
 from pathlib import Path
 
@@ -140,6 +141,7 @@ class TritonPythonModel:
     def _module(folder: Path, name: str):
         spec = importlib.util.spec_from_file_location(name, folder / f"{name}.py")
         module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module  # (dataclasses look their module up there)
         spec.loader.exec_module(module)
         return module
 
