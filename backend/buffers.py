@@ -30,7 +30,9 @@ This module is pure bookkeeping: no Triton, no CUDA.
 
 from __future__ import annotations
 
+import math
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
@@ -56,6 +58,22 @@ class Buffer:
     storage: dict[str, Any] = field(default_factory=dict)  # flat, grown to the largest shape so far
     event: Any = None
     freed: int = 0
+
+    def rows(self, name: str, like: Any, capacity: int, empty: Callable[[int, Any], Any]) -> Any:
+        """The tensor ``name``: ``capacity`` rows shaped like ``like``'s rows, a view of storage
+        that only grows (``empty(size, like)`` makes it: ``Device.empty``), so that lengths
+        varying from batch to batch reuse one allocation (the largest so far) instead of
+        allocating per batch."""
+        shape = (capacity, *like.shape[1:])
+        current = self.tensors.get(name)
+        if current is not None and tuple(current.shape) == shape and current.dtype == like.dtype:
+            return current
+        size = math.prod(shape)
+        storage = self.storage.get(name)
+        if storage is None or storage.dtype != like.dtype or len(storage) < size:
+            storage = self.storage[name] = empty(size, like)
+        self.tensors[name] = storage[:size].reshape(shape)
+        return self.tensors[name]
 
 
 class Boundary:

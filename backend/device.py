@@ -20,16 +20,12 @@ inside ``execute`` builds its responses on them while the device still computes
 from __future__ import annotations
 
 import contextlib
-import math
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
-
-from .buffers import Buffer
 
 
 class Device(Protocol):
@@ -45,7 +41,7 @@ class Device(Protocol):
     def copy_out(self, tensor: Any) -> np.ndarray: ...
     def to_host(self, tensor: Any) -> np.ndarray: ...
     def busy(self, seconds: float) -> None: ...
-    def rows(self, buffer: Buffer, name: str, like: Any, capacity: int) -> Any: ...
+    def empty(self, size: int, like: Any) -> Any: ...
 
 
 _THREAD = threading.local()  # the CPU stream each host thread runs on, whichever CpuDevice it is given
@@ -127,8 +123,9 @@ class CpuDevice:
         stream = _current()
         stream.due = max(time.monotonic(), stream.due) + seconds
 
-    def rows(self, buffer: Buffer, name: str, like: np.ndarray, capacity: int) -> np.ndarray:
-        return _view(buffer, name, like, capacity, lambda size: np.empty(size, like.dtype))
+    def empty(self, size: int, like: np.ndarray) -> np.ndarray:
+        """``size`` elements of ``like``'s type (a buffer's storage, ``Buffer.rows``)."""
+        return np.empty(size, like.dtype)
 
 
 class CudaDevice:
@@ -203,25 +200,9 @@ class CudaDevice:
             self._cycles_per_second = cycles / (start.elapsed_time(end) / 1000)
         self._torch.cuda._sleep(int(seconds * self._cycles_per_second))
 
-    def rows(self, buffer: Buffer, name: str, like: Any, capacity: int) -> Any:
-        return _view(buffer, name, like, capacity,
-                     lambda size: self._torch.empty(size, dtype=like.dtype, device=self.device))
-
-
-def _view(buffer: Buffer, name: str, like: Any, capacity: int, allocate: Callable[[int], Any]) -> Any:
-    """The buffer's tensor ``name``: ``capacity`` rows shaped like ``like``'s rows, a view of
-    storage that only grows, so that lengths varying from batch to batch reuse one allocation
-    (the largest so far) instead of allocating per batch."""
-    shape = (capacity, *like.shape[1:])
-    current = buffer.tensors.get(name)
-    if current is not None and tuple(current.shape) == shape and current.dtype == like.dtype:
-        return current
-    size = math.prod(shape)
-    storage = buffer.storage.get(name)
-    if storage is None or storage.dtype != like.dtype or len(storage) < size:
-        storage = buffer.storage[name] = allocate(size)
-    buffer.tensors[name] = storage[:size].reshape(shape)
-    return buffer.tensors[name]
+    def empty(self, size: int, like: Any) -> Any:
+        """``size`` elements of ``like``'s type on the device (a buffer's storage, ``Buffer.rows``)."""
+        return self._torch.empty(size, dtype=like.dtype, device=self.device)
 
 
 def make_device(kind: str, index: int = 0) -> Device:

@@ -305,11 +305,13 @@ def warm_up(engines: Sequence[Engine], manifest: Manifest, device: Device, bucke
 
 
 def _reserved(device: Device) -> int:
-    """Bytes the device's memory allocator holds (0 on the CPU)."""
+    """Bytes the device's memory allocator holds (0 on the CPU), once it has given back what it
+    only caches (the warm-up runs' blocks): what the graphs and their static tensors hold."""
     if isinstance(device, CpuDevice):
         return 0
     import torch
 
+    torch.cuda.empty_cache()
     return torch.cuda.memory_reserved(device.device)
 
 

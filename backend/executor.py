@@ -253,7 +253,7 @@ class StageExecutor(threading.Thread):
                     and not row.answered(0, start)):  # (rows that all failed kept nothing to match)
                 raise RuntimeError(f"late rows of '{name}' have shape {list(value.shape[1:])} per row, "
                                    f"the batch they join has {list(kept.shape[1:])}")
-            self.device.rows(target, name, value, capacity)[first:first + num] = value
+            target.rows(name, value, capacity, self.device.empty)[first:first + num] = value
 
     def _set(self, state: ExecutorState) -> None:
         self.history.append(state)

@@ -53,6 +53,47 @@ def _gather(a: dict, data, indices):
     return picked.reshape((*data.shape[:axis], *indices.shape, *data.shape[axis + 1:]))
 
 
+def _gather_elements(a: dict, data, indices):
+    axis = a.get("axis", 0) % data.dim()
+    return torch.gather(data, axis, indices.remainder(data.shape[axis]))  # (negative indices count from the end)
+
+
+def _gather_nd(a: dict, data, indices):
+    """ONNX GatherND: the first ``batch_dims`` axes shared, the last axis of ``indices`` indexing
+    that many axes of ``data`` after them. Negative indices by remainder, and the batch index by
+    ``arange`` on the device: nothing is built on the host (a CUDA graph could not capture it)."""
+    batch, width = a.get("batch_dims", 0), indices.shape[-1]
+    lead = tuple(data.shape[:batch])
+    rows = int(np.prod(lead)) if batch else 1
+    flat, picks = data.reshape(rows, *data.shape[batch:]), indices.reshape(rows, *indices.shape[batch:])
+    where = [torch.arange(rows, device=picks.device).reshape(rows, *[1] * (picks.dim() - 2))]
+    where += [picks[..., i].remainder(flat.shape[1 + i]) for i in range(width)]
+    return flat[tuple(where)].reshape(*lead, *indices.shape[batch:-1], *data.shape[batch + width:])
+
+
+def _trilu(a: dict, x, k=None):
+    shift = int(k.item()) if k is not None and k.numel() else 0
+    return torch.triu(x, shift) if a.get("upper", 1) else torch.tril(x, shift)
+
+
+def _cumsum(a: dict, x, axis):
+    axis = int(axis.item())
+    x = x.flip(axis) if a.get("reverse", 0) else x
+    out = torch.cumsum(x, axis)
+    if a.get("exclusive", 0):
+        out = out - x
+    return out.flip(axis) if a.get("reverse", 0) else out
+
+
+def _isinf(a: dict, x):
+    found = torch.isinf(x)
+    if not a.get("detect_negative", 1):
+        found &= x > 0
+    if not a.get("detect_positive", 1):
+        found &= x < 0
+    return found
+
+
 def _slice(a: dict, data, starts, ends, axes=None, steps=None):
     starts, ends = _ints(starts), _ints(ends)
     axes = _ints(axes) if axes is not None else list(range(len(starts)))
@@ -129,8 +170,11 @@ def _softmax(a: dict, x, log: bool = False):
 def _gemm(a: dict, x, w, c=None):
     x = x.t() if a.get("transA", 0) else x
     w = w.t() if a.get("transB", 0) else w
-    out = a.get("alpha", 1.0) * (x @ w)
-    return out if c is None else out + a.get("beta", 1.0) * c
+    alpha, beta = a.get("alpha", 1.0), a.get("beta", 1.0)
+    if c is not None and c.dtype == x.dtype:  # one GEMM, the bias added in its epilogue
+        return torch.addmm(c, x, w, beta=beta, alpha=alpha)
+    out = alpha * (x @ w)
+    return out if c is None else out + beta * c
 
 
 def _pads(a: dict, spatial: int) -> tuple[list[int], bool]:
@@ -302,7 +346,32 @@ OPS: dict[str, Op] = {
     "ReduceMax": _reduce(torch.amax), "ReduceMin": _reduce(torch.amin),
     "ArgMax": lambda a, x: torch.argmax(x, a.get("axis", 0), bool(a.get("keepdims", 1))),
     "Einsum": lambda a, *xs: torch.einsum(_text(a["equation"]), *xs),
+    # what torch.export's exporter (torch 2.11-2.13) emits beside the above
+    "GatherElements": _gather_elements, "GatherND": _gather_nd, "Trilu": _trilu, "CumSum": _cumsum,
+    "IsNaN": _unary(torch.isnan), "Sign": _unary(torch.sign),
+    "IsInf": _isinf,
+    "Mod": lambda a, x, y: torch.fmod(x, y) if a.get("fmod", 0) else torch.remainder(x, y),
 }
+
+
+def _attention(a: dict, q, k, v, mask=None):
+    """softmax(q k^T * scale + mask) v in one fused kernel (``scaled_dot_product_attention``);
+    ``k`` as the graph held it: transposed (``kt``) or before its transpose to [batch, length,
+    heads, width] (``blhd``)."""
+    k = k.permute(0, 2, 1, 3) if _text(a["layout"]) == "blhd" else k.transpose(-2, -1)
+    if mask is not None and mask.dtype != q.dtype:  # an additive mask in the queries' type, within its range
+        mask = mask.clamp(min=-HALF_MAX).to(q.dtype) if q.dtype == torch.float16 else mask.to(q.dtype)
+    return F.scaled_dot_product_attention(q, k.to(q.dtype), v.to(q.dtype), attn_mask=mask, scale=a["scale"])
+
+
+# The patterns ``fuse`` finds, as single operators: what torch runs in one kernel where the
+# exported graph spells it out in several (a GEMM with its bias in cuBLASLt's epilogue, the exact
+# GELU, fused attention).
+OPS.update({
+    "_Linear": lambda a, x, w, b: F.linear(x, w.t(), b),
+    "_Gelu": lambda a, x: F.gelu(x),
+    "_Attention": _attention,
+})
 
 
 # Inputs that are sizes, axes or bounds, read on the host (``_ints``, ``.item()``): never moved to
@@ -312,6 +381,7 @@ HOST_ARGUMENTS: dict[str, frozenset[int]] = {
     "Unsqueeze": frozenset({1}), "Squeeze": frozenset({1}), "Split": frozenset({1}), "Pad": frozenset({1, 2, 3}),
     "ReduceMean": frozenset({1}), "ReduceSum": frozenset({1}), "ReduceMax": frozenset({1}),
     "ReduceMin": frozenset({1}), "Resize": frozenset({1, 2, 3}), "Clip": frozenset({1, 2}),
+    "Trilu": frozenset({1}), "CumSum": frozenset({1}),
 }
 
 
@@ -323,7 +393,135 @@ HALF_MAX = 65504.0  # the largest finite float16
 # reductions in FP32 inside the kernel, as torch's own ``model.half()`` runs them.
 FP32_OPS = frozenset({"Pow", "ReduceSum", "Exp", "Log"})
 # ...and these compute in FP16 whatever their inputs are: the tensor cores' operators.
-FP16_OPS = frozenset({"MatMul", "Gemm", "Conv", "Einsum"})
+FP16_OPS = frozenset({"MatMul", "Gemm", "Conv", "Einsum", "_Linear"})
+FUSED_NAME = "\x1f"  # joins the names of the nodes a fused operator stands for (``node_timer`` spreads its time)
+
+
+def fuse(nodes: Sequence[onnx.NodeProto], initializers: Mapping[str, onnx.TensorProto],
+         outputs: set[str]) -> list[onnx.NodeProto]:
+    """``nodes`` with the patterns an exporter spells out replaced by one operator each:
+
+    - ``MatMul(x, W)`` then ``Add`` of a bias ``b`` (initializers, ``b`` one value per column of
+      ``W``): ``_Linear(x, W, b)``;
+    - ``x / sqrt(2)`` (or ``x * 1/sqrt(2)``), ``Erf``, ``+ 1``, ``* x``, ``* 0.5``: ``_Gelu(x)``;
+    - ``MatMul(q, k^T)``, an optional scale (``Mul`` or ``Div`` by a constant), an optional ``Add``
+      of a mask, ``Softmax`` over the last axis and ``MatMul(·, v)``: ``_Attention(q, k, v, mask)``
+      (with ``k``'s ``Transpose`` to [batch, heads, width, length] folded in where it has no
+      other reader).
+
+    A pattern is fused only where its intermediate values have no other reader and are not
+    outputs of the graph (a stage's boundary), so the fused graph computes the same outputs. Each
+    fused node takes its last node's place, where all its inputs exist, and the names of every
+    node it stands for."""
+    producer = {out: i for i, node in enumerate(nodes) for out in node.output}
+    readers: dict[str, list[int]] = {}
+    for i, node in enumerate(nodes):
+        for name in node.input:
+            if name:
+                readers.setdefault(name, []).append(i)
+
+    def reader(value: str) -> int | None:
+        """The one node that reads ``value``, where it is not a graph output."""
+        found = readers.get(value, [])
+        return found[0] if len(found) == 1 and value not in outputs else None
+
+    def made_by(value: str, kind: str) -> int | None:
+        i = producer.get(value)
+        return i if i is not None and nodes[i].op_type == kind and reader(value) is not None else None
+
+    def scalar(name: str) -> float | None:
+        proto = initializers.get(name)
+        if proto is None or int(np.prod(proto.dims)) != 1:
+            return None
+        return float(numpy_helper.to_array(proto).reshape(-1)[0])
+
+    def near(value: float | None, want: float) -> bool:
+        return value is not None and abs(value - want) <= 1e-4 * abs(want)
+
+    def scores_chain(value: str, read_by: int) -> tuple[list[int], float, str, str] | None:
+        """Where ``value`` (read by ``read_by`` alone) is ``MatMul(q, k^T)``, scaled by a constant
+        or not: (its nodes, the scale, q, k^T)."""
+        if reader(value) != read_by or value not in producer:
+            return None
+        chain, scale, at = [], 1.0, producer[value]
+        if nodes[at].op_type in ("Mul", "Div"):
+            tensors = [n for n in nodes[at].input if scalar(n) is None]
+            constants = [scalar(n) for n in nodes[at].input if scalar(n) is not None]
+            if len(tensors) != 1 or len(constants) != 1 or not constants[0] or tensors[0] not in producer \
+                    or reader(tensors[0]) != at:
+                return None
+            chain.append(at)
+            scale = constants[0] if nodes[at].op_type == "Mul" else 1 / constants[0]
+            at = producer[tensors[0]]
+        if nodes[at].op_type != "MatMul" or nodes[at].input[1] in initializers:
+            return None
+        return [*chain, at], scale, nodes[at].input[0], nodes[at].input[1]
+
+    gone: set[int] = set()
+    fused: dict[int, onnx.NodeProto] = {}
+
+    def replace(members: list[int], kind: str, inputs: list[str], **attrs) -> None:
+        last = max(members)
+        name = FUSED_NAME.join(nodes[i].name or nodes[i].op_type for i in sorted(members))
+        fused[last] = onnx.helper.make_node(kind, inputs, list(nodes[last].output), name=name, **attrs)
+        gone.update(m for m in members if m != last)
+
+    for i, node in enumerate(nodes):  # linear layers
+        weight = initializers.get(node.input[1]) if node.op_type == "MatMul" else None
+        add = reader(node.output[0]) if weight is not None and len(weight.dims) == 2 else None
+        if add is None or nodes[add].op_type != "Add":
+            continue
+        bias = next((n for n in nodes[add].input if n != node.output[0]), "")
+        if list(getattr(initializers.get(bias), "dims", [])) == [weight.dims[1]]:
+            replace([i, add], "_Linear", [node.input[0], node.input[1], bias])
+    for i, node in enumerate(nodes):  # exact GELU
+        if node.op_type != "Erf":
+            continue
+        scale = made_by(node.input[0], "Div") or made_by(node.input[0], "Mul")
+        if scale is None:
+            continue
+        x, constant = nodes[scale].input
+        if not near(scalar(constant), 2 ** 0.5 if nodes[scale].op_type == "Div" else 0.5 ** 0.5):
+            continue
+        plus = reader(node.output[0])
+        if plus is None or nodes[plus].op_type != "Add" or not any(near(scalar(n), 1.0) for n in nodes[plus].input):
+            continue
+        first = reader(nodes[plus].output[0])
+        if first is None or nodes[first].op_type != "Mul" or x not in nodes[first].input:
+            continue
+        second = reader(nodes[first].output[0])
+        if second is None or nodes[second].op_type != "Mul" or not any(near(scalar(n), 0.5)
+                                                                      for n in nodes[second].input):
+            continue
+        replace([scale, i, plus, first, second], "_Gelu", [x])
+    for i, node in enumerate(nodes):  # attention
+        axis = next((a.i for a in node.attribute if a.name == "axis"), -1)
+        last = reader(node.output[0]) if node.op_type == "Softmax" and axis in (-1, 3) else None
+        if last is None or nodes[last].op_type != "MatMul" or nodes[last].input[0] != node.output[0]:
+            continue
+        members, mask = [i, last], ""
+        add = made_by(node.input[0], "Add")
+        if add is not None:
+            chains = [(n, scores_chain(n, add)) for n in nodes[add].input]
+            chains = [(n, chain) for n, chain in chains if chain is not None]
+            if len(chains) != 1:
+                continue
+            (scores, (chain, scale, q, key)), = chains
+            members += [add, *chain]
+            mask = next(n for n in nodes[add].input if n != scores)
+        else:
+            found = scores_chain(node.input[0], i)
+            if found is None:
+                continue
+            chain, scale, q, key = found
+            members += chain
+        layout, turned = "kt", made_by(key, "Transpose")
+        perm = [] if turned is None else next((list(a.ints) for a in nodes[turned].attribute if a.name == "perm"), [])
+        if perm == [0, 2, 3, 1]:
+            members.append(turned)
+            key, layout = nodes[turned].input[0], "blhd"
+        replace(members, "_Attention", [q, key, nodes[last].input[1], mask], scale=scale, layout=layout)
+    return [fused.get(i, node) for i, node in enumerate(nodes) if i not in gone]
 
 
 class TorchGraph:
@@ -374,9 +572,12 @@ class TorchGraph:
             self._values[proto.name] = tensor.to(self.device)
         self._on_device: dict[str, torch.Tensor] = {}  # host constants copied for device nodes
         self._constants: dict[tuple, dict[str, torch.Tensor]] = {}  # per input shapes: host values copied
+        graph_outputs = {o.name for o in model.graph.output}
+        nodes = fuse(model.graph.node, {p.name: p for p in model.graph.initializer}, graph_outputs)
         self._nodes = [(node.name or node.op_type, node.op_type, list(node.input), list(node.output),
-                        self._attributes(node, opset), self._computes_in(node.op_type))
-                       for node in model.graph.node]
+                        self._attributes(node, opset), self._computes_in(node.op_type)) for node in nodes]
+        used = {name for node in nodes for name in node.input} | graph_outputs
+        self._values = {name: value for name, value in self._values.items() if name in used}
         self.inputs = [i.name for i in model.graph.input if i.name not in self._values]
         self.outputs = [o.name for o in model.graph.output]
         self._declared = {o.name: DTYPES.get(o.type.tensor_type.elem_type) for o in model.graph.output}
@@ -473,11 +674,16 @@ def node_timer(device: torch.device, record: Callable[[str, float], None]) -> Ca
     """A ``TorchGraph.run`` timer that hands ``record(node, ms)`` each node's time: wall time on
     the CPU; on CUDA, events around the node's kernels, read once the caller synchronises
     (``flush``, called by the returned function's ``flush`` attribute)."""
+    def spread(name: str, ms: float) -> None:  # a fused operator's time, shared by the nodes it stands for
+        parts = name.split(FUSED_NAME)
+        for part in parts:
+            record(part, ms / len(parts))
+
     if device.type == "cpu":
         def timed(name: str, call: Callable[[], Any]) -> Any:
             began = time.perf_counter()
             result = call()
-            record(name, (time.perf_counter() - began) * 1000)
+            spread(name, (time.perf_counter() - began) * 1000)
             return result
         timed.flush = lambda: None  # type: ignore[attr-defined]
         return timed
@@ -494,7 +700,7 @@ def node_timer(device: torch.device, record: Callable[[str, float], None]) -> Ca
     def flush() -> None:
         torch.cuda.synchronize(device)
         for name, start, end in pending:
-            record(name, start.elapsed_time(end))
+            spread(name, start.elapsed_time(end))
         pending.clear()
     timed_cuda.flush = flush  # type: ignore[attr-defined]
     return timed_cuda

@@ -81,7 +81,7 @@ def test_producers_take_the_buffer_free_longest_and_reuse_storage_across_lengths
     device, buffer = CpuDevice(), boundary.buffers[0]
     allocations = []
     for length in (8, 64, 16, 64, 8):
-        rows = device.rows(buffer, "x", np.ones((2, length), np.float32), capacity=4)
+        rows = buffer.rows("x", np.ones((2, length), np.float32), 4, device.empty)
         assert rows.shape == (4, length)
         rows[:2] = length
         allocations.append(id(buffer.storage["x"]))

@@ -45,14 +45,14 @@ def main(argv: list[str] | None = None) -> int:
     for name in args.names or list(DEFAULT):
         model = BY_NAME[name]
         try:
-            seconds = build(model, args.repository, args.force, args.target, args.device, args.precision,
-                            args.max_batch_size)
+            seconds, agreement = build(model, args.repository, args.force, args.target, args.device,
+                                       args.precision, args.max_batch_size)
         except ImportError as exc:  # transformers hides why behind its lazy import: say the cause too
             cause = f"; because {exc.__cause__!r}" if exc.__cause__ else ""
             print(f"{name}: needs the models extra ({exc}{cause}); run `make models`", file=sys.stderr)
             return 2
         done = ", ".join(f"{step} {s:.0f} s" for step, s in seconds.items()) or "up to date"
-        print(f"{name} ({model.diversity} diversity): {done}", flush=True)
+        print(f"{name} ({model.diversity} diversity): {done}" + (f"; {agreement}" if agreement else ""), flush=True)
     return 0
 
 

