@@ -127,14 +127,14 @@ class RuntimeConfig:
     def spins(self, alone: bool) -> bool:
         """Whether ONNX Runtime's threads spin between the operators of a run (and when it ends:
         on between runs for a session alone, stopping where sessions share the cores; see
-        ``engine.ort_options``). ``auto``: only where one session runs at a time
+        ``engines.ort_options``). ``auto``: only where one session runs at a time
         (``alone``: a fused model, or Triton's batching): spinning spares the wake-up of the
         threads at each operator, and nothing else waits for those cores; in a pipeline, stages
         that spin take the cores the co-running ones need."""
         return alone if self.allow_spinning == "auto" else self.allow_spinning == "true"
 
     def graphs(self, manifest: Manifest, gpu: bool) -> bool:
-        """Whether torch stages replay a CUDA graph per shape bucket (``engine.graph_buckets``;
+        """Whether torch stages replay a CUDA graph per shape bucket (``engines.graph_buckets``;
         a batch's length padded up to a bucket first): ``auto``, on a GPU instance; ``true``, on
         a CPU one too, where the same buckets run on static buffers (what the tests check without
         a GPU); ``false``, never (the interpreter runs every batch at its own shape)."""

@@ -26,7 +26,7 @@ from typing import Any, Protocol
 from .batch_table import BatchItem, BatchRow
 from .buffers import Boundary, Buffer, BufferState
 from .device import Device
-from .engine import Engine
+from .engines import Engine
 from .manifest import StageSpec
 from .query import each_alone
 from .scheduler import Scheduler

@@ -55,7 +55,7 @@ def stack(arrays: Sequence[np.ndarray], spec: TensorSpec, sizes: Mapping[str, in
 @dataclass(frozen=True)
 class Buckets:
     """The sizes a batch's named axes are padded up to before it enters the stages: the lengths
-    their CUDA graphs were captured for (``engine.graph_buckets``), so every stage sees one of
+    their CUDA graphs were captured for (``engines.graph_buckets``), so every stage sees one of
     them; a size past every bucket stays as it is (those stages then run eagerly). Without
     buckets a batch is padded to its longest query only."""
 

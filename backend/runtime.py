@@ -25,7 +25,7 @@ from .batch_table import BatchItem, BatchRow, BatchTable
 from .buffers import Boundary
 from .config import RuntimeConfig
 from .device import CpuDevice, Device
-from .engine import Engine
+from .engines import Engine
 from .entry import CANCELLED, EXPIRED, Entry
 from .executor import BatchQueue, StageExecutor, Trace
 from .exit import Exit

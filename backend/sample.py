@@ -3,11 +3,16 @@ probing, verifying and timing stages, and for capturing their CUDA graphs at loa
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
 from .manifest import TensorSpec
+
+# The shapes named tensors take when the source model runs (rows, named axis sizes): what a
+# target needs of a stage whose inputs have axes that vary with the length axis (TensorRT's
+# optimization profile).
+Probe = Callable[[Sequence[str], int, Mapping[str, int]], dict[str, tuple[int, ...]]]
 
 # Size of a dynamic axis (other than the batch axis) that nobody named a size for.
 DEFAULT_DIM_SIZE = 8
@@ -50,3 +55,10 @@ def sample_inputs(specs: Iterable[TensorSpec], batch: int, sizes: Mapping[str, i
         else:
             feed[spec.name] = rng.integers(0, 2, size=shape).astype(dtype)
     return feed
+
+
+def feed_at(specs: Iterable[TensorSpec], batch: int, length: int | None, axis: str | None,
+            dim_sizes: Mapping[str, int]) -> dict[str, np.ndarray]:
+    """``batch`` rows with the length ``axis`` (if any) at ``length``: what the slicer's targets
+    profile a configuration on."""
+    return sample_inputs(specs, batch, sizes_at(dim_sizes, axis, length), seed=batch)

@@ -4,7 +4,7 @@
   as its rows leave; a batch that finds the pipeline empty may run to the end inside
   ``execute`` instead, while requests rarely arrive during one (``lone.py``).
 - ``FUSED``: the policy stepped aside (``Policy.choose``), so the stages run as one engine
-  (``engine.fusable``: one ONNX Runtime session, or one timed engine) on the batch Triton's
+  (``engines.fusable``: one ONNX Runtime session, or one timed engine) on the batch Triton's
   batcher formed, inside ``execute``, and the responses go back in the list ``execute``
   returns: what a plain Python model does, with no threads, hand-offs or per-response round
   trips to pay for.
@@ -26,7 +26,7 @@ from pathlib import Path
 from .config import RuntimeConfig
 from .device import CpuDevice, Device
 from .diversity import PIPELINE_COST_US, engine_capacity, interpreted
-from .engine import cpu_cores, describe_graphs, fusable, graph_buckets, load_engines, on_host_cores
+from .engines import cpu_cores, describe_graphs, fusable, graph_buckets, load_engines, on_host_cores
 from .executor import Trace
 from .manifest import Manifest
 from .metrics import Metrics
@@ -53,7 +53,7 @@ class Decision:
     choice: Choice
     waits: bool = False  # a pipeline's ``execute`` waits until stage 0 has computed its queries
     waits_why: str = ""
-    graphs: str = ""  # the torch stages' CUDA graphs, where they have them (``engine.describe_graphs``)
+    graphs: str = ""  # the torch stages' CUDA graphs, where they have them (``engines.describe_graphs``)
 
 
 def decide(manifest: Manifest, config: RuntimeConfig, cores: int | None = None,

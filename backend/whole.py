@@ -27,7 +27,7 @@ from collections.abc import Callable, Mapping, Sequence
 from operator import itemgetter
 
 from .device import Device
-from .engine import Engine, run_stages
+from .engines import Engine, run_stages
 from .manifest import Manifest
 from .metrics import Metrics
 from .padding import Buckets, cut, stack

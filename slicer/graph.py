@@ -26,7 +26,7 @@ import onnx
 import onnxruntime as ort
 from onnx import helper
 
-from backend.engine import ort_options
+from backend.engines import ort_options
 from backend.manifest import Dim, TensorSpec
 from slicer.errors import SliceError
 from backend.sample import DEFAULT_DIM_SIZE, sample_inputs

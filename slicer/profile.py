@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from backend.engine import Engine
+from backend.engines import Engine
 from backend.manifest import LatencyTable, StageSpec, TensorSpec
 from backend.sample import sample_inputs, sizes_at
 

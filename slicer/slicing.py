@@ -36,7 +36,8 @@ import numpy as np
 import onnx
 
 from backend.device import CpuDevice, Device
-from backend.engine import Buckets, OnnxRuntimeEngine, cpu_cores, load_engines, run_stages
+from backend.engines import Buckets, OnnxRuntimeEngine, cpu_cores, load_engines, run_stages
+from backend.errors import TargetError
 from backend.manifest import MANIFEST_FILE, Manifest, SlicingReport, StageSpec, TensorSpec
 from backend.sample import batch_sizes_up_to, sample_inputs, sizes_at
 from slicer import triton_config
@@ -203,7 +204,7 @@ def verify(src: Path, version_dir: Path, manifest: Manifest, batch_sizes: list[i
 
 def graph_buckets_of(options: SliceOptions, axis: str | None) -> Buckets:
     """The CUDA graphs' buckets of the stages being sliced: the batch sizes and lengths they are
-    profiled at, which their latency tables will hold (``engine.graph_buckets`` once they do)."""
+    profiled at, which their latency tables will hold (``engines.graph_buckets`` once they do)."""
     return batch_sizes_up_to(options.max_batch_size), tuple(options.lengths) if axis else ()
 
 
@@ -525,6 +526,8 @@ def slice_model(src: Path, out: Path, options: SliceOptions, progress: Progress 
             shutil.rmtree(out, ignore_errors=True)
         if isinstance(exc, Exception) and _runtime_refused(exc):
             raise SliceError(f"ONNX Runtime cannot run {src}: {_first_line(exc, src)}") from exc
+        if isinstance(exc, TargetError):  # what a target could not do with this model
+            raise SliceError(str(exc)) from None
         raise
 
 

@@ -12,7 +12,7 @@ import pytest
 
 from backend.config import RuntimeConfig
 from backend.device import CudaDevice, make_device
-from backend.engine import OnnxRuntimeEngine, load_engines, run_stages
+from backend.engines import OnnxRuntimeEngine, load_engines, run_stages
 from backend.manifest import Manifest
 from backend.policy import RandomPolicy
 from backend.query import Query
@@ -76,6 +76,27 @@ def burst(runtime: Runtime, count: int, seed: int) -> dict[int, list]:
         assert done.wait_for(lambda: len(answers) == count, timeout=120)
     for key, got in answers.items():
         assert len(got) == 1, f"query {key} answered {len(got)} times"
+    return answers
+
+
+def answer_all(runtime: Runtime, feeds: list[dict], pause=lambda: None) -> dict[int, list]:
+    """Every feed submitted as a query of its own (``pause()`` after each); key -> its answers,
+    once every query has one."""
+    answers: dict[int, list] = {}
+    done = threading.Condition()
+
+    def query(key: int) -> Query:
+        def respond(outputs, failure):
+            with done:
+                answers.setdefault(key, []).append((outputs, failure))
+                done.notify_all()
+        return Query(feeds[key], respond)
+
+    for key in range(len(feeds)):
+        runtime.submit([query(key)])
+        pause()
+    with done:
+        assert done.wait_for(lambda: len(answers) == len(feeds), timeout=120)
     return answers
 
 
@@ -145,25 +166,10 @@ def test_torch_stages_run_real_kernels_through_the_pipeline(sources, tmp_path):
     reference = OnnxRuntimeEngine(sources["bert_like"], [o.name for o in manifest.outputs])
     rng = np.random.default_rng(1)
     feeds = [sample_inputs(manifest.inputs, 1 + i % 3, {"sequence": 24}, seed=i) for i in range(60)]
-    answers: dict[int, list] = {}
-    done = threading.Condition()
-
-    def query(key: int) -> Query:
-        def respond(outputs, failure):
-            with done:
-                answers.setdefault(key, []).append((outputs, failure))
-                done.notify_all()
-        return Query(feeds[key], respond)
-
     runtime = Runtime(manifest, load_engines(manifest, out / VERSION, device),
                       RuntimeConfig(policy=RandomPolicy(seed=3, stretch_probability=0.5, split_probability=0.3)),
                       device)
-    for key in range(len(feeds)):
-        runtime.submit([query(key)])
-        if rng.random() < 0.3:
-            threading.Event().wait(0.002)
-    with done:
-        assert done.wait_for(lambda: len(answers) == len(feeds), timeout=120)
+    answers = answer_all(runtime, feeds, lambda: threading.Event().wait(0.002) if rng.random() < 0.3 else None)
     runtime.close()
     [fused] = load_engines(manifest, out / VERSION, device, fused=True)
     for key, [(outputs, failure)] in answers.items():
@@ -177,7 +183,7 @@ def test_torch_stages_run_real_kernels_through_the_pipeline(sources, tmp_path):
 def test_torch_stages_replay_a_cuda_graph_per_bucket_as_the_interpreter_computes(sources, tmp_path):
     """Every bucket of every stage is captured at load (none falls back to eager), and a batch
     between buckets replays the next one's graph with the interpreter's results."""
-    from backend.engine import describe_graphs, graph_buckets
+    from backend.engines import describe_graphs, graph_buckets
 
     device = make_device("GPU")
     for name, length in (("bert_like", 8), ("resnet_like", None)):
@@ -216,20 +222,7 @@ def test_a_model_served_with_cuda_graphs_answers_every_length_as_the_source(sour
         feed["attention_mask"][:, 0] = 1
     decision, runtime = serve(manifest, out / VERSION, config, make_device("GPU"), Metrics())
     assert "graphs" in decision.graphs and "eager" not in decision.graphs, decision.graphs
-    answers: dict[int, list] = {}
-    done = threading.Condition()
-
-    def query(key: int) -> Query:
-        def respond(outputs, failure):
-            with done:
-                answers.setdefault(key, []).append((outputs, failure))
-                done.notify_all()
-        return Query(feeds[key], respond)
-
-    for key in range(len(feeds)):
-        runtime.submit([query(key)])
-    with done:
-        assert done.wait_for(lambda: len(answers) == len(feeds), timeout=120)
+    answers = answer_all(runtime, feeds)
     runtime.close()
     for key, [(outputs, failure)] in answers.items():
         assert failure is None, failure

@@ -14,7 +14,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
-from backend.engine import OnnxRuntimeEngine
+from backend.engines import OnnxRuntimeEngine
 from backend.manifest import Manifest
 from backend.sample import sample_inputs
 from slicer.slicing import VERSION, slice_model

@@ -13,7 +13,7 @@ import pytest
 from backend.buffers import BufferState
 from backend.config import QueuePolicy, RuntimeConfig
 from backend.device import CpuDevice
-from backend.engine import OnnxRuntimeEngine, load_engines
+from backend.engines import OnnxRuntimeEngine, load_engines
 from backend.manifest import Manifest
 from backend.policy import Policy, RandomPolicy
 from backend.query import Code

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 
-from backend.engine import OnnxRuntimeEngine
+from backend.engines import OnnxRuntimeEngine
 from backend.manifest import Manifest
 from backend.sample import sample_inputs
 from slicer.slicing import VERSION
@@ -47,7 +47,8 @@ def test_the_bundle_holds_what_the_host_needs_and_fits(bundle):
     for needed in ("host.sh", "BUNDLE.txt", "triton/bin/tritonserver", "triton/backends/python/libtriton_python.so",
                    f"triton/python_backend_stubs/{PYTHON}/triton_python_backend_stub",
                    "perf_analyzer/bin/perf_analyzer", "perf_analyzer/lib/perf_analyzer/libcudart.so.12",
-                   "glue/RTE/dev.tsv", "glue/SST-2/dev.tsv", "project/backend/onnx_torch.py", "project/Makefile"):
+                   "glue/RTE/dev.tsv", "glue/SST-2/dev.tsv", "project/backend/engines/onnx_torch.py",
+                   "project/Makefile"):
         assert needed in have, needed
     assert any(n.startswith("triton/lib/libtritonserver") for n in have)
     assert any(n.startswith("wheels/numpy-1.") for n in have)

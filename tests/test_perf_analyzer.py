@@ -15,7 +15,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 from onnx import TensorProto, helper, numpy_helper
 
-from backend.engine import OnnxRuntimeEngine
+from backend.engines import OnnxRuntimeEngine
 from backend.manifest import Manifest
 from slicer.slicing import VERSION, slice_model
 from tools.lib.workload import interface_of, synthetic

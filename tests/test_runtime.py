@@ -13,7 +13,7 @@ import pytest
 
 from backend.config import RuntimeConfig, make_policy
 from backend.device import CpuDevice
-from backend.engine import OnnxRuntimeEngine, load_engines
+from backend.engines import OnnxRuntimeEngine, load_engines
 from backend.errors import ConfigError
 from backend.manifest import LatencyTable, Manifest
 from backend.metrics import Metrics

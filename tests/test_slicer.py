@@ -31,14 +31,9 @@ from slicer.slicing import (
     verify,
     write_stages,
 )
-from slicer.targets import (
-    OnnxRuntimeTarget,
-    attribute_layer_times,
-    feed_shapes,
-    optimize,
-    profile_shapes,
-    tensorrt_missing,
-)
+from backend.engines.onnxruntime import OnnxRuntimeTarget
+from backend.engines.tensorrt import attribute_layer_times, feed_shapes, profile_shapes, tensorrt_missing
+from slicer.targets import optimize
 
 from .conftest import FAST, MAX_BATCH, ROOT
 

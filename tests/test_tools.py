@@ -17,7 +17,7 @@ import onnx
 import pytest
 import tritonclient.grpc as grpcclient
 
-from backend.engine import OnnxRuntimeEngine
+from backend.engines import OnnxRuntimeEngine
 from backend.manifest import LatencyTable, Manifest
 from backend.sample import sample_inputs
 from slicer import triton_config
@@ -200,7 +200,7 @@ def test_peers_of_a_torch_model_sliced_for_a_gpu_run_its_graphs_and_precision(so
     ensemble's steps run the same engine, capturing each shape as it first comes."""
     from dataclasses import replace
 
-    from backend.engine import graph_buckets
+    from backend.engines import graph_buckets
     from slicer.slicing import slice_model
     from tools.lib.peers import write_ensemble, write_plain
 

@@ -13,7 +13,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from backend.device import CpuDevice
-from backend.engine import OnnxRuntimeEngine, TorchEngine, load_engines, run_stages
+from backend.engines import OnnxRuntimeEngine, TorchEngine, load_engines, run_stages
 from backend.manifest import Manifest
 from backend.config import RuntimeConfig, make_policy
 from backend.serving import decide
@@ -179,7 +179,7 @@ def test_a_model_sliced_for_torch_serves_as_the_source(sources, tmp_path):
 
 
 def test_nodes_are_timed_one_by_one(sources, tmp_path):
-    from backend.onnx_torch import TorchGraph, node_timer
+    from backend.engines.onnx_torch import TorchGraph, node_timer
 
     named = optimize(sources["resnet_like"], tmp_path / "named.onnx", "none")  # the slicer names every node
     graph = TorchGraph(named)
@@ -191,13 +191,13 @@ def test_nodes_are_timed_one_by_one(sources, tmp_path):
     assert all(ms >= 0 for ms in times.values()) and sum(times.values()) > 0
 
 
-# CUDA graphs per shape bucket (backend/torch_graphs.py): on the CPU the same buckets, padding and
+# CUDA graphs per shape bucket (backend/engines/torch_graphs.py): on the CPU the same buckets, padding and
 # cutting run on static buffers; the capture itself is tested on a GPU (test_cuda.py).
 
 
 def test_shape_graphs_pad_rows_to_a_bucket_and_answer_as_the_interpreter(sources, tmp_path, caplog):
-    from backend.onnx_torch import TorchGraph
-    from backend.torch_graphs import ShapeGraphs
+    from backend.engines.onnx_torch import TorchGraph
+    from backend.engines.torch_graphs import ShapeGraphs
 
     path = tmp_path / "bert.onnx"
     specs = input_specs(optimize(sources["bert_like"], path, "basic"))
@@ -224,7 +224,7 @@ def test_a_run_repeated_on_its_shapes_copies_nothing_to_the_device_and_reads_not
     """What a CUDA graph's capture needs, checked without a GPU: on torch's meta device (shapes
     only: reading a value on the host fails there), the first run copies the host values its
     device nodes need once, and a second run on the same shapes copies nothing."""
-    from backend.onnx_torch import TorchGraph
+    from backend.engines.onnx_torch import TorchGraph
 
     for name, src in sources.items():
         path = tmp_path / f"{name}.onnx"
@@ -262,7 +262,7 @@ def test_a_model_served_with_shape_graphs_answers_every_length_as_the_source(sou
     batch at a bucket of rows and of length (the profiled ones, 8 and 64), padded there and cut
     back to each query's own length."""
     from backend.config import RuntimeConfig
-    from backend.engine import graph_buckets
+    from backend.engines import graph_buckets
     from backend.metrics import Metrics
     from backend.padding import Buckets
     from backend.query import Query
@@ -344,7 +344,7 @@ def gelu_graph(with_output: bool) -> onnx.ModelProto:
 
 @pytest.mark.parametrize("with_output", [False, True])
 def test_an_exported_linear_layer_and_gelu_run_as_one_operator_each_unless_a_boundary_cuts_them(with_output):
-    from backend.onnx_torch import TorchGraph
+    from backend.engines.onnx_torch import TorchGraph
 
     model = gelu_graph(with_output)
     graph = TorchGraph(model)
@@ -363,7 +363,7 @@ def test_a_bert_graph_runs_its_linear_layers_and_attention_fused_and_every_node_
     attention one fused kernel, the same outputs as ONNX Runtime (whole-model test above); the
     node timer shares a fused operator's time among the nodes it stands for, so the slicer's
     node profile still covers every node."""
-    from backend.onnx_torch import TorchGraph, node_timer
+    from backend.engines.onnx_torch import TorchGraph, node_timer
 
     named = optimize(sources["bert_like"], tmp_path / "bert.onnx", "basic")
     graph = TorchGraph(named)

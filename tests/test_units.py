@@ -12,7 +12,7 @@ from backend.batch_table import BatchItem, BatchTable
 from backend.buffers import Boundary, BufferState
 from backend.config import RuntimeConfig
 from backend.device import CpuDevice
-from backend.engine import load_engines, ort_options
+from backend.engines import load_engines, ort_options
 from backend.executor import ExecutorState
 from backend.errors import ConfigError
 from backend.manifest import Manifest, TensorSpec
@@ -183,7 +183,7 @@ def test_a_cpu_stream_stays_busy_with_a_timed_engines_work_while_the_host_goes_o
 
 def test_engines_and_devices_fail_clearly_where_they_cannot_run(tmp_path):
     from backend.device import CpuDevice, make_device
-    from backend.engine import load_engine
+    from backend.engines import load_engine
     from backend.manifest import StageSpec, TensorSpec
 
     x = (TensorSpec("x", "float32", (4,)),)

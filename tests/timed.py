@@ -10,7 +10,7 @@ import numpy as np
 
 from backend.config import RuntimeConfig
 from backend.device import make_device
-from backend.engine import load_engines
+from backend.engines import load_engines
 from backend.manifest import LatencyTable, Manifest, StageSpec, TensorSpec
 from backend.query import Query
 from backend.runtime import Runtime

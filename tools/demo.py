@@ -20,7 +20,7 @@ from rich.console import Console
 from rich.table import Table
 from tritonclient.utils import InferenceServerException
 
-from backend.engine import OnnxRuntimeEngine
+from backend.engines import OnnxRuntimeEngine
 from backend.manifest import Manifest
 from backend.sample import sample_inputs
 from slicer.slicing import VERSION

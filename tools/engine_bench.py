@@ -92,7 +92,7 @@ def bench(model_dir: Path, reference_name: str, rows: list[int], lengths: list[i
     import torch
 
     from backend.device import CpuDevice, CudaDevice
-    from backend.engine import TorchEngine, describe_graphs, load_engines
+    from backend.engines import TorchEngine, describe_graphs, load_engines
     from backend.manifest import Manifest
     from backend.sample import sample_inputs
 

@@ -116,7 +116,7 @@ EOF
 
 setup() {
     run "$PY" -m pip install --quiet --no-index --no-deps --no-cache-dir --upgrade --target "$SITE" "$HERE"/wheels/*.whl
-    run "$PY" -c 'import numpy, tritonclient.grpc, torch, backend.onnx_torch, tools.lib.perf_analyzer as pa; assert numpy.__version__ < "2", numpy.__version__; print("numpy", numpy.__version__, "torch", torch.__version__, "perf_analyzer", pa.binary())'
+    run "$PY" -c 'import numpy, tritonclient.grpc, torch, backend.engines.onnx_torch, tools.lib.perf_analyzer as pa; assert numpy.__version__ < "2", numpy.__version__; print("numpy", numpy.__version__, "torch", torch.__version__, "perf_analyzer", pa.binary())'
 }
 
 models() {

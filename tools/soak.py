@@ -32,7 +32,7 @@ import numpy as np
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import np_to_triton_dtype
 
-from backend.engine import OnnxRuntimeEngine
+from backend.engines import OnnxRuntimeEngine
 from backend.manifest import Manifest
 from backend.sample import sample_inputs
 from slicer.slicing import VERSION

@@ -13,9 +13,9 @@
 On a GPU host each plain model or step can be Triton's ``onnxruntime`` (``model.onnx``) or
 ``tensorrt`` backend (``model.plan``, from a model sliced with ``--target tensorrt``) instead of the
 Python one. A model sliced for torch gets Python peers on the same engine: ``plain_model.py`` runs
-its ONNX file with the torch interpreter (``backend/onnx_torch.py``, copied beside it) on the
+its ONNX file with the torch interpreter (``backend/engines/onnx_torch.py``, copied beside it) on the
 device the model was sliced for, at its precision, and on a GPU as CUDA graphs over the same row
-and length buckets as ours (``backend/torch_graphs.py``, copied too; an ensemble's steps capture
+and length buckets as ours (``backend/engines/torch_graphs.py``, copied too; an ensemble's steps capture
 each shape as it first comes, since only the first step's input shapes are known ahead). A
 simulated model (timed stages, ``tools.simulate``) gets timed plain models: they sleep for their
 table's time, the whole model's for the plain model and each stage's for a step.
@@ -31,7 +31,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from backend.engine import graph_buckets
+from backend.engines import graph_buckets
 from backend.manifest import LatencyTable, Manifest, StageSpec, TensorSpec
 from slicer import triton_config
 from slicer.triton_config import PARAMETER, parameters_of
@@ -42,7 +42,7 @@ from tools.lib.paths import BACKEND_DIR, CACHE, SOURCES
 from tools.lib.timed import timed_whole
 
 PLAIN_MODEL = Path(__file__).with_name("plain_model.py")
-TORCH_FILES = (BACKEND_DIR / "onnx_torch.py", BACKEND_DIR / "torch_graphs.py")
+TORCH_FILES = (BACKEND_DIR / "engines" / "onnx_torch.py", BACKEND_DIR / "engines" / "torch_graphs.py")
 BACKENDS = ("python", "onnxruntime", "tensorrt")
 
 

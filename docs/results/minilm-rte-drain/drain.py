@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from backend.config import RuntimeConfig
-from backend.engine import cpu_cores, load_engines
+from backend.engines import cpu_cores, load_engines
 from backend.manifest import LatencyTable, Manifest
 from backend.query import Query
 from backend.runtime import Runtime

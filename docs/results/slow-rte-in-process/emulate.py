@@ -20,7 +20,7 @@ import numpy as np
 
 from backend.config import RuntimeConfig, make_policy
 from backend.device import make_device
-from backend.engine import TimedEngine, load_engines
+from backend.engines import TimedEngine, load_engines
 from backend.manifest import Manifest
 from backend.query import Query
 from backend.runtime import Runtime

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from backend.device import CpuDevice
-from backend.engine import OnnxRuntimeEngine, TorchEngine, cpu_cores
+from backend.engines import OnnxRuntimeEngine, TorchEngine, cpu_cores
 from slicer.graph import input_specs
 from backend.sample import sample_inputs
 from slicer.targets import optimize

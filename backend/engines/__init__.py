@@ -1,14 +1,16 @@
-"""Engines run one stage. Each kind sits behind the same small interface.
+"""Engines run one stage, each kind behind the same small interface (``Engine``), one module each
+with its serving engine and its slicer target (``OnnxRuntimeTarget``, ``TorchTarget``,
+``TensorRTTarget``: how the slicer builds and profiles stages for it):
 
-- ``onnxruntime``: the stage as an ONNX Runtime session (CPU device).
-- ``torch``: the stage's ONNX graph run by torch (``onnx_torch.py``) on the instance's device:
-  CUDA kernels on the executor's stream for a GPU instance, the CPU's cores for a CPU one.
-- ``tensorrt``: the stage as a TensorRT 10 or 11 engine, dynamic shapes through its optimization
-  profile (CUDA device; needs the ``gpu`` extra).
-- ``timed``: computes nothing and keeps the stream busy as long as the stage's latency table
-  predicts for the batch (``Device.busy``: CUDA, a spinning kernel; CPU, the time ``finish``
-  waits out), so a schedule can be tested exactly; like a GPU's work, it runs while the host goes on.
-  Its outputs are its inputs, in order: a timed model answers every query with its own rows.
+- ``onnxruntime``: the stage as an ONNX Runtime session (CPU device);
+- ``torch``: the stage's ONNX graph run by torch (``onnx_torch.py``) on the instance's device,
+  each shape bucket a CUDA graph on a GPU (``torch_graphs.py``);
+- ``tensorrt``: the stage as a TensorRT 10 or 11 engine (CUDA device; the ``gpu`` extra);
+- ``timed``: computes nothing and keeps the stream busy for the stage's tabulated time.
+
+This module loads them as the backend serves them (``load_engines``: each stage, or the stages
+fused into one; CUDA graphs captured at load, ``warm_up``) and runs them in turn
+(``run_stages``). A new engine is one module here and a line in ``load_engine``.
 """
 
 from __future__ import annotations
@@ -20,11 +22,17 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-import numpy as np
+from ..device import CpuDevice, Device
+from ..manifest import Manifest, StageSpec
+from ..sample import batch_sizes_up_to, sample_inputs
+from .onnxruntime import OnnxRuntimeEngine, ort_options
+from .tensorrt import TensorRTEngine
+from .timed import TimedEngine
+from .torch import TorchEngine
 
-from .device import CpuDevice, Device
-from .manifest import Manifest, StageSpec
-from .sample import batch_sizes_up_to, sample_inputs
+__all__ = ["Engine", "OnnxRuntimeEngine", "TensorRTEngine", "TimedEngine", "TorchEngine", "cpu_cores",
+           "describe_graphs", "fusable", "graph_buckets", "load_engine", "load_engines", "merge_stages",
+           "on_host_cores", "ort_options", "run_stages", "warm_up", "Buckets"]
 
 Tensors = dict[str, Any]
 log = logging.getLogger(__name__)
@@ -42,173 +50,6 @@ def cpu_cores() -> int:
     stage then runs on all of them, and stages running at the same time share them (idle threads
     sleep, see ``ort_options``)."""
     return len(os.sched_getaffinity(0))
-
-
-def ort_options(threads: int | None = None, spinning: bool = False, between_runs: bool = False):
-    """ONNX Runtime session options: quiet, and with ``threads`` set, that many intra-op threads
-    that sleep rather than spin when idle unless ``spinning`` (an idle stage must not take cores
-    from a busy one; a lone model on idle cores may gain from spinning). Spinning threads stop
-    when a run ends (``session.force_spinning_stop``) unless ``between_runs``: where other
-    sessions share the cores (a pipeline's stages, stages run in turn), the cores then belong to
-    the threads that admit and answer queries and to the next stage (on MiniLM through a
-    pipeline this beat both spinning between runs and never spinning); a session that runs
-    alone (a fused model) keeps ONNX Runtime's default, as a plain model's session does (its
-    threads are still spinning when the next batch comes: a 224x224 image model at one in flight
-    0.84x the plain model's answers with the stop, 0.91x without; MiniLM level either way)."""
-    import onnxruntime as ort
-
-    options = ort.SessionOptions()
-    options.log_severity_level = 3
-    if threads is not None:
-        options.intra_op_num_threads = threads
-        options.add_session_config_entry("session.intra_op.allow_spinning", "1" if spinning else "0")
-        options.add_session_config_entry("session.force_spinning_stop",
-                                         "1" if spinning and not between_runs else "0")
-    return options
-
-
-class OnnxRuntimeEngine:
-    """A stage (a file, or a serialised model) as an ONNX Runtime session on the CPU (``threads``:
-    see ``ort_options``)."""
-
-    def __init__(self, model: Path | bytes, output_names: list[str], threads: int | None = None,
-                 spinning: bool = False, between_runs: bool = False):
-        import onnxruntime as ort
-
-        options = ort_options(threads, spinning, between_runs)
-        model = model if isinstance(model, bytes) else str(model)
-        self._session = ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
-        self._outputs = output_names
-
-    def run(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        feed = {name: np.ascontiguousarray(array) for name, array in inputs.items()}
-        return dict(zip(self._outputs, self._session.run(self._outputs, feed)))
-
-
-class TorchEngine:
-    """A stage (a file, or a serialised model) run by torch on ``device``: on CUDA its kernels go
-    to the executor's current stream and read and write the buffers in place; on the CPU it takes
-    and gives numpy arrays as the other CPU engines do, with ``threads`` intra-op threads (torch
-    has one pool per process, so the last engine loaded sets it). ``precision`` (the stage's):
-    fp32 keeps TF32 off, so that FP32 results match ONNX Runtime's within the slicer's tolerance;
-    tf32 lets matmuls and convolutions use it; fp16 runs the graph in half
-    (``onnx_torch.TorchGraph``). With row buckets (``graph_rows``) it replays a CUDA graph per
-    shape bucket (``torch_graphs.ShapeGraphs``; on the CPU the same buckets on static buffers)."""
-
-    def __init__(self, model: Path | bytes, output_names: list[str], device: Device, threads: int | None = None,
-                 precision: str = "fp32", graph_rows: Sequence[int] = (), name: str = "stage"):
-        import torch
-
-        from .onnx_torch import TorchGraph
-        from .torch_graphs import ShapeGraphs
-
-        on_cpu = isinstance(device, CpuDevice)
-        if on_cpu and threads:
-            torch.set_num_threads(threads)
-        if not on_cpu:
-            torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = precision == "tf32"
-        self.graph = TorchGraph(model, "cpu" if on_cpu else device.device, precision)
-        self.graphs = ShapeGraphs(self.graph, graph_rows, name) if graph_rows else None
-        self._outputs = output_names
-
-    def run(self, inputs: Mapping[str, Any]) -> Tensors:
-        outputs = (self.graphs or self.graph).run(inputs, self._outputs)
-        if self.graph.device.type == "cpu":  # host buffers are numpy arrays, as other CPU engines give
-            return {name: tensor.numpy() for name, tensor in outputs.items()}
-        return outputs
-
-
-class TimedEngine:
-    """Keeps the stream busy for the stage's tabulated latency and passes its inputs through as
-    its outputs."""
-
-    def __init__(self, stage: StageSpec, device: Device):
-        if stage.latency is None:
-            raise ValueError(f"stage {stage.index}: a timed stage needs a 'latency' table")
-        if [(t.dtype, t.dims) for t in stage.inputs] != [(t.dtype, t.dims) for t in stage.outputs]:
-            raise ValueError(f"stage {stage.index}: a timed stage's outputs must match its inputs one to one")
-        self._table = stage.latency
-        self._names = [(i.name, o.name) for i, o in zip(stage.inputs, stage.outputs)]
-        self._length = _length_axis(stage)
-        self._device = device
-        device.busy(0)  # (on a GPU, its clock is measured now, not during the first batch)
-        # Seconds by (rows, length), read once from the table: a simulated engine must cost the
-        # host no more than the plain model's simulator, which indexes a dense table.
-        self._seconds: dict[tuple[int, int | None], float] = {}
-
-    def run(self, inputs: Mapping[str, Any]) -> Tensors:
-        first = inputs[self._names[0][0]]
-        key = (first.shape[0], first.shape[self._length] if self._length is not None else None)
-        seconds = self._seconds.get(key)
-        if seconds is None:
-            seconds = self._seconds[key] = self._table.predict(*key) / 1000
-        self._device.busy(seconds)
-        return {out: _copy(inputs[src]) for src, out in self._names}
-
-
-def _length_axis(stage: StageSpec) -> int | None:
-    axis = stage.latency.axis
-    if axis is None:
-        return None
-    if axis not in stage.inputs[0].dims:
-        raise ValueError(f"stage {stage.index}: latency axis {axis!r} is not a dim of input '{stage.inputs[0].name}'")
-    return 1 + stage.inputs[0].dims.index(axis)
-
-
-def _copy(tensor: Any) -> Any:
-    return tensor.copy() if isinstance(tensor, np.ndarray) else tensor.clone()
-
-
-class TensorRTEngine:
-    """A stage as a TensorRT engine (10 or 11) on the instance's GPU: one execution context,
-    inputs and outputs bound by tensor name, shapes set per batch within the engine's
-    optimization profile, work enqueued on the executor's current stream."""
-
-    def __init__(self, path: Path, output_names: Sequence[str], device: Device, profiler: Any = None):
-        try:
-            import tensorrt as trt
-            import torch
-        except ImportError as exc:
-            raise RuntimeError(f"{path.name}: TensorRT engines need tensorrt and torch with CUDA "
-                               "(pip install '.[gpu]')") from exc
-        if isinstance(device, CpuDevice):
-            raise ValueError(f"{path.name}: a TensorRT engine runs on a GPU instance (KIND_GPU)")
-        self._torch, self._device = torch, device.device
-        with torch.cuda.device(self._device):  # the instance's GPU, not whichever is current
-            runtime = trt.Runtime(trt.Logger(trt.Logger.WARNING))
-            self._engine = runtime.deserialize_cuda_engine(path.read_bytes())
-            if self._engine is None:
-                raise RuntimeError(f"{path.name}: TensorRT could not deserialize the engine (built by another "
-                                   "version?)")
-            self._context = self._engine.create_execution_context()
-        if profiler is not None:  # a trt.IProfiler: the slicer times layers this way
-            self._context.profiler = profiler
-        self._outputs = list(output_names)
-        names = [self._engine.get_tensor_name(i) for i in range(self._engine.num_io_tensors)]
-        self._dtypes = {name: torch.from_numpy(np.empty(0, trt.nptype(self._engine.get_tensor_dtype(name)))).dtype
-                        for name in names}
-
-    def run(self, inputs: Mapping[str, Any]) -> Tensors:
-        torch = self._torch
-        bound = []  # contiguous copies stay referenced until the work is enqueued (then stream order protects them)
-        for name, tensor in inputs.items():
-            if tensor.dtype != self._dtypes[name]:
-                raise TypeError(f"TensorRT input '{name}' is {tensor.dtype}; the engine was built for "
-                                f"{self._dtypes[name]}")
-            tensor = tensor.contiguous()
-            bound.append(tensor)
-            if not self._context.set_input_shape(name, tuple(tensor.shape)):
-                raise ValueError(f"TensorRT input '{name}' of shape {tuple(tensor.shape)} is outside the engine's "
-                                 "optimization profile (sliced for other batch sizes or lengths)")
-            self._context.set_tensor_address(name, tensor.data_ptr())
-        outputs = {}
-        for name in self._outputs:
-            shape = tuple(self._context.get_tensor_shape(name))
-            outputs[name] = torch.empty(shape, dtype=self._dtypes[name], device=self._device)
-            self._context.set_tensor_address(name, outputs[name].data_ptr())
-        if not self._context.execute_async_v3(torch.cuda.current_stream(self._device).cuda_stream):
-            raise RuntimeError("TensorRT execute_async_v3 failed")
-        return outputs
 
 
 def fusable(manifest: Manifest) -> bool:

@@ -12,7 +12,7 @@ kernels cost. A graph holds fixed shapes and fixed addresses, so:
   match a captured graph exactly: the backend pads a batch's length to a length bucket before it
   enters (``padding.Buckets``), so that every stage sees bucket lengths;
 - **capture** happens while ``capturing`` is on: at load, the backend runs every bucket once
-  (``engine.warm_up``) and turns it off. A shape no graph holds then runs eagerly, logged once;
+  (``engines.warm_up``) and turns it off. A shape no graph holds then runs eagerly, logged once;
   a graph that cannot be captured (an operator that reads device data on the host) too. A caller
   that cannot know its shapes ahead (the ensemble peer's steps) leaves it on, under ``limit``;
 - **one memory pool per stage**, shared by its graphs: replays of one stage never overlap (an
@@ -76,7 +76,7 @@ class ShapeGraphs:
         self.capturing = True
         self.limit = 1 << 30  # graphs at most: a caller that captures shapes as they come bounds them
         self.failures: dict[Key, str] = {}  # why a shape could not be captured
-        self.reserved = 0  # bytes of device memory the capture took (set by ``engine.warm_up``)
+        self.reserved = 0  # bytes of device memory the capture took (set by ``engines.warm_up``)
 
     @property
     def graphs(self) -> int:

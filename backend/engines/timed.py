@@ -1,0 +1,58 @@
+"""The ``timed`` engine: computes nothing and keeps the stream busy as long as the stage's latency
+table predicts for the batch (``Device.busy``: CUDA, a spinning kernel; CPU, the time ``finish``
+waits out), so a schedule can be tested exactly and a GPU we do not have simulated; like a GPU's
+work, it runs while the host goes on. Its outputs are its inputs, in order: a timed model answers
+every query with its own rows."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from ..device import Device
+from ..manifest import StageSpec
+
+Tensors = dict[str, Any]
+
+
+class TimedEngine:
+    """Keeps the stream busy for the stage's tabulated latency and passes its inputs through as
+    its outputs."""
+
+    def __init__(self, stage: StageSpec, device: Device):
+        if stage.latency is None:
+            raise ValueError(f"stage {stage.index}: a timed stage needs a 'latency' table")
+        if [(t.dtype, t.dims) for t in stage.inputs] != [(t.dtype, t.dims) for t in stage.outputs]:
+            raise ValueError(f"stage {stage.index}: a timed stage's outputs must match its inputs one to one")
+        self._table = stage.latency
+        self._names = [(i.name, o.name) for i, o in zip(stage.inputs, stage.outputs)]
+        self._length = _length_axis(stage)
+        self._device = device
+        device.busy(0)  # (on a GPU, its clock is measured now, not during the first batch)
+        # Seconds by (rows, length), read once from the table: a simulated engine must cost the
+        # host no more than the plain model's simulator, which indexes a dense table.
+        self._seconds: dict[tuple[int, int | None], float] = {}
+
+    def run(self, inputs: Mapping[str, Any]) -> Tensors:
+        first = inputs[self._names[0][0]]
+        key = (first.shape[0], first.shape[self._length] if self._length is not None else None)
+        seconds = self._seconds.get(key)
+        if seconds is None:
+            seconds = self._seconds[key] = self._table.predict(*key) / 1000
+        self._device.busy(seconds)
+        return {out: _copy(inputs[src]) for src, out in self._names}
+
+
+def _length_axis(stage: StageSpec) -> int | None:
+    axis = stage.latency.axis
+    if axis is None:
+        return None
+    if axis not in stage.inputs[0].dims:
+        raise ValueError(f"stage {stage.index}: latency axis {axis!r} is not a dim of input '{stage.inputs[0].name}'")
+    return 1 + stage.inputs[0].dims.index(axis)
+
+
+def _copy(tensor: Any) -> Any:
+    return tensor.copy() if isinstance(tensor, np.ndarray) else tensor.clone()
