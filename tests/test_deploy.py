@@ -22,7 +22,14 @@ def test_compose_serves_gpu_replicas_behind_one_health_checked_address():
     assert envoy["depends_on"]["triton"]["condition"] == "service_healthy" and sdk["image"].endswith("-py3-sdk")
     dockerfile = (ROOT / "deploy" / "Dockerfile").read_text()
     assert "COPY backend /opt/tritonserver/backends/dvabatch" in dockerfile
-    assert all(package in dockerfile for package in ("onnxruntime", "onnx", "torch", "tensorrt"))
+    assert all(package in dockerfile for package in ("onnxruntime==", "onnx==", "torch==", "tensorrt"))
+    # the GPU replicas' stages are built by the serving image itself, with its torch
+    slicer = compose["services"]["slicer"]
+    assert slicer["image"] == triton["image"] and slicer["profiles"] == ["build"]
+    assert slicer["command"][:3] == ["python3", "-m", "tools.build_examples"]
+    assert ["--target", "torch", "--device", "cuda"] == slicer["command"][3:7] and "./model_repository:/models" in \
+        slicer["volumes"]
+    assert all(f"COPY {folder} /opt/dvabatch/{folder}" in dockerfile for folder in ("backend", "slicer", "tools"))
     release = dockerfile.split("tritonserver:")[1].split("-")[0]
     assert tuple(map(int, release.split("."))) >= (26, 3), "is_ready() and dead-stub readiness need 26.03+"
 

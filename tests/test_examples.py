@@ -24,3 +24,21 @@ def test_examples_are_sliced_with_latency_tables_and_rebuilt_only_when_stale(tmp
     assert build(repository) == []
     (repository / "unet_like" / VERSION / "stage_0.onnx").unlink()
     assert build(repository) == [repository / "unet_like"]
+
+
+def test_examples_for_another_target_are_sliced_again_for_it(tmp_path):
+    """What docker-compose's slicer service runs, on the CPU: the same examples as torch stages
+    in FP16, which a repository sliced for ONNX Runtime does not count as up to date."""
+    from slicer.slicing import SliceOptions
+
+    repository = tmp_path / "repo"
+    target = SliceOptions(target="torch", device="cpu", precision="fp16", warmup=1, node_repeats=2,
+                          stage_repeats=3, calibration_rounds=0)
+    assert len(build(repository, target=target)) == len(EXAMPLES)
+    for example in EXAMPLES:
+        manifest = Manifest.load(repository / example.name / VERSION)
+        assert {(s.engine, s.precision) for s in manifest.stages} == {("torch", "fp16")}
+    assert build(repository, target=target) == []
+    assert len(build(repository, target=SliceOptions(warmup=1, node_repeats=2, stage_repeats=3,
+                                                     calibration_rounds=0))) == len(EXAMPLES)
+
