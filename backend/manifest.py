@@ -292,7 +292,11 @@ class Manifest:
 
     def to_json(self) -> str:
         data = asdict(self)
-        del data["graphs"]  # how it is served, not what the slicer made
+        # How it is served (``as_graphs``), not what the slicer made: never written.
+        del data["graphs"]
+        for table in [data["whole"], *(stage["latency"] for stage in data["stages"])]:
+            if table is not None:
+                del table["padded"]
         return json.dumps(data, indent=2) + "\n"
 
     @classmethod

@@ -180,7 +180,7 @@ class Runtime:
         chunks = list(row.members_in(item.start, item.num))
         sizes = dict(row.shape.sizes)
         if self.buckets.sizes:
-            sizes = dict(self.buckets.pad(sizes or chunks[0][0].query.sizes))
+            sizes = self.buckets.pad(sizes or chunks[0][0].query.sizes)
         return {spec.name: self.device.from_host(stack([m.query.inputs[spec.name][q:q + n] for m, q, _, n in chunks],
                                                        spec, sizes, self.pad_values.get(spec.name, 0)))
                 for spec in self.manifest.inputs}

@@ -20,11 +20,12 @@ import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from ..device import CpuDevice, Device
 from ..manifest import Manifest, StageSpec
-from ..sample import batch_sizes_up_to, sample_inputs
+from ..sample import batch_sizes_up_to, feed_at
+from .base import Engine, Tensors
 from .onnxruntime import OnnxRuntimeEngine, ort_options
 from .tensorrt import TensorRTEngine
 from .timed import TimedEngine
@@ -34,15 +35,7 @@ __all__ = ["Engine", "OnnxRuntimeEngine", "TensorRTEngine", "TimedEngine", "Torc
            "describe_graphs", "fusable", "graph_buckets", "load_engine", "load_engines", "merge_stages",
            "on_host_cores", "ort_options", "run_stages", "warm_up", "Buckets"]
 
-Tensors = dict[str, Any]
 log = logging.getLogger(__name__)
-
-
-class Engine(Protocol):
-    """Computes a stage's outputs from its inputs on the executor's current stream; row i of
-    every output belongs to input row i."""
-
-    def run(self, inputs: Mapping[str, Any]) -> Tensors: ...
 
 
 def cpu_cores() -> int:
@@ -121,7 +114,7 @@ def warm_up(engines: Sequence[Engine], manifest: Manifest, device: Device, bucke
     no stage captures again: a shape no graph holds runs eagerly. The graphs' memory is noted on
     each (``ShapeGraphs.reserved``). A model whose inputs have named axes other than the length
     axis, or a length axis but no length buckets, gets no graphs (shapes outside the buckets)."""
-    graphed = [e.graphs for e in engines if isinstance(e, TorchEngine) and e.graphs is not None]
+    graphed = _graphed(engines)
     if not graphed:
         return
     rows, lengths = buckets
@@ -136,13 +129,18 @@ def warm_up(engines: Sequence[Engine], manifest: Manifest, device: Device, bucke
         with device.running_on(stream):
             for length in sorted(lengths, reverse=True) or [None]:
                 for batch in sorted(rows, reverse=True):
-                    feed = sample_inputs(manifest.inputs, batch, {axis: length} if axis else {}, seed=batch)
+                    feed = feed_at(manifest.inputs, batch, length, axis, {})
                     run_stages(engines, manifest.stages, {k: device.from_host(v) for k, v in feed.items()})
         device.finish(stream)
-        for graphs in graphed:
+        for graphs in graphed:  # the stages captured in turns: each is given an even share
             graphs.reserved = (_reserved(device) - before) // len(graphed)
     for graphs in graphed:
         graphs.capturing = False
+
+
+def _graphed(engines: Sequence[Engine]) -> list:
+    """The CUDA graphs (``torch_graphs.ShapeGraphs``) of the torch engines that have them."""
+    return [e.graphs for e in engines if isinstance(e, TorchEngine) and e.graphs is not None]
 
 
 def _reserved(device: Device) -> int:
@@ -158,7 +156,7 @@ def _reserved(device: Device) -> int:
 
 def describe_graphs(engines: Sequence[Engine]) -> str:
     """What the CUDA graphs of ``engines`` are, for the model's log; empty where none."""
-    graphed = [e.graphs for e in engines if isinstance(e, TorchEngine) and e.graphs is not None]
+    graphed = _graphed(engines)
     if not graphed:
         return ""
     parts = [f"{g.name}: {g.graphs} graphs" + (f", {len(g.failures)} shapes eager ({next(iter(g.failures.values()))})"

@@ -17,8 +17,7 @@ from ..device import CpuDevice, CudaDevice, Device
 from ..errors import TargetError
 from ..manifest import TensorSpec
 from ..sample import Probe, feed_at, sample_inputs, sizes_at
-
-Tensors = dict[str, Any]
+from .base import Tensors
 
 
 class TensorRTEngine:

@@ -13,8 +13,7 @@ import numpy as np
 
 from ..device import Device
 from ..manifest import StageSpec
-
-Tensors = dict[str, Any]
+from .base import Tensors
 
 
 class TimedEngine:
