@@ -10,7 +10,7 @@
     parameters: { key: "intra_op_thread_count" value: { string_value: "0" } }   # 0: every core
     parameters: { key: "allow_spinning"  value: { string_value: "auto" } }      # ONNX Runtime threads
     parameters: { key: "execute_waits"   value: { string_value: "auto" } }      # back-pressure on Triton
-    parameters: { key: "lone_inline"     value: { string_value: "true" } }      # lone batches in execute
+    parameters: { key: "lone_inline"     value: { string_value: "auto" } }      # lone batches in execute
     parameters: { key: "cuda_graphs"     value: { string_value: "auto" } }      # torch stages as CUDA graphs
 
 ``batching: triton`` serves the model single-entry single-exit: Triton's dynamic batcher forms
@@ -78,8 +78,10 @@ class RuntimeConfig:
     batching: str = "dvabatch"
     intra_op_thread_count: int = 0  # ONNX Runtime threads per stage; 0: every core (idle threads sleep)
     allow_spinning: str = "auto"  # let idle ONNX Runtime threads spin: true, false, or auto (see ``spins``)
-    execute_waits: str = "auto"  # a pipeline's execute waits for stage 0: true, false, or auto (``serving.waits``)
-    lone_inline: bool = True  # a batch finding the pipeline empty may run inside execute (``lone.py``)
+    execute_waits: str = "auto"  # a pipeline's execute waits for stage 0: true, false, or auto (``decide.waits``)
+    # A batch finding the pipeline empty may run inside execute (``decide.LoneRuns``): true, false,
+    # or auto (only under ``policy: auto``: another policy's every batch enters the pipeline).
+    lone_inline: str = "auto"
     cuda_graphs: str = "auto"  # torch stages replay CUDA graphs per shape bucket: true, false, or auto (``graphs``)
     pad_values: Mapping[str, float] = field(default_factory=dict)  # input -> what pads it (default 0)
     max_sizes: Mapping[str, int] = field(default_factory=dict)  # named axis -> largest size served (0: any)
@@ -114,7 +116,7 @@ class RuntimeConfig:
         if values.get("intra_op_thread_count", 0) < 0:
             raise ConfigError("parameter 'intra_op_thread_count' must be >= 0 (0: every core), "
                               f"got {values['intra_op_thread_count']}")
-        for switch in ("allow_spinning", "execute_waits", "cuda_graphs"):
+        for switch in ("allow_spinning", "execute_waits", "cuda_graphs", "lone_inline"):
             if switch in values:
                 values[switch] = values[switch].lower()
                 if values[switch] not in ("auto", "true", "false"):

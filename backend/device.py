@@ -30,6 +30,10 @@ import numpy as np
 
 class Device(Protocol):
     name: str
+    # Seconds host threads have spent waiting for the device so far: CUDA spins while it waits
+    # (one context on a many-core host), which a process's CPU time then counts as serving work
+    # (``calibrate.host_cpu_s`` takes it out). A CPU device's waits sleep: 0.
+    waited_s: float
 
     def stream(self) -> Any: ...
     def event(self) -> Any: ...
@@ -84,6 +88,7 @@ class CpuDevice:
     its stream's ``due`` has passed."""
 
     name = "cpu"
+    waited_s = 0.0
 
     def stream(self) -> CpuStream:
         return CpuStream()
@@ -142,6 +147,13 @@ class CudaDevice:
         self.device = torch.device("cuda", index)
         self.name = str(self.device)
         self._cycles_per_second: float | None = None
+        self.waited_s = 0.0
+        self._waits = threading.Lock()
+
+    def _waited(self, since: float) -> None:
+        took = time.perf_counter() - since
+        with self._waits:
+            self.waited_s += took
 
     def stream(self) -> Any:
         return self._torch.cuda.Stream(device=self.device)
@@ -159,7 +171,9 @@ class CudaDevice:
         event.record(stream)
 
     def finish(self, stream: Any) -> None:
+        began = time.perf_counter()
         stream.synchronize()
+        self._waited(began)
 
     def from_host(self, array: np.ndarray) -> Any:
         """The rows on the device: staged through pinned memory (torch's caching host allocator,
@@ -182,7 +196,9 @@ class CudaDevice:
     def to_host(self, tensor: Any) -> np.ndarray:
         """The rows, once the current stream's work is done (they leave for the client here)."""
         host = self.copy_out(tensor)
+        began = time.perf_counter()
         self._torch.cuda.current_stream(self.device).synchronize()
+        self._waited(began)
         return host
 
     def busy(self, seconds: float) -> None:

@@ -33,12 +33,9 @@
 paper combines them; ``auto`` (what the slicer writes) takes Policy I where the model has a
 length axis, Policy II where its stages prefer different batch sizes, and Policy III always.
 Every decision is a prediction from the tables, so where they say splitting, stretching or
-waiting cannot pay, none happens and the model batches as Triton's batcher would. ``auto`` goes
-one step further and steps aside where the pipeline cannot pay at all (``choose``): on stages
-that share the CPU's cores and never split, and where the engines are so fast that the
-pipeline's own serving cost per request caps it below a plain model. The model then serves as a
-plain model does (``serving.py``), so neither the pipeline's handoffs nor its per-response
-sends cost anything where they cannot buy overlap.
+waiting cannot pay, none happens and the model batches as Triton's batcher would. Predictions
+add the host's cost of a batch, measured where the model serves (``measured``). Whether the
+model pipelines at all is not the policy's to say: ``decide.py`` decides how to serve.
 """
 
 from __future__ import annotations
@@ -50,25 +47,14 @@ from dataclasses import dataclass, field
 from .batch_table import BatchRow, Flight
 from .manifest import LatencyTable, Manifest
 from .errors import ConfigError
-from .policy import Choice, Outlook, Policy
+from .decide import HostCosts
+from .policy import Outlook, Policy
 from .query import BatchShape, Query
 
-SPLIT_GAIN = 0.05  # how much sooner a split must answer, in sum, for ``auto`` to keep a CPU pipeline
-CAPACITY_GAIN = 0.1  # how much more the pipeline must be predicted to answer for ``auto`` to keep it
-# CPU time (tritonserver + stub) per request near the peak, at near-zero compute, as
-# ``python -m tools.bench_cost`` measures it on a 2-core host; config.pbtxt's
-# ``policy.plain_cost_us`` / ``policy.pipeline_cost_us`` give another host's.
-PLAIN_COST_US = 160.0
-PIPELINE_COST_US = 400.0
 LOAD_WAITS = 2 / 3  # the share of time the pipeline is busy unbatched beyond which the load's window is waited
 BATCHING_PAYS = 0.9  # two rows must cost under this share of two single rows for the load's window
 MISSED = 3600.0  # seconds a missed deadline costs a query when clusters are compared
 PIECES = 4  # a crowd of one length may be cut into up to this many groups (to fill a pipeline)
-# The host's part of one more run inside ``execute`` (padding, the engines' calls and the wait
-# for them: on this 2-core host about 50 us of Python in the stub, and a timed engine's sleep
-# wakes 100-125 us late): ``form_inline`` cuts a batch in two only where the tables save more;
-# ``policy.run_cost_us`` gives another host's.
-RUN_COST_US = 250.0
 SLACK_STEPS = 12  # bisection steps of the pipeline's slack (to 1/4096 of the longest busy stage)
 PRESETS: dict[str, dict[str, bool]] = {
     "auto": {"input": True, "operator": True, "load": True, "auto": True},
@@ -92,15 +78,14 @@ class DiversityPolicy(Policy):
     max_in_flight: int = -1  # rows admitted and not yet answered; -1: a full batch per stage with Policy I; 0: none
     statistic: str = "mean"  # mean | p99: which column of the tables predictions read
     deadline_ms: float = 0.0  # a query's deadline after it arrived when its request sets no timeout; 0: none
-    plain_cost_us: float = PLAIN_COST_US  # serving cost per request of a plain model (``choose``)
-    pipeline_cost_us: float = PIPELINE_COST_US  # and of the pipeline
-    run_cost_us: float = RUN_COST_US  # the host's part of one more run inside ``execute`` (``form_inline``)
     _tables: list[LatencyTable] = field(init=False, repr=False, default_factory=list)
     _axis: str | None = field(init=False, repr=False, default=None)
     _max: int = field(init=False, repr=False, default=0)
     _settings: tuple[bool, bool, int] = field(init=False, repr=False, default=(False, False, -1))
     _predicted: dict[tuple[int, int | None], tuple[float, ...]] = field(init=False, repr=False, default_factory=dict)
     _summed: dict[tuple[int, int | None], float] = field(init=False, repr=False, default_factory=dict)
+    _stage_s: float = field(init=False, repr=False, default=0.0)  # the host's seconds per stage run, measured
+    _run_s: float = field(init=False, repr=False, default=0.0)  # and per run of a batch inside ``execute``
 
     split_serially = True
 
@@ -128,6 +113,14 @@ class DiversityPolicy(Policy):
         self.max_in_flight = max_in_flight if max_in_flight >= 0 else (
             self._max * len(self._tables) if self.input else 0)
 
+    def measured(self, costs: HostCosts, stages: int) -> None:
+        """Every prediction adds what the host spends on a batch, as measured here: a stage's
+        run its share of a pipelined batch's, a run inside ``execute`` a plain batch's. Where a
+        batch costs the host much, fewer and fuller batches pay (on a 16-core GPU host at
+        TensorRT speed, pipelined batches of 6.9 rows where the host could serve 50)."""
+        self._stage_s, self._run_s = costs.pipeline_batch_s / max(stages, 1), costs.plain_batch_s
+        self._predicted, self._summed = {}, {}
+
     # Predictions, in seconds.
 
     def _time(self, stage: int, rows: int, length: int | None) -> float:
@@ -142,7 +135,8 @@ class DiversityPolicy(Policy):
         key = (rows, length)
         times = self._predicted.get(key)
         if times is None:
-            times = self._predicted[key] = tuple(t.predict(rows, length, self.statistic) / 1000 for t in self._tables)
+            times = self._predicted[key] = tuple(t.predict(rows, length, self.statistic) / 1000 + self._stage_s
+                                                 for t in self._tables)
         return times
 
     def _took(self, rows: int, length: int | None) -> float:
@@ -273,7 +267,7 @@ class DiversityPolicy(Policy):
         the last run is done, so what counts is the time of the runs together, not each query's
         own (``_cluster``'s sum). Sorted by length, the queries run as one batch padded to the
         longest, or as two, the shorter ones padded only to their own longest, where the tables
-        predict the two runs, with ``run_cost_us`` for the host's part of the second, take less.
+        predict the two runs, with the host's measured part of the second (``measured``), take less.
         On RTE text at TensorRT speed a Triton batch of 44 queries almost always holds one of 128
         tokens, while two thirds are under 64: two runs take a fifth less than one (5.5 against
         4.4 ms by the A100 tables), and a third run saves nothing more. A few queries run as one,
@@ -289,7 +283,7 @@ class DiversityPolicy(Policy):
         rows = [q.rows for q in ordered]
         total = sum(rows)
         best, cut = self._took(total, longest), len(ordered)
-        second = self.run_cost_us / 1e6
+        second = self._run_s
         if best - self._took(total, lengths[0]) <= second:
             return [ordered]  # two runs take no less than all the rows at the shortest length: nothing to save
         head = 0
@@ -321,7 +315,8 @@ class DiversityPolicy(Policy):
         for each prefix, the best grouping and when it frees each stage. A group's length is
         its last block's (they are sorted), so each option costs one prediction per stage."""
         blocks: list[list[Query]] = []
-        pieces = PIECES if len(self._tables) > 1 else 1  # one stage (fused) has nothing to overlap
+        # One stage (fused) has nothing to overlap, and batches ahead already fill the pipeline.
+        pieces = PIECES if len(self._tables) > 1 and not outlook.ahead else 1
         piece = max(1, math.ceil(sum(q.rows for q in queries) / pieces))
         for query in queries:
             last = blocks[-1] if blocks else None
@@ -406,90 +401,6 @@ class DiversityPolicy(Policy):
         sizes = _halves(batch.bs, lambda rows: sum(self._time(s, rows, length)
                                                    for s in range(stage + 1, len(self._tables))))
         return sizes if len(sizes) > 1 else None
-
-    # The pipeline itself.
-
-    def choose(self, manifest: Manifest, cores: int, on_cores: bool) -> Choice:
-        """``auto`` steps aside where the pipeline cannot pay (otherwise, and for every other
-        policy, it pipelines):
-
-        - stages that compute on the CPU's cores (``on_cores``: ONNX Runtime, torch on a CPU
-          instance; each uses all of them, so stages running at once only take turns, which the
-          tables cannot show) pay only where splitting
-          a batch after a stage (Policy II) answers its rows sooner, in sum, than both the whole
-          batch and the two halves formed at the entry, by ``SPLIT_GAIN`` (``_split_pays``);
-        - stages on their own engines (a GPU; timed) overlap, and the pipeline pays where its
-          predicted capacity beats the plain model's by ``CAPACITY_GAIN`` (``_capacities``);
-          torch stages on a GPU overlap their kernels but not their host time (``interpreted``)."""
-        if not self.auto or len(manifest.stages) < 2 or any(s.latency is None for s in manifest.stages):
-            return Choice(True, "auto pipelines a model of one stage or without latency tables")
-        tables = [s.latency for s in manifest.stages]
-        if on_cores:
-            if self._split_pays(tables):
-                return Choice(True, "splitting a batch after a stage answers its rows sooner (Policy II)")
-            return Choice(False, "the stages share the CPU's cores and no split after a stage pays")
-        capacity = self._capacities(tables, cores, interpreted(manifest))
-        pays = capacity["pipeline"] >= (1 + CAPACITY_GAIN) * capacity["plain"]
-        return Choice(pays, f"predicted capacity {capacity['pipeline']:.0f} requests/s pipelined, "
-                            f"{capacity['plain']:.0f} as a plain model (serving costs {self.pipeline_cost_us:.0f} / "
-                            f"{self.plain_cost_us:.0f} us of CPU per request on {cores} cores)", capacity)
-
-    def _capacities(self, tables: Sequence[LatencyTable], cores: int, shared: bool) -> dict[str, float]:
-        """Requests/s each way can answer at most, at a typical length (the middle tabulated
-        one): a plain model runs the stages of a batch one after another, the pipeline is held
-        by its slowest stage, each at its best batch size; and neither answers more than the
-        host's cores can serve at its CPU cost per request (tritonserver and the stub together,
-        ``plain_cost_us`` / ``pipeline_cost_us``), which at GPU engine speed is what decides.
-        ``shared``: the stages take turns for their host time (``engine_capacity``)."""
-        return {"plain": min(engine_capacity(tables, False, self.statistic), cores * 1e6 / self.plain_cost_us),
-                "pipeline": min(engine_capacity(tables, True, self.statistic, shared),
-                                cores * 1e6 / self.pipeline_cost_us)}
-
-    def _split_pays(self, tables: Sequence[LatencyTable]) -> bool:
-        for length in tables[0].lengths or (None,):
-            def took(stages: Sequence[LatencyTable], rows: int) -> float:
-                return sum(t.predict(rows, length, self.statistic) for t in stages)
-
-            for bs in (b for b in tables[0].batch_sizes if b > 1):
-                big, small = bs - bs // 2, bs // 2
-                whole = bs * took(tables, bs)
-                at_entry = big * took(tables, big) + small * (took(tables, big) + took(tables, small))
-                for stage in range(1, len(tables)):
-                    early, late = took(tables[:stage], bs), tables[stage:]
-                    split = big * (early + took(late, big)) + small * (early + took(late, big) + took(late, small))
-                    if split < (1 - SPLIT_GAIN) * min(whole, at_entry):
-                        return True
-        return False
-
-
-def interpreted(manifest: Manifest) -> bool:
-    """Whether every stage runs on our torch interpreter node by node: one Python call per node,
-    all under the one lock of the process's interpreter, so stages running at once take turns for
-    their host time even where their kernels overlap on a GPU. Not where they replay CUDA graphs
-    (``Manifest.as_graphs``): a replay is one launch."""
-    return all(s.engine == "torch" for s in manifest.stages) and not manifest.graphs
-
-
-def engine_capacity(tables: Sequence[LatencyTable], pipelined: bool, statistic: str = "mean",
-                    shared_host: bool = False) -> float:
-    """Requests/s the engines answer at their best batch size and a typical length (the middle
-    tabulated one), by the tables alone: a plain model runs a batch through the stages one
-    after another, a pipeline is held by its slowest stage. With ``shared_host`` (stages of one
-    interpreter) a pipelined batch also waits for every stage's host time, which is the same at
-    every batch size: taken as the stage's least time over its batch sizes, where the GPU has
-    least to do. BERT-base's two torch stages on an H200 took 5.4 and 4.0 ms for one row and
-    5.4 and 4.4 ms for 16 (64 tokens; docs/profiles/bert_base_torch_h200_2stages.json): nearly
-    all of it the interpreter's, so pipelining them frees almost nothing."""
-    lengths = tables[0].lengths
-    length = lengths[len(lengths) // 2] if lengths else None
-    combine = max if pipelined else sum
-    host_ms = sum(min(t.predict(rows, length, statistic) for rows in t.batch_sizes) for t in tables) \
-        if pipelined and shared_host else 0.0
-
-    def rate(rows: int) -> float:
-        ms = max(combine(t.predict(rows, length, statistic) for t in tables), host_ms)
-        return rows * 1000 / ms if ms > 0 else math.inf
-    return max(rate(rows) for rows in range(1, tables[0].batch_sizes[-1] + 1))
 
 
 def _halves(rows: int, remain: Callable[[int], float]) -> list[int]:

@@ -37,7 +37,7 @@ class Entry:
     arrive) and the room the policy leaves for rows in flight, then lets the scheduler admit.
     Batches the policy formed beyond the first enter on the next requests, without waiting. The
     backend's ``execute`` waits on the entry too (``wait_ready``) where the CPU caps the
-    pipeline (``serving.waits``): that back-pressure is what keeps Triton's own batching alive
+    pipeline (``decide.waits``): that back-pressure is what keeps Triton's own batching alive
     in front of it."""
 
     def __init__(self, scheduler: Scheduler, max_batch_size: int, window_s: float | None,
@@ -70,7 +70,7 @@ class Entry:
             query.answer(failure=Failure(f"Exceeds maximum queue size ({limit} queries waiting)", Code.UNAVAILABLE))
 
     def arrived(self, queries: Sequence[Query]) -> None:
-        """Queries that ran without waiting here (a lone batch inline, ``lone.py``) still count
+        """Queries that ran without waiting here (a batch run inline, ``decide.py``) still count
         in the arrival rate the policy's window reads."""
         with self._changed:
             self._arrivals.extend(q.arrived for q in queries)

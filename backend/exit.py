@@ -22,18 +22,35 @@ class Exit:
 
     def __init__(self, threads: int = ANSWERING_THREADS):
         self._answers: queue.SimpleQueue[tuple[Query, dict[str, np.ndarray]] | None] = queue.SimpleQueue()
+        self._pending = 0  # answers handed over and not yet sent
+        self._settled = threading.Condition()
         self._threads = [threading.Thread(target=self._run, name=f"dvabatch-exit-{i}", daemon=True)
                          for i in range(threads)]
         for thread in self._threads:
             thread.start()
 
     def answer(self, query: Query, outputs: dict[str, np.ndarray]) -> None:
+        with self._settled:
+            self._pending += 1
         self._answers.put((query, {name: np.array(array) for name, array in outputs.items()}))
+
+    @property
+    def pending(self) -> int:
+        return self._pending
+
+    def wait_sent(self, timeout: float) -> bool:
+        """Whether every answer handed over has been sent, waiting at most ``timeout``."""
+        with self._settled:
+            return self._settled.wait_for(lambda: not self._pending, timeout)
 
     def _run(self) -> None:
         while (item := self._answers.get()) is not None:
             query, outputs = item
             query.answer(outputs)
+            with self._settled:
+                self._pending -= 1
+                if not self._pending:
+                    self._settled.notify_all()
 
     def close(self, timeout: float) -> None:
         for _ in self._threads:

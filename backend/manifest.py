@@ -283,7 +283,7 @@ class Manifest:
 
     def fused(self) -> Manifest:
         """The model as one stage running every stage in turn (its latency ``whole``, else the
-        tables summed): what the runtime serves when the pipeline cannot pay (``Policy.choose``)."""
+        tables summed): what the runtime serves when the pipeline cannot pay (``decide.choose``)."""
         tables = [s.latency for s in self.stages]
         stage = StageSpec(index=0, file="", engine=self.stages[0].engine, inputs=self.inputs, outputs=self.outputs,
                           nodes=sum(s.nodes for s in self.stages), precision=self.stages[0].precision,

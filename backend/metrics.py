@@ -16,12 +16,13 @@ Families (every metric also carries Triton's ``model`` and ``version`` labels):
 - ``dvabatch_queries_waiting``, ``dvabatch_queries_in_flight``: queries at the entry, and queries
   handed to the backend and not yet answered;
 - ``dvabatch_lone_batches_total{ran}``: batches that found the pipeline empty, by where they ran:
-  ``inline`` (every stage inside ``execute``, answered in its list) or ``pipeline`` (``lone.py``);
-- ``dvabatch_serving{mode}``: 1 for the way the model serves, decided when it loaded (``pipeline``;
-  ``fused``: one session inside ``execute`` as a plain model; ``in_turn``: the stages one after
-  another inside ``execute``; ``serving.py``);
-- ``dvabatch_predicted_capacity{serving}``: the requests/s that decision predicted for ``plain``
-  and ``pipeline`` serving, where it compared them (``Policy.choose``).
+  ``inline`` (every stage inside ``execute``, answered in its list) or ``pipeline``
+  (``decide.LoneRuns``);
+- ``dvabatch_serving{mode}``: 1 for the way the model serves now, 0 for those it served in
+  before (``pipeline``; ``fused``: one session inside ``execute`` as a plain model; ``in_turn``:
+  the stages one after another inside ``execute``; ``decide.py``, ``decide.ModeSwitch``);
+- ``dvabatch_predicted_capacity{serving}``: the requests/s predicted at load for ``plain`` and
+  ``pipeline`` serving from the tables and the host's measured costs (``decide.capacities``).
 """
 
 from __future__ import annotations
@@ -57,7 +58,7 @@ LONE = Family("dvabatch_lone_batches_total", "counter",
 SERVING = Family("dvabatch_serving", "gauge",
                  "1 for how the model serves: pipeline, fused (one session inside execute) or in_turn")
 CAPACITY = Family("dvabatch_predicted_capacity", "gauge",
-                  "Requests/s predicted at load for plain and pipeline serving, where the policy compared them")
+                  "Requests/s predicted at load for plain and pipeline serving, from the tables and the host's costs")
 FAMILIES = {f.name: f for f in (META_OPERATIONS, BATCHES, STAGE_BUSY, ENTRY_QUERIES, ENTRY_WAIT, WAITING, IN_FLIGHT,
                                 LONE, SERVING, CAPACITY)}
 
@@ -109,11 +110,21 @@ class Metrics:
         self._add((_LONE[inline], 1))
 
     def serving(self, mode: str, capacity: Mapping[str, float]) -> None:
-        """Set once, when the model loads: gauges kept beside the counters, exported with them."""
+        """Set when the model loads and when it switches: gauges kept beside the counters,
+        exported with them (1 for the mode it serves in, 0 for those it served in before)."""
         with self._lock:
+            for key in self._counters:
+                if key[0] == SERVING.name:
+                    self._counters[key] = 0.0
             self._counters[(SERVING.name, (("mode", mode),))] = 1.0
             for way, rate in capacity.items():
                 self._counters[(CAPACITY.name, (("serving", way),))] = rate
+
+    def clear(self) -> None:
+        """Forget every counter (what loading ran to measure the host is not the model's)."""
+        with self._lock:
+            self._recorded.clear()
+            self._counters = {k: v for k, v in self._counters.items() if k[0] in (SERVING.name, CAPACITY.name)}
 
     def snapshot(self) -> dict[Key, float]:
         """Every counter's total, keyed by (family name, labels)."""

@@ -1,18 +1,17 @@
 """Triton's entry point for every model whose config.pbtxt says ``backend: "dvabatch"``.
 
-Only Triton glue lives here. Through the pipeline, requests become ``Query`` objects handed to
-the runtime, and ``execute`` returns at once or once stage 0 has computed them (where the CPU
-caps the pipeline: meanwhile Triton gathers the requests that arrive into its next batch;
-``serving.waits``), so Triton hands over the next batch while earlier ones are still running
-(Triton 24.06+ allows this in the default, non-decoupled mode). Responses ready by then go back
-in the list ``execute`` returns, the rest from their requests' own response senders
-(``query.Handover``); a batch that finds the pipeline empty may run to the end inside
-``execute`` instead (``lone.py``). Where the policy steps aside (the pipeline cannot pay on
-this model and host) and with ``batching: triton``, the model serves as a plain Python model
-does: ``execute`` runs the batch Triton formed and returns every response in its list, which
-goes back in the one message ``execute`` sends anyway, where each ``send()`` is a round trip of
-its own; on engines that run ahead of the host (a GPU; timed) it builds those responses while
-they compute. The runtime's counters reach Triton's metrics endpoint through the custom metrics API.
+Only Triton glue lives here: requests become ``Query`` objects for the server ``serving.serve``
+built (``serving.Server``), which says per ``execute`` whether the batch runs inside it or is
+handed over. Handed over, ``execute`` returns at once or once stage 0 has computed them (where
+the CPU caps the pipeline: meanwhile Triton gathers the requests that arrive into its next
+batch; ``decide.waits``), so Triton hands over the next batch while earlier ones are still
+running (Triton 24.06+ allows this in the default, non-decoupled mode); responses ready by then
+go back in the list ``execute`` returns, the rest from their requests' own response senders
+(``query.Handover``). Run inside (a model served plain, a lone batch: ``decide.py``), every
+response goes back in the list ``execute`` returns, in the one message it sends anyway, where
+each ``send()`` is a round trip of its own; on engines that run ahead of the host (a GPU;
+timed) the responses are built while they compute. The runtime's counters reach Triton's
+metrics endpoint through the custom metrics API.
 """
 
 import dataclasses
@@ -40,12 +39,12 @@ if not __package__:
 from .config import QueuePolicy, RuntimeConfig, triton_parameters
 from .device import make_device
 from .manifest import Manifest
-from .metrics import FAMILIES, Metrics
+from .calibrate import process_cpu_s
+from .metrics import FAMILIES, SERVING, Metrics
 from .query import Handover, Query, Responder
-from .serving import Mode, serve
+from .serving import serve
 
 METRICS_INTERVAL_S = 1.0
-BACKPRESSURE_MAX_S = 5.0  # execute waits for stage 0 to compute its queries at most this long (Runtime.submit)
 log = logging.getLogger(__name__)
 
 
@@ -96,11 +95,20 @@ class MetricsExporter(threading.Thread):
             self._sent[key] = value
 
 
+def _round_trip():
+    """One call to Triton's process and back, as a response's ``send()`` makes (``calibrate.py``
+    times it): reading a gauge of this backend's own family."""
+    family = pb_utils.MetricFamily(name=SERVING.name, description=SERVING.description,
+                                   kind=pb_utils.MetricFamily.GAUGE)
+    gauge = family.Metric(labels={"probe": "round_trip"})
+    return lambda: (family, gauge.value())  # the family must outlive its metric
+
+
 def _trace_file(model: str):
     """With ``DVABATCH_TRACE=PREFIX`` in tritonserver's environment, each model instance writes
     ``PREFIX-<model>-<pid>.tsv``: a line per ``execute`` call and per batch item a stage ran
     (what, began and ended in ``time.monotonic()`` seconds, requests or rows), to see where a
-    pipeline waits (``python -m tools.trace``); a lone batch run inside ``execute`` (``lone.py``)
+    pipeline waits (``python -m tools.trace``); a batch run inside ``execute`` (``decide.py``)
     shows as its ``execute`` line alone. Off by default: it costs a write per item."""
     prefix = os.environ.get("DVABATCH_TRACE")
     return open(f"{prefix}-{model}-{os.getpid()}.tsv", "w", buffering=1) if prefix else None
@@ -125,16 +133,13 @@ class TritonPythonModel:
         stage_ran = None if self._trace is None else (lambda stage, item, began, ended: self._trace.write(
             f"stage{stage}\t{began:.6f}\t{ended:.6f}\t{item.num}\n"))
         decision, server = serve(self._manifest, version_dir, runtime_config, device, metrics, on_death=self._died,
-                                 trace=stage_ran)
-        pb_utils.Logger.log_info(f"{args['model_name']}: serves {decision.mode.value} "
-                                 f"({decision.choice.why}{'; ' + decision.waits_why if decision.waits_why else ''}; "
-                                 "backend/serving.py)" + (f"; {decision.graphs}" if decision.graphs else ""))
-        self._wait_s = BACKPRESSURE_MAX_S if decision.waits else 0.0
-        # Inside execute (fused, in turn) every query is answered before execute returns.
-        self._inline, self._server = decision.mode is not Mode.PIPELINE, server
-        gauges = dict if self._inline else server.gauges
+                                 trace=stage_ran, round_trip=_round_trip(),
+                                 server_cpu_s=lambda: process_cpu_s(os.getppid()),
+                                 said=lambda line: pb_utils.Logger.log_info(f"{args['model_name']}: {line}"))
+        pb_utils.Logger.log_info(f"{args['model_name']}: {decision.describe()} (backend/decide.py)")
+        self._server = server
         labels = {"model": args["model_name"], "version": args["model_version"]}
-        self._exporter = MetricsExporter(metrics, gauges, labels)
+        self._exporter = MetricsExporter(metrics, server.gauges, labels)
         self._exporter.start()
         # What loading made (modules, graphs, tables) lives as long as the model: keep the
         # collector from scanning it again at every full collection (a few ms each, paused
@@ -155,7 +160,7 @@ class TritonPythonModel:
         it): false once the pipeline cannot serve (an executor died; the stub then exits so that
         the model can be loaded again), so that a server run with ``--strict-readiness`` reports
         not ready meanwhile. A model served as a plain one has no threads to lose."""
-        return self._inline or self._server.ready
+        return self._server.ready
 
     def execute(self, requests: list) -> list | None:
         if self._trace is None:
@@ -167,7 +172,7 @@ class TritonPythonModel:
             self._trace.write(f"execute\t{began:.6f}\t{time.monotonic():.6f}\t{len(requests)}\n")
 
     def _execute(self, requests: list) -> list | None:
-        if self._inline or self._server.runs_inline():
+        if self._server.runs_inline():
             # Every query is answered, its reply kept on it, before the engines are done: the
             # responses are built meanwhile, on arrays filled by the time run returns.
             queries = [self._query(request) for request in requests]
@@ -176,13 +181,11 @@ class TritonPythonModel:
             return responses
         handover = Handover([self._sender(request) for request in requests])
         self._server.submit([self._query(request, lambda outputs, failure, i=i: handover.deliver(
-            i, self._response_of((outputs, failure)))) for i, request in enumerate(requests)],
-            wait_s=self._wait_s)
+            i, self._response_of((outputs, failure)))) for i, request in enumerate(requests)])
         return handover.close()
 
     def finalize(self) -> None:
-        if not self._inline:
-            self._server.close()
+        self._server.close()
         self._exporter.stop()
         if self._trace is not None:
             self._trace.close()

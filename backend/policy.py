@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from .batch_table import BatchRow, Flight
+from .decide import HostCosts
 from .errors import ConfigError
 from .manifest import Manifest
 from .query import BatchShape, Query, shape_key, take_batch
@@ -33,25 +34,19 @@ class Outlook:
     arrivals_per_s: float = 0.0
 
 
-@dataclass(frozen=True)
-class Choice:
-    """Whether a model pipelines, why, and the requests/s predicted for each way of serving
-    (``plain``, ``pipeline``) where the choice compared them: for the log and the metrics."""
-
-    pipeline: bool
-    why: str
-    capacity: dict[str, float] = field(default_factory=dict)
-
-
 class Policy:
     """Pass-through: every admission is a new batch, nothing is stretched or split."""
 
     name = "pass"
+    auto = False  # ``decide.py`` may serve the model plain or run lone batches inline (``policy: auto``)
     split_serially = False  # split parts enter the next stage as soon as it is free
     max_in_flight = 0  # rows admitted and not yet answered, at most (0: no limit but the batch size)
 
     def bind(self, manifest: Manifest) -> None:
         """Read what the policy needs from the model (its latency tables); ConfigError if it cannot run."""
+
+    def measured(self, costs: HostCosts, stages: int) -> None:
+        """The host's serving costs, measured where the model serves (``calibrate.py``)."""
 
     def window_end(self, waiting: Sequence[Query], rows: int, outlook: Outlook, now: float) -> float:
         """Until when (``time.monotonic()`` seconds) the entry may wait for more queries to batch
@@ -90,12 +85,6 @@ class Policy:
     def split(self, batch: BatchRow, stage: int, now: float) -> Sequence[int] | None:
         """Sizes to split ``batch`` into after ``stage`` finished all of it, or None to pass it on."""
         return None
-
-    def choose(self, manifest: Manifest, cores: int, on_cores: bool) -> Choice:
-        """Pipeline, or step aside and serve as a plain model does (``serving.py``) because the
-        pipeline cannot pay on this model and host (``cores``: the CPU cores this process may
-        use; ``on_cores``: every stage computes on them)? Asked before ``bind``."""
-        return Choice(True, f"policy {self.name!r} always pipelines")
 
 
 @dataclass

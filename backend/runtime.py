@@ -7,8 +7,10 @@ queries can enter while earlier batches run (multi-entry). When the first execut
 for work the entry takes the waiting queries that stack together (after the batch window, if
 any) and the scheduler makes them a new batch or stretches the latest one. Each query is
 answered as soon as its own rows leave the last stage (multi-exit), wherever split or stretch
-moved them. A batch that finds the pipeline empty may instead run through every stage in the
-caller's thread and be answered before ``run`` returns (``runs_inline``; ``lone.py`` decides).
+moved them. A batch may instead run through every stage in the caller's thread and be
+answered before ``run`` returns (``runs_inline``): a batch that finds the pipeline empty, where
+``decide.LoneRuns`` says so, and every batch while ``decide.ModeSwitch`` serves the model plain
+(the pipeline drained first, so that no request overtakes one handed over before it).
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from .engines import Engine
 from .entry import CANCELLED, EXPIRED, Entry
 from .executor import BatchQueue, StageExecutor, Trace
 from .exit import Exit
-from .lone import LoneRuns
+from .decide import LoneRuns, Mode
 from .manifest import Manifest
 from .metrics import IN_FLIGHT, WAITING, Family, Metrics
 from .padding import Buckets, cut, stack
@@ -39,6 +41,8 @@ from .whole import WholeBatch
 
 log = logging.getLogger(__name__)
 CANCEL_IN_FLIGHT_S = 0.1  # a query in the pipeline is asked once it is this old, then at most this often
+BACKPRESSURE_MAX_S = 5.0  # ``submit`` waits for stage 0 to compute its queries at most this long (``wait_s``)
+DRAIN_S = 0.05  # how often a switch to plain serving checks whether the pipeline has drained
 
 
 class Runtime:
@@ -84,12 +88,16 @@ class Runtime:
         ]
         for executor in self.executors:
             executor.start()
-        # A lone batch run inline (``lone.py``): the same engines, one stage after another.
-        self._lone = LoneRuns() if config.lone_inline else None
-        self._alone = WholeBatch(manifest, engines, self.device, self.metrics, self.pad_values, self.size_limits,
-                                 buckets=buckets)
+        # Batches run inline: the same engines, one stage after another (``serving.serve`` sets
+        # what decides when: ``lone``, and ``mode`` through the ``watch``).
+        self.plain = WholeBatch(manifest, engines, self.device, self.metrics, self.pad_values, self.size_limits,
+                                config.policy.form_inline, buckets)
+        self.lone: LoneRuns | None = None
+        self.mode = Mode.PIPELINE
+        self.watch = None  # serving.Watch, where a ModeSwitch decides the mode
+        self.wait_s = 0.0  # ``submit`` returns once stage 0 has computed its queries, at most after this long
 
-    def submit(self, queries: Sequence[Query], wait_s: float = 0.0) -> None:
+    def submit(self, queries: Sequence[Query]) -> None:
         """Validate and hand over; never waits for inference. With ``wait_s``, return once stage 0
         has computed them (``Entry.wait_ready``), at most after that long."""
         if self.dead:
@@ -97,24 +105,30 @@ class Runtime:
                 query.answer(failure=Failure(self.dead, Code.UNAVAILABLE))
             return
         self.entry.put(refuse_invalid(self.manifest, queries, self.size_limits, self._judged))
-        if wait_s > 0:
-            self.entry.wait_ready(wait_s)
+        if self.wait_s > 0:
+            self.entry.wait_ready(self.wait_s)
 
     def runs_inline(self) -> bool:
-        """Asked by ``execute`` before it hands its batch over: whether the batch finds the
-        pipeline empty and runs inside ``execute`` instead (``run``; ``lone.py`` decides)."""
-        if self._lone is None:
+        """Asked by ``execute`` before it hands its batch over: whether the batch runs inside
+        ``execute`` instead (``run``): always while the model serves plain (once the pipeline
+        has drained), and a lone batch where ``lone`` says so."""
+        if self.mode is not Mode.PIPELINE and not self.dead:
+            while (len(self.entry) or len(self.table) or self.exit.pending) and not self.dead:
+                if self.table.wait_empty(DRAIN_S):
+                    self.exit.wait_sent(DRAIN_S)
+            return True
+        if self.lone is None:
             return False
         # Nothing waits at the entry and no batch is in the pipeline, checked in that order:
         # stage 0 admits under the entry's lock, so a batch taken from it is in the table by then.
         idle = not len(self.entry) and not len(self.table)
-        inline = self._lone.inline(idle)
+        inline = self.lone.inline(idle)
         if idle:
             self.metrics.lone(inline)
         return inline
 
     def run(self, queries: Sequence[Query], meanwhile: Callable[[], None] | None = None) -> None:
-        """Run a lone batch through every stage in the caller's thread and answer it before
+        """Run a batch through every stage in the caller's thread and answer it before
         returning, where ``runs_inline`` said so: the executors wait meanwhile (nothing is in the
         pipeline, and only the caller submits), so the engines are the caller's. ``meanwhile``:
         as ``WholeBatch.run``'s."""
@@ -124,7 +138,7 @@ class Runtime:
                 meanwhile()
             return
         self.entry.arrived(queries)
-        self._alone.run(queries, meanwhile)
+        self.plain.run(queries, meanwhile)
 
     @property
     def ready(self) -> bool:
@@ -155,6 +169,8 @@ class Runtime:
 
     def close(self, timeout: float = 60) -> None:
         """Finish what was admitted, refuse what was still waiting, stop the executors."""
+        if self.watch is not None:
+            self.watch.stop()
         for query in self.entry.close():
             query.answer(failure=Failure("the model is unloading", Code.UNAVAILABLE))
         if self.dead:  # nothing in flight will finish: do not wait for it

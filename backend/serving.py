@@ -1,50 +1,61 @@
-"""How a model serves, decided once when it loads: through the pipeline, or as a plain model.
+"""The model's server, built when it loads: its engines, how it serves (``decide.py``) and what
+``execute`` talks to (``Server``).
 
-- ``PIPELINE``: the multi-entry multi-exit runtime (``runtime.py``), each query answered as soon
-  as its rows leave; a batch that finds the pipeline empty may run to the end inside
-  ``execute`` instead, while requests rarely arrive during one (``lone.py``).
-- ``FUSED``: the policy stepped aside (``Policy.choose``), so the stages run as one engine
-  (``engines.fusable``: one ONNX Runtime session, or one timed engine) on the batch Triton's
-  batcher formed, inside ``execute``, and the responses go back in the list ``execute``
-  returns: what a plain Python model does, with no threads, hand-offs or per-response round
-  trips to pay for.
-- ``IN_TURN``: the same single-entry single-exit serving with the stages run one after another:
-  where the policy stepped aside on engines that cannot fuse (TensorRT), and for ``batching:
-  triton`` (the stages as sliced, for comparisons).
+- A ``Runtime`` (``runtime.py``): the multi-entry multi-exit pipeline. Under ``auto`` on
+  engines that overlap it measures this host's serving costs first (``calibrate.py``) and
+  watches each second of serving (``Watch``), running every batch inside ``execute`` while
+  ``decide.ModeSwitch`` says the plain way serves the load better, and a lone batch inside it
+  while ``decide.LoneRuns`` says so.
+- A ``WholeBatch`` (``whole.py``): where ``auto`` steps aside on stages that share the host's
+  cores (the stages fused into one engine, ``engines.fusable``) and for ``batching: triton``
+  (the stages in turn, as sliced): ``execute`` runs the batch Triton formed and returns every
+  response in its list, what a plain Python model does.
 
 Nothing here imports Triton, so the choice can be tested directly.
 """
 
 from __future__ import annotations
 
+import logging
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from enum import Enum
 from pathlib import Path
+from typing import Protocol
 
+from . import calibrate
 from .config import RuntimeConfig
+from .decide import Choice, HostCosts, LoneRuns, Mode, ModeSwitch, Window, capacities, choose, interpreted, waits
 from .device import CpuDevice, Device
-from .diversity import PIPELINE_COST_US, engine_capacity, interpreted
 from .engines import cpu_cores, describe_graphs, fusable, graph_buckets, load_engines, on_host_cores
 from .executor import Trace
 from .manifest import Manifest
-from .metrics import Metrics
+from .metrics import BATCHES, ENTRY_QUERIES, STAGE_BUSY, Metrics
 from .padding import Buckets
-from .policy import Choice
-from .runtime import Runtime
+from .query import Query
+from .runtime import BACKPRESSURE_MAX_S, Runtime
 from .whole import WholeBatch, together
 
-
-class Mode(Enum):
-    PIPELINE = "pipeline"
-    FUSED = "fused"
-    IN_TURN = "in_turn"
+log = logging.getLogger(__name__)
+WINDOW_S = 1.0  # how often the ModeSwitch looks at serving
 
 
-# At the engines' capacity, serving every request through the pipeline would take at least this
-# share of the host's cores: the CPU, not the engines, caps the pipeline (see ``waits``).
-CPU_BOUND = 0.5
+class Server(Protocol):
+    """What the backend's ``execute`` talks to, however the model serves."""
+
+    ready: bool
+
+    def runs_inline(self) -> bool:
+        """Whether this batch runs inside ``execute`` (``run``), or is handed over (``submit``)."""
+
+    def run(self, queries: Sequence[Query], meanwhile: Callable[[], None] | None = None) -> None: ...
+
+    def submit(self, queries: Sequence[Query]) -> None: ...
+
+    def gauges(self) -> dict: ...
+
+    def close(self) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -54,85 +65,125 @@ class Decision:
     waits: bool = False  # a pipeline's ``execute`` waits until stage 0 has computed its queries
     waits_why: str = ""
     graphs: str = ""  # the torch stages' CUDA graphs, where they have them (``engines.describe_graphs``)
+    costs: HostCosts = HostCosts()
 
-
-def decide(manifest: Manifest, config: RuntimeConfig, cores: int | None = None,
-           device: Device | None = None) -> Decision:
-    """How the model serves on ``cores`` (default: those this process may use) of a host whose
-    stages run on ``device`` (default: the CPU), and why."""
-    if config.batching == "triton":
-        return Decision(Mode.IN_TURN, Choice(False, "batching: triton"))
-    cores = cores or cpu_cores()
-    on_cores = on_host_cores(manifest, device or CpuDevice())
-    choice = config.policy.choose(manifest, cores, on_cores)
-    if choice.pipeline:
-        return Decision(Mode.PIPELINE, choice, *waits(manifest, config, cores, on_cores))
-    return Decision(Mode.FUSED if fusable(manifest) else Mode.IN_TURN, choice)
-
-
-def waits(manifest: Manifest, config: RuntimeConfig, cores: int, on_cores: bool) -> tuple[bool, str]:
-    """Whether a pipeline's ``execute`` waits until stage 0 has computed the queries it handed
-    over (``Entry.wait_ready``), and why. Waiting keeps Triton's batching alive: the requests
-    that arrive meanwhile come in one ``execute``, and the responses ready by then go back in
-    its list, not one ``send()`` each: where the host's CPU caps the pipeline (serving costs
-    ``pipeline_cost_us`` a request, and at the engines' capacity that would take ``CPU_BOUND``
-    of the cores), that is what keeps up (two 1.3 ms stages flat in the batch size, 64 in
-    flight: 2,400 against 1,800 requests/s). Where the engines cap it, the requests waiting
-    unseen in Triton's queue meanwhile are what costs: they miss the batch stage 0 forms next,
-    and the policy's slack and arrival rate cannot count them; returning at once lets the entry
-    see every query as it arrives (two slow stages on RTE: 0.72x the ensemble's mean latency at
-    medium load against 0.92x waiting, 1.25x its answers at 16 in flight against 1.11x;
-    docs/results/sim-slow-rte-nowait). ``execute_waits`` true or false decides
-    instead; without latency tables it waits."""
-    if config.execute_waits != "auto":
-        return config.execute_waits == "true", f"execute_waits is {config.execute_waits}"
-    tables = [stage.latency for stage in manifest.stages]
-    if any(table is None for table in tables):
-        return True, "execute waits: no latency tables to tell whether the engines or the CPU cap the pipeline"
-    # The diversity policy knows this host's serving cost (policy.pipeline_cost_us); others take the default.
-    cost_us = getattr(config.policy, "pipeline_cost_us", PIPELINE_COST_US)
-    # Stages on the host's cores (``on_cores``) hold them for all their time, which the tables
-    # already are: only torch stages on a GPU add the interpreter's turns (``interpreted``).
-    capacity = engine_capacity(tables, pipelined=True, shared_host=interpreted(manifest) and not on_cores)
-    share = capacity * cost_us / 1e6 / cores
-    cpu = share >= CPU_BOUND
-    return cpu, (f"execute {'waits for stage 0: the CPU caps' if cpu else 'returns at once: the engines cap'} the "
-                 f"pipeline (the engines' {capacity:.0f} requests/s at {cost_us:.0f} us of serving each would take "
-                 f"{share:.0%} of {cores} cores)")
+    def describe(self) -> str:
+        return "; ".join(part for part in (f"serves {self.mode.value} ({self.choice.why})", self.waits_why,
+                                           self.costs.describe() if self.costs.how != HostCosts().how else "",
+                                           self.graphs) if part)
 
 
 def serve(manifest: Manifest, version_dir: Path, config: RuntimeConfig, device: Device, metrics: Metrics,
-          on_death: Callable[[str], None] | None = None, trace: Trace | None = None
-          ) -> tuple[Decision, WholeBatch | Runtime]:
-    """The model's engines loaded and its server built: a ``WholeBatch`` (``execute`` runs each
-    batch) or a ``Runtime`` (``execute`` hands over and returns once stage 0 has computed them)."""
+          on_death: Callable[[str], None] | None = None, trace: Trace | None = None,
+          round_trip: Callable[[], None] | None = None, server_cpu_s: Callable[[], float | None] | None = None,
+          said: Callable[[str], None] | None = None) -> tuple[Decision, Server]:
+    """The model's engines loaded and its server built. ``round_trip``: one call to Triton's
+    process (timed for a ``send()``); ``server_cpu_s``: tritonserver's CPU seconds so far;
+    ``said``: where the switch's changes of mind are logged."""
     graphs = config.graphs(manifest, not isinstance(device, CpuDevice))
     lengths = graph_buckets(manifest)[1] if graphs else ()
     buckets = Buckets({manifest.length_axis: lengths}) if lengths else Buckets()
     if graphs:  # every batch runs at a bucket's length, and a stage costs the host a graph's launch
         manifest = manifest.as_graphs()
-    decision = decide(manifest, config, device=device)
-    metrics.serving(decision.mode.value, decision.choice.capacity)
-    chosen = decision.mode
-    fused = chosen is Mode.FUSED
-    alone = chosen is not Mode.PIPELINE or len(manifest.stages) == 1  # one session runs at a time
-    engines = load_engines(manifest, version_dir, device, config.intra_op_thread_count or cpu_cores(),
-                           config.spins(alone), fused, graphs)
-    decision = replace(decision, graphs=describe_graphs(engines))
-    if chosen is Mode.PIPELINE:
-        return decision, Runtime(manifest, engines, config, device, trace=trace, metrics=metrics, on_death=on_death,
-                                 buckets=buckets)
-    manifest = manifest.fused() if fused else manifest
-    config.bind(manifest)
-    # Where compute is dear (ONNX Runtime on the CPU's cores) the policy's clusters by length save
-    # it; on engines that overlap (a GPU; timed) the host's CPU is dear too, and the policy cuts a
-    # batch in two only where the tables save more than one more run costs the host.
+    cores = cpu_cores()
+    statistic = getattr(config.policy, "statistic", "mean")  # the tables' column the policy reads
+    on_cores = on_host_cores(manifest, device)
     if config.batching == "triton":
-        form = together
-    elif on_host_cores(manifest, device):
-        def form(queries):
-            return [batch for batch, _ in config.policy.form(queries, manifest.max_batch_size, time.monotonic())]
+        choice = Choice(False, "batching: triton")
     else:
-        form = config.policy.form_inline
-    return decision, WholeBatch(manifest, engines, device, metrics, config.pad_values, config.size_limits(manifest),
-                                form, buckets)
+        choice = choose(manifest, config.policy.auto, on_cores, statistic)
+    mode = Mode.PIPELINE if choice.pipeline else (
+        Mode.FUSED if fusable(manifest) and config.batching != "triton" else Mode.IN_TURN)
+    metrics.serving(mode.value, choice.capacity)
+    alone = mode is not Mode.PIPELINE or len(manifest.stages) == 1  # one session runs at a time
+    engines = load_engines(manifest, version_dir, device, config.intra_op_thread_count or cpu_cores(),
+                           config.spins(alone), mode is Mode.FUSED, graphs)
+    decision = Decision(mode, choice, graphs=describe_graphs(engines))
+    if mode is not Mode.PIPELINE:
+        manifest = manifest.fused() if mode is Mode.FUSED else manifest
+        config.bind(manifest)
+        form = together if config.batching == "triton" else _form_on_cores(config, manifest.max_batch_size)
+        return decision, WholeBatch(manifest, engines, device, metrics, config.pad_values,
+                                    config.size_limits(manifest), form, buckets)
+    runtime = Runtime(manifest, engines, config, device, trace=trace, metrics=metrics, on_death=on_death,
+                      buckets=buckets)
+    lone = config.lone_inline == "true" or (config.lone_inline == "auto" and choice.switches)
+    costs = HostCosts()
+    if not on_cores or lone:  # (on the host's cores the CPU time measured would be the engines')
+        costs = calibrate.measure(manifest, device, runtime.submit, runtime.plain.run, round_trip)
+        metrics.clear()  # the calibration's batches are not the model's
+        config.policy.measured(costs, len(manifest.stages))
+        if choice.switches:
+            tables = [s.latency for s in manifest.stages]
+            metrics.serving(mode.value, capacities(tables, costs, cores, statistic, interpreted(manifest)))
+    waited, waits_why = waits(manifest, config.execute_waits, costs)
+    runtime.wait_s = BACKPRESSURE_MAX_S if waited else 0.0
+    if lone and all(s.latency is not None for s in manifest.stages):
+        runtime.lone = LoneRuns.of(manifest, costs)
+    if choice.switches:
+        switch = ModeSwitch([s.latency for s in manifest.stages], costs, cores, statistic, interpreted(manifest))
+        runtime.watch = Watch(runtime, switch, metrics, device, len(manifest.stages), server_cpu_s, said)
+        runtime.watch.start()
+    return replace(decision, waits=waited, waits_why=waits_why, costs=costs), runtime
+
+
+def _form_on_cores(config: RuntimeConfig, max_batch_size: int):
+    """Where compute is dear (ONNX Runtime on the CPU's cores) the policy's clusters by length
+    save it (``whole.py``)."""
+    def form(queries: Sequence[Query]) -> list[list[Query]]:
+        return [batch for batch, _ in config.policy.form(queries, max_batch_size, time.monotonic())]
+    return form
+
+
+class Watch(threading.Thread):
+    """Every ``WINDOW_S``, what serving showed (the metrics' counters, this process's CPU and
+    tritonserver's) goes to the ``ModeSwitch``, and the runtime serves as it says from the next
+    ``execute`` on. The windows a switch straddles are not shown to it."""
+
+    def __init__(self, runtime: Runtime, switch: ModeSwitch, metrics: Metrics, device: Device, stages: int,
+                 server_cpu_s: Callable[[], float | None] | None, said: Callable[[str], None] | None):
+        super().__init__(name="dvabatch-mode-switch", daemon=True)
+        self.runtime, self.switch, self.metrics, self.stages = runtime, switch, metrics, stages
+        self.device = device
+        self._server_cpu_s, self._said = server_cpu_s or (lambda: None), said or log.info
+        self._stopping = threading.Event()
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self.join()
+
+    def run(self) -> None:
+        before = self._read()
+        while not self._stopping.wait(WINDOW_S):
+            now = self._read()
+            try:
+                changed = self.switch.observe(self._window(before, now))
+            except Exception:  # the switch must never take serving down: the mode stays
+                log.exception("the mode switch failed")
+                changed = None
+            before = now
+            if changed is not None:
+                self.runtime.mode = changed
+                self.metrics.serving(changed.value, {})
+                self._said(f"serves {'pipelined' if changed is Mode.PIPELINE else 'plain'} now: {self.switch.last}")
+                time.sleep(WINDOW_S / 2)  # the switch's own transient is no window
+                before = self._read()
+
+    def _read(self) -> tuple[float, float, float | None, dict]:
+        return time.monotonic(), calibrate.host_cpu_s(self.device), self._server_cpu_s(), self.metrics.snapshot()
+
+    def _window(self, before, now) -> Window:
+        (t0, cpu0, server0, counted0), (t1, cpu1, server1, counted1) = before, now
+
+        def delta(key) -> float:
+            return counted1.get(key, 0.0) - counted0.get(key, 0.0)
+        busy = tuple(delta((STAGE_BUSY.name, (("stage", str(s)),))) / 1e6 for s in range(self.stages))
+        runs = rows = 0.0
+        for key in counted1:
+            name, labels = key
+            if name == BATCHES.name and dict(labels).get("stage") == "0":
+                runs += delta(key)
+                rows += delta(key) * int(dict(labels)["rows"])
+        server = server1 - server0 if server0 is not None and server1 is not None else None
+        return Window(t1 - t0, int(delta((ENTRY_QUERIES.name, ()))), cpu1 - cpu0, server, busy,
+                      rows / runs if runs else 1.0)

@@ -63,6 +63,21 @@ class WholeBatch:
         self._stream = device.stream()
         self._columns = [(spec, itemgetter(spec.name), self.pad_values.get(spec.name, 0)) for spec in manifest.inputs]
 
+    ready = True  # no threads to lose
+
+    def runs_inline(self) -> bool:
+        """Every batch runs inside ``execute`` (``serving.Server``)."""
+        return True
+
+    def submit(self, queries: Sequence[Query]) -> None:
+        self.run(queries)
+
+    def gauges(self) -> dict:
+        return {}
+
+    def close(self) -> None:
+        """Nothing runs once ``execute`` has returned."""
+
     def run(self, queries: Sequence[Query], meanwhile: Callable[[], None] | None = None) -> None:
         """Run and answer ``queries``; return once the engines are done. ``meanwhile`` is called
         once, when every query is answered and before the host waits for the engines: on

@@ -178,29 +178,33 @@ def test_every_policy_answers_mixed_lengths_like_the_unsliced_model(client, repo
 
 def test_one_request_at_a_time_runs_inside_execute_and_answers_like_the_unsliced_model(client, server, repository,
                                                                                        sources):
-    """One client, one request at a time, to a model that pipelines (Policies I and III): each
-    finds the pipeline empty, so most run through every stage inside ``execute`` and go back in
-    its list (now and then one enters the pipeline to look whether others arrive meanwhile); every
-    answer equals the unsliced model's, and Triton's metrics endpoint says where they ran."""
+    """One client, one request at a time, to a model that pipelines (Policies I and III) and asks
+    for lone batches inline (``lone_inline: true``; a configured policy's batches otherwise all
+    enter the pipeline): each finds the pipeline empty, so once the first looks saw nothing
+    arrive meanwhile most run through every stage inside ``execute`` and go back in its list
+    (now and then one enters the pipeline to look again); every answer equals the unsliced
+    model's, and Triton's metrics endpoint says where they ran."""
     name = "bert_like_lone"
     shutil.copytree(repository / "bert_like", repository / name)
     config = (repository / name / "config.pbtxt").read_text().replace('name: "bert_like"', f'name: "{name}"')
     (repository / name / "config.pbtxt").write_text(config + 'parameters: { key: "policy" value: '
-                                                    '{ string_value: "input+load" } }\n')
+                                                    '{ string_value: "input+load" } }\n'
+                                                    'parameters: { key: "lone_inline" value: '
+                                                    '{ string_value: "true" } }\n')
     client.load_model(name)
     manifest = Manifest.load(repository / name / VERSION)
     reference = OnnxRuntimeEngine(sources["bert_like"], [o.name for o in manifest.outputs])
-    for i in range(10):
-        feed = sample_inputs(manifest.inputs, 1 + i % 2, {"sequence": 3 + i}, seed=i)
+    for i in range(30):
+        feed = sample_inputs(manifest.inputs, 1 + i % 2, {"sequence": 3 + i % 10}, seed=i)
         answer = infer(client, name, feed, [])
         for out, expected in reference.run(feed).items():
             np.testing.assert_allclose(answer[out], expected, atol=1e-5, rtol=0)
     deadline, ran = time.monotonic() + 10, {}
-    while time.monotonic() < deadline and sum(ran.values()) < 10:  # exported about once a second
+    while time.monotonic() < deadline and sum(ran.values()) < 30:  # exported about once a second
         time.sleep(0.5)
         ran = {dict(labels)["ran"]: value for labels, value in
                prom.select(prom.scrape(server.metrics_url), "dvabatch_lone_batches_total", model=name).items()}
-    assert ran.get("inline", 0) >= 6 and ran.get("pipeline", 0) >= 1, ran
+    assert ran.get("inline", 0) >= 12 and ran.get("pipeline", 0) >= 1, ran
     client.unload_model(name)
 
 

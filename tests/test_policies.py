@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from backend.batch_table import Flight
+from backend.decide import HostCosts, LoneRuns, Mode, ModeSwitch, Window, capacities, interpreted
 from backend.config import RuntimeConfig, make_policy
 from backend.policy import Outlook
 from backend.errors import ConfigError
@@ -321,14 +322,15 @@ def test_policy1_inside_execute_cuts_a_batch_in_two_only_where_the_runs_take_les
                  "mean": [[3 * T + T * b for b in BATCH_SIZES], [3 * T + 2 * T * b for b in BATCH_SIZES]]}
     manifest = timed_manifest([per_token])
 
-    def lengths(ns: list[int], **settings) -> list[list[int]]:
-        auto = make_policy("auto", {k: str(v) for k, v in settings.items()})
+    def lengths(ns: list[int], run_s: float = 0.0) -> list[list[int]]:
+        auto = make_policy("auto", {})
         auto.bind(manifest)
+        auto.measured(HostCosts(plain_batch_s=run_s), 1)
         queries = refuse_invalid(manifest, [Query({"x": np.zeros((1, n), np.float32)}, lambda o, f: None) for n in ns])
         return [[q.sizes["sequence"] for q in group] for group in auto.form_inline(queries)]
 
     assert lengths([128, 64] * 4) == [[64] * 4, [128] * 4]
-    assert lengths([128, 64] * 4, run_cost_us=T * 1000 * 1.5) == [[64] * 4 + [128] * 4]
+    assert lengths([128, 64] * 4, run_s=T / 1000 * 1.5) == [[64] * 4 + [128] * 4]
     assert lengths([128, 64]) == [[64, 128]]
     assert lengths([64] * 8) == [[64] * 8]
 
@@ -375,23 +377,87 @@ def test_the_batch_window_never_takes_more_than_half_of_a_deadline():
     check_rows(clock)
 
 
-def test_auto_steps_aside_where_torch_stages_spend_their_time_in_the_interpreter():
-    """Tables measured on an H200 (docs/profiles): BERT-base's two torch stages take about the
-    same at 1 and at 16 rows, so their time is the interpreter's host dispatch, which the stages
-    of one process take in turns: ``auto`` serves them as a plain model. The same tables on
-    engines that overlap (timed) pipeline, and so do ResNet-50's torch stages, whose time grows
-    with the batch (the GPU's share)."""
+def _on(profile: str, engine: str):
+    """An H200 profile's tables (docs/profiles) on ``engine``."""
     from dataclasses import replace
 
     from tools.lib.paths import ROOT
     from tools.lib.timed import from_profile
 
-    def on(profile: str, engine: str):
-        manifest = from_profile(ROOT / "docs" / "profiles" / f"{profile}_torch_h200_2stages.json")[1]
-        return replace(manifest, stages=tuple(replace(s, engine=engine) for s in manifest.stages))
+    manifest = from_profile(ROOT / "docs" / "profiles" / f"{profile}_torch_h200_2stages.json")[1]
+    return replace(manifest, stages=tuple(replace(s, engine=engine) for s in manifest.stages))
 
-    auto = make_policy("auto", {})
-    bert = auto.choose(on("bert_base", "torch"), 16, False)
-    assert not bert.pipeline and bert.capacity["pipeline"] < 1.1 * bert.capacity["plain"], bert
-    assert auto.choose(on("bert_base", "timed"), 16, False).pipeline
-    assert auto.choose(on("resnet50", "torch"), 16, False).pipeline
+
+def test_pipelining_interpreted_torch_stages_frees_almost_nothing():
+    """Tables measured on an H200: BERT-base's two torch stages take about the same at 1 and at
+    16 rows, so their time is the interpreter's host dispatch, which the stages of one process
+    take in turns: pipelined they answer under 1.1x what they answer plain. The same tables on
+    engines that overlap (timed) nearly double, and so do ResNet-50's torch stages, whose time
+    grows with the batch (the GPU's share)."""
+    def pipelined_over_plain(manifest) -> float:
+        rates = capacities([s.latency for s in manifest.stages], HostCosts(), 16, shared_host=interpreted(manifest))
+        return rates["pipeline"] / rates["plain"]
+
+    assert pipelined_over_plain(_on("bert_base", "torch")) < 1.1
+    assert pipelined_over_plain(_on("bert_base", "timed")) > 1.5
+    assert pipelined_over_plain(_on("resnet50", "torch")) > 1.5
+
+
+def _window(stub_s: float, busy_s: tuple[float, ...], answered: int = 1000, rows: float = 8.0,
+            server_s: float | None = None) -> Window:
+    return Window(1.0, answered, stub_s, server_s, busy_s, rows)
+
+
+def test_the_mode_switch_serves_plain_where_the_pipelines_own_cost_is_the_nearer_limit():
+    """Two stages of 1 ms a batch (timed, so the tables are all the engines take); the
+    pipeline's stub costs three times the plain path's. At 1,000 answers/s in batches of 8 the
+    stub is 90 % busy pipelined, where plain would keep it 30 % busy and the engines 25 %: the
+    switch serves plain. There, at 3,000 answers/s, the engines are 75 % busy and pipelined the
+    stub would be saturated: it stays, and at 400/s too (the stub 36 % busy pipelined against
+    12 %: requests would queue more). When the load falls to 100/s (both ways have nearly all
+    their room) it pipelines again; a window with hardly any answers changes nothing."""
+    manifest = timed_manifest([flat(1.0)] * 2)
+    costs = HostCosts(pipeline_request_s=900e-6, plain_request_s=300e-6)
+    switch = ModeSwitch([s.latency for s in manifest.stages], costs, cores=4)
+    assert switch.observe(_window(0.9, (0.125, 0.125))) is Mode.IN_TURN
+    assert switch.observe(_window(0.9, (0.375, 0.375), answered=3000)) is None and switch.mode is Mode.IN_TURN
+    assert switch.observe(_window(0.12, (0.05, 0.05), answered=400)) is None
+    assert switch.observe(_window(0.03, (0.0125, 0.0125), answered=100)) is Mode.PIPELINE
+    switch.mode = Mode.IN_TURN
+    assert switch.observe(_window(0.001, (0.0, 0.0), answered=3)) is None  # too little to go by
+
+
+def test_the_mode_switch_pipelines_where_the_engines_are_the_nearer_limit():
+    """Two stages of 10 ms a batch, served plain at 700 answers/s in batches of 8: the engines
+    are 88 % busy one after another, and pipelined the slower stage would be 44 % busy while the
+    stub (cheap next to the engines) stays under 10 %: the switch pipelines, and there it stays
+    at twice the load."""
+    manifest = timed_manifest([flat(10.0)] * 2)
+    costs = HostCosts(pipeline_batch_s=200e-6, pipeline_request_s=60e-6, plain_batch_s=100e-6, plain_request_s=30e-6)
+    switch = ModeSwitch([s.latency for s in manifest.stages], costs, cores=2, mode=Mode.IN_TURN)
+    assert switch.observe(_window(0.03, (0.44, 0.44), answered=700)) is Mode.PIPELINE
+    assert switch.observe(_window(0.06, (0.9, 0.9), answered=1400)) is None and switch.mode is Mode.PIPELINE
+
+
+def test_a_lone_batch_runs_inline_only_once_looks_show_arrivals_are_rare_enough_for_what_it_saves():
+    """Nothing seen yet, every lone batch enters the pipeline (multi-entry). Where running one
+    inline saves 0.3 ms and an arrival during a run would wait 1 ms longer, inline pays once
+    under 30 % of the looks saw an arrival: after five looks without one. On stages of 100 ms
+    (an arrival waits some 150 ms longer) it takes far more looks; and where the pipeline costs
+    no more than the plain path, never. One arrival seen sends lone batches to the pipeline
+    again."""
+    def looks_until_inline(rule: LoneRuns) -> int:
+        for look in range(100):
+            if rule.inline(idle=True):
+                return look
+        return -1
+
+    assert looks_until_inline(LoneRuns(saved_s=0.3e-3, extra_s=1e-3)) == 5
+    assert looks_until_inline(LoneRuns(saved_s=0.3e-3, extra_s=150e-3)) > 15
+    assert looks_until_inline(LoneRuns(saved_s=0.0, extra_s=1e-3)) == -1
+    rule = LoneRuns(saved_s=0.3e-3, extra_s=1e-3)
+    looks_until_inline(rule)
+    while rule.inline(idle=True):  # inline, until a look is due
+        pass
+    assert not rule.inline(idle=False)  # the look saw an arrival
+    assert not rule.inline(idle=True)

@@ -20,7 +20,8 @@ from backend.metrics import Metrics
 from backend.policy import FixedPolicy, RandomPolicy
 from backend.query import Failure, Handover, Query, refuse_invalid, take_batch, validate
 from backend.runtime import Runtime
-from backend.serving import Mode, decide, serve
+from backend.decide import HostCosts, LoneRuns, Mode, choose, waits
+from backend.serving import serve
 from backend.whole import WholeBatch
 from backend.sample import sample_inputs
 from slicer.slicing import VERSION
@@ -295,7 +296,8 @@ def test_execute_waits_until_stage_0_has_computed_its_queries(tmp_path):
     sent = []
     try:
         handover = Handover([sent.append])
-        runtime.submit([Query(inputs=dict(feed), respond=lambda o, f: handover.deliver(0, (o, f)))], wait_s=5)
+        runtime.wait_s = 5
+        runtime.submit([Query(inputs=dict(feed), respond=lambda o, f: handover.deliver(0, (o, f)))])
         ran = {dict(k)["stage"] for (family, k) in runtime.metrics.snapshot() if family == "dvabatch_batches_total"}
         assert ran == {"0"}  # stage 0 has computed it; stage 1 (200 ms more) has not
         assert handover.close() == [None]
@@ -311,20 +313,18 @@ def test_execute_waits_until_stage_0_has_computed_its_queries(tmp_path):
 def test_a_pipeline_holds_execute_where_the_cpu_caps_it_and_returns_at_once_where_the_engines_do(tmp_path):
     """Back-pressure keeps Triton's batching where serving each request is what is dear; where
     the engines are, ``execute`` returns at once so that the entry sees every query as it
-    arrives. ``execute_waits`` decides instead when set; a bad value fails the load by name."""
-    pipelined = lambda **parameters: RuntimeConfig.from_parameters({"policy": "input+load", **parameters})  # noqa: E731
+    arrives. ``execute_waits`` decides instead when set; a bad value fails the load by name.
+    Whether the CPU caps the pipeline is read from the host's measured cost: the same slow
+    engines on a host whose stub spends 1 ms a request are CPU-bound."""
     zero, slow = (timed_manifest(tmp_path, *line) for line in ((0, 0, 64), (9, 132, 64)))
-    held = decide(zero, pipelined(), cores=2)
-    assert held.mode is Mode.PIPELINE and held.waits and "the CPU caps" in held.waits_why
-    free = decide(slow, pipelined(), cores=2)
-    assert free.mode is Mode.PIPELINE and not free.waits and "the engines cap" in free.waits_why
-    assert decide(slow, pipelined(), cores=1).waits  # half the cores: serving at the engines' pace would take 74 %
-    assert decide(slow, pipelined(execute_waits="true"), cores=2).waits
-    assert not decide(zero, pipelined(execute_waits="FALSE"), cores=2).waits
-    assert not decide(zero, RuntimeConfig.from_parameters({"policy": "auto"}), cores=2).waits  # fused: nothing to hold
-    with pytest.raises(ConfigError, match="execute_waits"):
-        RuntimeConfig.from_parameters({"execute_waits": "sometimes"})
-
+    costs = HostCosts(pipeline_batch_s=200e-6, pipeline_request_s=100e-6)
+    held, why = waits(zero, "auto", costs)
+    assert held and "the CPU caps" in why
+    free, why = waits(slow, "auto", costs)
+    assert not free and "the engines cap" in why
+    assert waits(slow, "auto", HostCosts(pipeline_request_s=1e-3))[0]
+    assert waits(slow, "true", costs)[0]
+    assert not waits(zero, RuntimeConfig.from_parameters({"execute_waits": "FALSE"}).execute_waits, costs)[0]
 
 def test_a_lone_batch_runs_inside_execute_while_nothing_else_arrives_during_one(tmp_path):
     """A batch that finds the pipeline empty runs through every stage in the caller's thread and
@@ -332,10 +332,11 @@ def test_a_lone_batch_runs_inside_execute_while_nothing_else_arrives_during_one(
     that now and then one enters the pipeline to see whether requests arrive during one: after 4
     inline runs, then 8, then 16 while nothing does. A look that sees one stops the inline runs
     until a look sees none, and the looks come every 4 again; a batch never runs inline while
-    another is in the pipeline; ``lone_inline: false`` turns it off. The metrics count where
-    lone batches ran."""
+    another is in the pipeline. The metrics count where lone batches ran. (A rule under which
+    inline pays while under a fifth of the looks saw an arrival, none seen yet.)"""
     manifest = timed_manifest(tmp_path, 40, 40, 2)  # two stages of 20 ms
     runtime = Runtime(manifest, load_engines(manifest, tmp_path), RuntimeConfig(policy=make_policy("pass", {})))
+    runtime.lone, runtime.wait_s = LoneRuns(saved_s=0.2e-3, extra_s=1e-3, share=0.0), 5
     feed = sample_inputs(manifest.inputs, 1, {"sequence": 4}, seed=0)
     inbox = Inbox()
 
@@ -346,7 +347,7 @@ def test_a_lone_batch_runs_inside_execute_while_nothing_else_arrives_during_one(
             runtime.run([query])
             assert key in inbox.answers
             return True
-        runtime.submit([query], wait_s=5)  # returns once stage 0 computed it: stage 1 still runs it
+        runtime.submit([query])  # returns once stage 0 computed it: stage 1 still runs it
         return False
 
     def one_at_a_time(keys: range) -> list[bool]:
@@ -372,11 +373,24 @@ def test_a_lone_batch_runs_inside_execute_while_nothing_else_arrives_during_one(
             assert failure is None and np.array_equal(outputs["input_ids_out"], feed["input_ids"]), key
     finally:
         runtime.close()
-    off = Runtime(manifest, load_engines(manifest, tmp_path), RuntimeConfig.from_parameters({"lone_inline": "false"}))
-    try:
-        assert not off.runs_inline()
-    finally:
-        off.close()
+
+
+def test_lone_batches_run_inline_only_under_auto_or_where_the_user_asks(tmp_path):
+    """Under a configured policy every batch enters the pipeline (multi-entry): a query arriving
+    while another is past stage 0 enters stage 0 at once. ``auto`` may run a lone batch inline,
+    ``lone_inline: true`` asks for it under any policy, ``false`` turns it off under ``auto``."""
+    manifest = timed_manifest(tmp_path, 40, 40, 2)
+
+    def lone(parameters: dict) -> bool:
+        _, runtime = serve(manifest, tmp_path, RuntimeConfig.from_parameters(parameters), CpuDevice(), Metrics())
+        runtime.close()
+        return runtime.lone is not None
+
+    assert not lone({"policy": "pass"}) and not lone({"policy": "fixed"}) and not lone({"policy": "input+load"})
+    assert lone({"policy": "auto"}) and lone({"policy": "pass", "lone_inline": "true"})
+    assert not lone({"policy": "auto", "lone_inline": "false"})
+    with pytest.raises(ConfigError, match="lone_inline"):
+        RuntimeConfig.from_parameters({"lone_inline": "sometimes"})
 
 
 def test_a_handover_returns_what_came_before_execute_returned_and_sends_the_rest():
@@ -388,58 +402,87 @@ def test_a_handover_returns_what_came_before_execute_returned_and_sends_the_rest
     assert sent == [("a", "late")]
 
 
-def test_auto_steps_aside_on_fast_engines_where_serving_costs_more_than_pipelining_gains(tmp_path):
-    """Timed stages (as on a GPU: they overlap) of two engine speeds from published figures:
-    at TensorRT speed, and at near-zero compute, the pipeline's serving cost per request caps it
-    below a plain model, so ``auto`` serves as a plain model (one timed engine for the summed
-    tables) inside ``execute``; on a slower engine pipelining doubles the capacity and stays.
-    The capacities it compared are in the metrics, and the server answers inside ``run`` with
-    every query's own rows."""
-    auto = lambda: RuntimeConfig(policy=make_policy("auto", {}))  # noqa: E731
-    trt, zero, slow = (timed_manifest(tmp_path, *line) for line in ((0.62, 15.15, 128), (0, 0, 64), (9, 132, 64)))
-    for manifest in (trt, zero):
-        decision = decide(manifest, auto(), cores=2)
-        assert decision.mode is Mode.FUSED and decision.choice.capacity["plain"] > decision.choice.capacity["pipeline"]
-    assert decide(slow, auto(), cores=2).mode is Mode.PIPELINE
-    assert decide(trt, RuntimeConfig(policy=make_policy("auto", {"pipeline_cost_us": "10"})), cores=2).mode \
-        is Mode.PIPELINE  # a host whose serving costs little
-    assert decide(zero, RuntimeConfig(policy=make_policy("pass", {})), cores=2).mode is Mode.PIPELINE
-    metrics = Metrics()
-    decision, server = serve(zero, tmp_path, auto(), CpuDevice(), metrics)
-    assert isinstance(server, WholeBatch) and len(server.engines) == 1  # one sleep for the summed tables
-    assert {dict(k)["serving"] for (family, k) in metrics.snapshot() if family == "dvabatch_predicted_capacity"} \
-        == {"plain", "pipeline"}
-    inbox = Inbox()
-    feeds = [sample_inputs(zero.inputs, 1 + i % 2, {"sequence": 5}, seed=i) for i in range(4)]
-    server.run([inbox.query(i, feed) for i, feed in enumerate(feeds)])
-    for i, feed in enumerate(feeds):
-        [(outputs, failure)] = inbox.answers[i]
-        assert failure is None and np.array_equal(outputs["input_ids_out"], feed["input_ids"])
-
-
-def test_a_model_served_as_a_plain_one_runs_a_ragged_batch_once_or_in_two_by_length_on_engines_that_overlap(
-        tmp_path):
-    """Triton hands over queries of different lengths in one batch (allow_ragged_batch); where
-    ``auto`` stepped aside on engines that overlap (here timed, at TensorRT speed) every query is
-    answered when the last run is done, so the runs' time together decides (``form_inline``):
-    8 queries, half of 16 tokens and half of 128, run once, padded to 128 (1.42 ms by the tables,
-    against 0.56 + 0.96 ms and the host's part of a second run); 32 run as two, the short ones
-    padded only to 16 (0.73 + 2.34 against 4.17 ms). Every answer is cut back to its own length.
-    (ONNX Runtime stages run the policy's clusters by length instead.)"""
+def test_auto_measures_the_host_and_starts_pipelined_on_engines_that_overlap(tmp_path):
+    """Timed stages (as on a GPU: they overlap) at TensorRT speed: ``auto`` measures what
+    serving costs this host's stub each way when it loads (a pipelined batch, with its
+    hand-offs, costs more than one run inside ``execute``), predicts both ways' capacity from
+    that and the tables (in the metrics), starts pipelined (multi-entry), runs lone batches
+    inline where the looks allow, and watches serving to switch. A configured policy pipelines
+    and neither watches nor runs lone batches inline."""
     trt = timed_manifest(tmp_path, 0.62, 15.15, 128)
-    config = RuntimeConfig(policy=make_policy("auto", {"pipeline_cost_us": "1e9"}))  # steps aside on any host
     metrics = Metrics()
-    decision, server = serve(trt, tmp_path, config, CpuDevice(), metrics)
-    assert decision.mode is Mode.FUSED
-    for count in (8, 32):
-        inbox = Inbox()
-        feeds = [sample_inputs(trt.inputs, 1, {"sequence": 16 if i % 2 else 128}, seed=i) for i in range(count)]
-        server.run([inbox.query(i, feed) for i, feed in enumerate(feeds)])
-        for i, feed in enumerate(feeds):
-            [(outputs, failure)] = inbox.answers[i]
+    decision, runtime = serve(trt, tmp_path, RuntimeConfig(policy=make_policy("auto", {})), CpuDevice(), metrics)
+    try:
+        costs = decision.costs
+        assert decision.mode is Mode.PIPELINE and decision.choice.switches and costs.how.startswith("measured")
+        assert costs.stub_s(Mode.PIPELINE, 1) > costs.stub_s(Mode.IN_TURN, 1) > 0
+        assert runtime.watch.is_alive() and runtime.lone is not None and runtime.mode is Mode.PIPELINE
+        counted = metrics.snapshot()
+        assert {dict(k)["serving"] for (family, k) in counted if family == "dvabatch_predicted_capacity"} \
+            == {"plain", "pipeline"}
+        assert not [k for k in counted if k[0] == "dvabatch_batches_total"]  # the calibration's are not counted
+    finally:
+        runtime.close()
+    decision, runtime = serve(trt, tmp_path, RuntimeConfig(policy=make_policy("pass", {})), CpuDevice(), Metrics())
+    runtime.close()
+    assert decision.mode is Mode.PIPELINE and runtime.watch is None and runtime.lone is None
+
+
+def test_a_switch_to_plain_serving_drains_the_pipeline_before_a_batch_runs_inline(tmp_path):
+    """Two stages of 100 ms. A query handed to the pipeline, then the switch says plain: the next
+    ``execute`` runs inline only once the pipeline has answered the first (nothing lost,
+    duplicated or overtaken), and back in pipeline mode batches are handed over again."""
+    slow = timed_manifest(tmp_path, 200, 200, 2)
+    _, runtime = serve(slow, tmp_path, RuntimeConfig(policy=make_policy("auto", {})), CpuDevice(), Metrics())
+    runtime.watch.stop()
+    runtime.lone = None
+    feed = sample_inputs(slow.inputs, 1, {"sequence": 4}, seed=0)
+    inbox, order = Inbox(), []
+    try:
+        first = inbox.query(0, dict(feed))
+        respond = first.respond
+        first.respond = lambda o, f: (order.append(0), respond(o, f))
+        runtime.submit([first])
+        runtime.mode = Mode.IN_TURN
+        assert runtime.runs_inline() and order == [0]
+        runtime.run([inbox.query(1, dict(feed))])
+        runtime.mode = Mode.PIPELINE
+        assert not runtime.runs_inline()
+        runtime.submit([inbox.query(2, dict(feed))])
+        inbox.wait(3)
+        for key in range(3):
+            [(outputs, failure)] = inbox.answers[key]
             assert failure is None and np.array_equal(outputs["input_ids_out"], feed["input_ids"])
-    assert {dict(k)["rows"]: v for (family, k), v in metrics.snapshot().items()
-            if family == "dvabatch_batches_total"} == {"8": 1, "16": 2}
+    finally:
+        runtime.close()
+
+
+def test_a_model_served_plain_runs_a_ragged_batch_once_or_in_two_by_length_on_engines_that_overlap(tmp_path):
+    """Triton hands over queries of different lengths in one batch (allow_ragged_batch); served
+    plain on engines that overlap (here timed, at TensorRT speed) every query is answered when
+    the last run is done, so the runs' time together decides (``form_inline``): 8 queries, half
+    of 16 tokens and half of 128, run once, padded to 128 (1.42 ms by the tables, against 0.56 +
+    0.96 ms and the host's part of a second run); 32 run as two, the short ones padded only to
+    16 (0.73 + 2.34 against 4.17 ms). Every answer is cut back to its own length. (ONNX Runtime
+    stages run the policy's clusters by length instead.)"""
+    trt = timed_manifest(tmp_path, 0.62, 15.15, 128)
+    metrics = Metrics()
+    _, runtime = serve(trt, tmp_path, RuntimeConfig(policy=make_policy("auto", {})), CpuDevice(), metrics)
+    runtime.watch.stop()
+    runtime.mode = Mode.IN_TURN
+    try:
+        for count in (8, 32):
+            inbox = Inbox()
+            feeds = [sample_inputs(trt.inputs, 1, {"sequence": 16 if i % 2 else 128}, seed=i) for i in range(count)]
+            assert runtime.runs_inline()
+            runtime.run([inbox.query(i, feed) for i, feed in enumerate(feeds)])
+            for i, feed in enumerate(feeds):
+                [(outputs, failure)] = inbox.answers[i]
+                assert failure is None and np.array_equal(outputs["input_ids_out"], feed["input_ids"])
+        assert {dict(k)["rows"]: v for (family, k), v in metrics.snapshot().items()
+                if family == "dvabatch_batches_total"} == {"8": 1, "16": 2}
+    finally:
+        runtime.close()
 
 
 def test_a_model_served_as_a_plain_one_answers_while_its_engines_run_and_returns_once_they_are_done(tmp_path):
@@ -447,11 +490,11 @@ def test_a_model_served_as_a_plain_one_answers_while_its_engines_run_and_returns
     query with the arrays its results land in and calls ``meanwhile`` (where the backend builds
     its responses) before it waits for the engines, so that work does not add to theirs; it
     returns once they are done, and the stage's busy time counts the wait."""
-    slow = timed_manifest(tmp_path, 200, 200, 2)  # two stages of 100 ms, fused
-    config = RuntimeConfig(policy=make_policy("auto", {"pipeline_cost_us": "1e9"}))  # steps aside on any host
+    slow = timed_manifest(tmp_path, 200, 200, 2)  # two stages of 100 ms
     metrics = Metrics()
-    decision, server = serve(slow, tmp_path, config, CpuDevice(), metrics)
-    assert decision.mode is Mode.FUSED
+    _, server = serve(slow, tmp_path, RuntimeConfig(policy=make_policy("auto", {})), CpuDevice(), metrics)
+    server.watch.stop()
+    server.mode = Mode.IN_TURN
     inbox = Inbox()
     feeds = [sample_inputs(slow.inputs, 1, {"sequence": 4 + i}, seed=i) for i in range(3)]
     seen = {}
@@ -468,6 +511,7 @@ def test_a_model_served_as_a_plain_one_answers_while_its_engines_run_and_returns
         assert failure is None and np.array_equal(outputs["input_ids_out"], feed["input_ids"])
     busy = [v for (family, _), v in metrics.snapshot().items() if family == "dvabatch_stage_busy_us_total"]
     assert sum(busy) >= 0.2e6
+    server.close()
 
 
 def test_auto_serves_as_a_plain_model_where_the_pipeline_cannot_pay(repository, sources):
@@ -483,10 +527,9 @@ def test_auto_serves_as_a_plain_model_where_the_pipeline_cannot_pay(repository, 
     fixed = {"batch_sizes": list(sizes), "mean": [1.0] * len(sizes)}
     manifest = with_tables(source, [per_row] * len(source.stages))
     config = lambda: RuntimeConfig(policy=make_policy("auto", {}))  # noqa: E731
-    assert decide(with_tables(source, [fixed] + [per_row] * (len(source.stages) - 1)), config()).mode \
-        is Mode.PIPELINE
-    assert decide(manifest, RuntimeConfig(policy=make_policy("input+load", {}))).mode is Mode.PIPELINE  # by name
-    assert decide(manifest, RuntimeConfig(batching="triton")).mode is Mode.IN_TURN
+    assert choose(with_tables(source, [fixed] + [per_row] * (len(source.stages) - 1)), True, True).pipeline
+    assert not choose(manifest, True, True).pipeline
+    assert choose(manifest, False, True).pipeline  # a policy configured by name
     decision, server = serve(manifest, version_dir, config(), CpuDevice(), Metrics())
     assert decision.mode is Mode.FUSED and isinstance(server, WholeBatch) and len(server.engines) == 1
     assert server.manifest.stages[0].latency.mean == tuple(len(source.stages) * b for b in sizes)

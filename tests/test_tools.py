@@ -453,8 +453,8 @@ def test_stub_cost_times_ours_and_the_plain_model_inside_one_stub(run, tokenizer
 
 def test_cost_benchmark_measures_four_ways_and_the_trace_shows_the_pipeline(run, tmp_path):
     """``tools.bench_cost`` on the near-zero-compute profile, briefly: every way of serving
-    answers, with its CPU per request and per-stage rows; ``auto`` steps aside (one stage) and
-    the forced pipeline runs two. ``DVABATCH_TRACE`` makes the pipeline write its execute calls
+    answers, with its CPU per request and per-stage rows (two stages for ours, pipelined or, for
+    ``auto`` served plain, in turn). ``DVABATCH_TRACE`` makes the pipeline write its execute calls
     and stage items, which ``tools.trace`` reads."""
     out, prefix = tmp_path / "cost", tmp_path / "trace"
     done = run("tools.bench_cost", str(ROOT / "docs" / "profiles" / "zero_2stages.json"), "--concurrency", "2",
@@ -464,7 +464,7 @@ def test_cost_benchmark_measures_four_ways_and_the_trace_shows_the_pipeline(run,
     assert set(rows) == {"plain", "ensemble", "pipeline", "auto"}
     for row in rows.values():
         assert float(row["answers_per_s"]) > 0 and float(row["server_us"]) > 0 and "rows" in row["stages"]
-    assert rows["auto"]["stages"].count("rows") == 1 and rows["pipeline"]["stages"].count("rows") == 2
+    assert rows["auto"]["stages"].count("rows") == 2 and rows["pipeline"]["stages"].count("rows") == 2
     assert rows["ensemble"]["triton_batch"].count("/") == 1
     [trace] = tmp_path.glob("trace-pipeline-*.tsv")
     shown = run("tools.trace", str(trace), "--skip", "0")

@@ -13,10 +13,9 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from backend.device import CpuDevice
-from backend.engines import OnnxRuntimeEngine, TorchEngine, load_engines, run_stages
+from backend.engines import OnnxRuntimeEngine, TorchEngine, load_engines, on_host_cores, run_stages
 from backend.manifest import Manifest
-from backend.config import RuntimeConfig, make_policy
-from backend.serving import decide
+from backend.decide import choose
 from slicer.errors import SliceError
 from slicer.graph import input_specs
 from backend.sample import sample_inputs
@@ -174,8 +173,7 @@ def test_a_model_sliced_for_torch_serves_as_the_source(sources, tmp_path):
             np.testing.assert_allclose(got[name], expected, atol=TOLERANCE, rtol=0)
     # On a CPU instance torch stages share the cores: auto decides as for ONNX Runtime stages.
     as_ort = replace(manifest, stages=tuple(replace(s, engine="onnxruntime") for s in manifest.stages))
-    auto = RuntimeConfig(policy=make_policy("auto", {}))
-    assert decide(manifest, auto, cores=2, device=CpuDevice()) == decide(as_ort, auto, cores=2, device=CpuDevice())
+    assert on_host_cores(manifest, CpuDevice()) and choose(manifest, True, True) == choose(as_ort, True, True)
 
 
 def test_nodes_are_timed_one_by_one(sources, tmp_path):

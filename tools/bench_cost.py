@@ -49,13 +49,12 @@ from tritonclient.utils import InferenceServerException
 
 from slicer.errors import SliceError
 from tools.lib import prometheus as prom
-from tools.lib.peers import write_ensemble, write_plain, write_variant
+from tools.lib.peers import write_ways
 from tools.lib.harness import Bench
 from tools.lib.intervals import pooled, ratio
 from tools.lib.paths import ROOT
 from tools.lib.perf_analyzer import Load, PerfAnalyzerError, Window
 from tools.lib.triton import stubs_of
-from tools.lib.timed import from_profile, timed_whole, write_timed
 from tools.lib.workload import interface_of, synthetic, write_input_data
 
 PROFILES = ROOT / "docs" / "profiles"
@@ -140,24 +139,9 @@ class Plan:
 
 
 def build(profile: Path, folder: Path, plan: Plan) -> dict[str, list[str]]:
-    """The models of ``profile`` (a timed profile or a sliced model directory) in ``folder``:
-    model -> the Triton models whose batches count."""
-    extra = plan.parameters
-    if profile.is_dir():  # real stages: ours as the slicer configured it, peers on the same engine
-        write_variant(profile, folder, "auto", extra)
-        write_variant(profile, folder, "pipeline", {**extra, "policy": "pass"})
-    else:
-        name, manifest, parameters = from_profile(profile)
-        parameters = {**parameters, **extra}
-        tables = [s.latency for s in manifest.stages]
-        identity = (manifest.source_file, manifest.source_sha256)
-        for model, policy in (("auto", parameters), ("pipeline", {**parameters, "policy": "pass"})):
-            written = write_timed(model, manifest.inputs, tables, manifest.max_batch_size, *identity, folder / model,
-                                  policy, manifest.whole)
-        timed_whole(written)
-    write_plain(folder / "auto", folder, "plain", among=plan.sources)
-    steps = [p.name for p in write_ensemble(folder / "auto", folder, "ensemble")[:-1]]
-    return {"plain": ["plain"], "ensemble": steps, "pipeline": ["pipeline"], "auto": ["auto"]}
+    """The models of ``profile`` in ``folder`` (``write_ways``): model -> the Triton models whose
+    batches count."""
+    return write_ways(profile, folder, plan.parameters, plan.sources)
 
 
 def measure(bench: Bench, model: str, counted: list[str], load: Load, data: Path, seconds: float) -> Cost:

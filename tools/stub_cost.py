@@ -20,8 +20,9 @@ padding, the runs' bookkeeping, cutting back and building the responses. Per bat
 prints the CPU microseconds per request of ours on the queries as sent (unpadded text), of the
 plain model on padded text and of ours on padded text (the least over the rounds), and the
 median and range over the rounds of ours against the plain model. Both run on a CPU instance.
-Ours must serve inside ``execute`` (``auto`` where it steps aside, or ``batching: triton``): a
-pipeline answers through response senders, which request objects of a benchmark cannot take.
+Ours must serve inside ``execute`` (``auto``, timed as its mode switch serves it plain, or
+``batching: triton``): a pipeline answers through response senders, which request objects of a
+benchmark cannot take.
 """
 
 from __future__ import annotations

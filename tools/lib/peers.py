@@ -39,7 +39,7 @@ from slicer.errors import SliceError
 from slicer.slicing import VERSION, sha256
 from slicer.targets import optimize
 from tools.lib.paths import BACKEND_DIR, CACHE, SOURCES
-from tools.lib.timed import timed_whole
+from tools.lib.timed import from_profile, timed_whole, write_timed
 
 PLAIN_MODEL = Path(__file__).with_name("plain_model.py")
 TORCH_FILES = (BACKEND_DIR / "engines" / "onnx_torch.py", BACKEND_DIR / "engines" / "torch_graphs.py")
@@ -335,3 +335,27 @@ def write_variant(model_dir: Path, repository: Path, name: str, overrides: Mappi
     (out / "config.pbtxt").write_text("\n".join(kept) + "\n")
     return out
 
+
+
+def write_ways(profile: Path, folder: Path, parameters: Mapping[str, str] = {},
+               sources: Sequence[Path] = ()) -> dict[str, list[str]]:
+    """Four ways of serving one engine in ``folder``, from a timed profile or a sliced model
+    directory (real stages, on the device it was sliced for; its unsliced source among
+    ``sources`` or where the slicer found it): ``auto`` (ours as the slicer configured it),
+    ``pipeline`` (ours, ``policy: pass``), ``plain`` and ``ensemble``; ``parameters`` go on top
+    of ours. Returns model -> the Triton models whose batches count."""
+    if profile.is_dir():
+        write_variant(profile, folder, "auto", parameters)
+        write_variant(profile, folder, "pipeline", {**parameters, "policy": "pass"})
+    else:
+        _, manifest, written_parameters = from_profile(profile)
+        ours = {**written_parameters, **parameters}
+        tables = [s.latency for s in manifest.stages]
+        identity = (manifest.source_file, manifest.source_sha256)
+        for model, policy in (("auto", ours), ("pipeline", {**ours, "policy": "pass"})):
+            written = write_timed(model, manifest.inputs, tables, manifest.max_batch_size, *identity, folder / model,
+                                  policy, manifest.whole)
+        timed_whole(written)
+    write_plain(folder / "auto", folder, "plain", among=sources)
+    steps = [p.name for p in write_ensemble(folder / "auto", folder, "ensemble")[:-1]]
+    return {"plain": ["plain"], "ensemble": steps, "pipeline": ["pipeline"], "auto": ["auto"]}

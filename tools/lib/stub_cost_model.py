@@ -52,6 +52,8 @@ class TritonPythonModel:
         time.sleep = lambda seconds: None
         sys.path.insert(0, settings["root"])
         from backend import model as ours_module
+        from backend.decide import Mode
+        from backend.whole import WholeBatch
 
         plain_file = Path(settings["plain"]["folder"]) / "1" / "model.py"
         spec = importlib.util.spec_from_file_location("plain_model", plain_file)
@@ -59,10 +61,14 @@ class TritonPythonModel:
         spec.loader.exec_module(plain_module)
         ours = _model(ours_module, **settings["ours"])
         plain = _model(plain_module, **settings["plain"])
-        if not ours._inline:  # how it serves, as the backend decided when it loaded
-            ours.finalize()
-            raise ValueError(f"{settings['ours']['name']} pipelines here: stub_cost measures a model served inside "
-                             "execute (auto where it steps aside, or batching: triton)")
+        server = ours._server  # how it serves, as the backend decided when it loaded
+        if not isinstance(server, WholeBatch):
+            if server.watch is None:
+                ours.finalize()
+                raise ValueError(f"{settings['ours']['name']} pipelines here: stub_cost measures a model served "
+                                 "inside execute (auto, served plain, or batching: triton)")
+            server.watch.stop()  # auto on engines that overlap, as its mode switch serves it plain
+            server.mode = Mode.IN_TURN
         sent = _requests(settings["sent"], settings["dtypes"], settings["outputs"])
         padded = _requests(settings["padded"], settings["dtypes"], settings["outputs"])
         ways = {"ours": (ours.execute, sent), "plain": (plain.execute, padded)}

@@ -1,0 +1,125 @@
+"""The host's serving costs, measured when a model loads, on the host where it serves.
+
+What the stub's interpreter spends to serve one batch through the pipeline (the entry, the
+executors' hand-offs, the exit) and inside ``execute`` (the stages in turn), at one request a
+batch and at many, on the model's own engines and inputs shaped like its own: CPU time of this
+process, so engines that run beside the host (a GPU; timed) add only what launching them costs
+it. A batch's fixed cost and a request's follow from the two sizes. A pipelined request is also
+answered by a ``send()``, a round trip to tritonserver that no run here makes: ``round_trip``
+(the backend's: one call to Triton's process) is timed for it. ``decide.py`` reads the result;
+serving corrects it with what it shows (``decide.ModeSwitch``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from .decide import HostCosts
+from .device import Device
+from .manifest import Manifest
+from .query import Query
+from .sample import feed_at
+
+log = logging.getLogger(__name__)
+BUDGET_S = 1.5  # the engines' own time the measurement may take, at most (it takes 2 runs a way and size at least)
+ROUNDS = 30  # runs a size at most
+TRIPS = 50  # round trips timed
+TICK_S = 1 / os.sysconf("SC_CLK_TCK")
+
+
+def process_cpu_s(pid: int) -> float | None:
+    """User + system CPU seconds of process ``pid`` so far; None where /proc cannot tell."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) * TICK_S
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def host_cpu_s(device: Device) -> float:
+    """This process's CPU seconds so far, less what its threads spent waiting for ``device``
+    (CUDA spins while it waits: engine time, not serving work)."""
+    return time.process_time() - device.waited_s
+
+
+def measure(manifest: Manifest, device: Device, pipeline: Callable[[Sequence[Query]], None],
+            plain: Callable[[Sequence[Query]], None], round_trip: Callable[[], None] | None = None,
+            budget_s: float = BUDGET_S) -> HostCosts:
+    """``pipeline`` hands queries over (they are answered later, from other threads); ``plain``
+    runs and answers them before it returns; both on ``device``."""
+    tables = [s.latency for s in manifest.stages]
+    lengths = tables[0].lengths if tables[0] is not None else ()
+    length = lengths[len(lengths) // 2] if lengths else None
+    many = max(2, min(manifest.max_batch_size, 32))
+    costs: dict[tuple[str, int], float] = {}
+    for rows in (1, many):
+        took = sum(t.predict(rows, length) for t in tables) / 1000 if all(tables) else 0.0
+        rounds = int(max(1, min(ROUNDS, budget_s / 4 / took))) if took > 0 else ROUNDS
+        feed = feed_at(manifest.inputs, 1, length, manifest.length_axis if length else None, {})
+        costs["pipeline", rows] = _cpu_per_batch(lambda qs: _through(pipeline, qs), device, feed, rows, rounds)
+        costs["plain", rows] = _cpu_per_batch(plain, device, feed, rows, rounds)
+    trip = _round_trip_s(round_trip)
+
+    def line(way: str) -> tuple[float, float]:
+        per_request = max(0.0, (costs[way, many] - costs[way, 1]) / (many - 1))
+        return max(0.0, costs[way, 1] - per_request), per_request
+
+    (pipe_batch, pipe_request), (plain_batch, plain_request) = line("pipeline"), line("plain")
+    return HostCosts(pipeline_batch_s=pipe_batch, pipeline_request_s=pipe_request + trip,
+                     plain_batch_s=plain_batch, plain_request_s=plain_request,
+                     how=f"measured at load, batches of 1 and {many}" + (f", send {trip * 1e6:.0f} us" if trip else ""))
+
+
+def _cpu_per_batch(serve: Callable[[Sequence[Query]], None], device: Device, feed: dict, rows: int,
+                   rounds: int) -> float:
+    """This process's CPU seconds per batch of ``rows`` one-row queries (after one run to warm up)."""
+    spent = 0.0
+    for round_ in range(rounds + 1):
+        queries = [Query({k: v.copy() for k, v in feed.items()}, _ignore) for _ in range(rows)]
+        began = host_cpu_s(device)
+        serve(queries)
+        if round_:
+            spent += host_cpu_s(device) - began
+    return spent / rounds
+
+
+def _through(pipeline: Callable[[Sequence[Query]], None], queries: Sequence[Query]) -> None:
+    """Hand ``queries`` to the pipeline and return once every one is answered."""
+    done, left, lock = threading.Event(), [len(queries)], threading.Lock()
+
+    def answered(outputs, failure) -> None:
+        with lock:
+            left[0] -= 1
+            if not left[0]:
+                done.set()
+
+    for query in queries:
+        query.respond = answered
+    pipeline(queries)
+    if not done.wait(60):
+        raise TimeoutError("the pipeline did not answer the calibration's queries in 60 s")
+
+
+def _round_trip_s(round_trip: Callable[[], None] | None) -> float:
+    """Seconds of one round trip to Triton's process; 0 where there is none to time (or it fails:
+    serving then learns the cost of a ``send()`` from what it shows)."""
+    if round_trip is None:
+        return 0.0
+    try:
+        round_trip()
+    except Exception:  # a probe must never cost the model its load
+        log.exception("could not time a round trip to Triton's process")
+        return 0.0
+    began = time.perf_counter()  # wall time: the stub may hold its interpreter's lock through one
+    for _ in range(TRIPS):
+        round_trip()
+    return (time.perf_counter() - began) / TRIPS
+
+
+def _ignore(outputs, failure) -> None:
+    """The calibration's answers go nowhere."""

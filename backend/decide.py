@@ -1,0 +1,366 @@
+"""How a model serves, decided in one place, from what is measured where it runs.
+
+Three questions, each answered from the stage latency tables and the host's serving costs
+(``HostCosts``: measured when the model loads, ``calibrate.py``; corrected while it serves by
+what serving shows), never from a cost measured on another machine:
+
+- **Pipeline or plain** (``choose``; ``ModeSwitch`` while serving). Stages that compute on the
+  host's cores (ONNX Runtime; torch on a CPU instance) only take turns on them, so the pipeline
+  pays there only where splitting a batch after a stage answers its rows sooner (Policy II):
+  otherwise the stages run fused, as a plain model does, decided once. Stages on engines that
+  overlap (a GPU; timed) start pipelined, the paper's multi-entry; the ``ModeSwitch`` then
+  watches each second of serving and runs every batch through the stages in turn inside
+  ``execute`` (as a plain model does) while the load makes the pipeline's own cost (the
+  stub's one interpreter, the host's cores, the bottleneck stage) the nearer limit, and
+  pipelines again when it does not.
+- **Whether a pipeline's ``execute`` waits** until stage 0 computed its queries (``waits``): where
+  the host's CPU caps the pipeline, so that Triton batches what arrives meanwhile.
+- **Whether a lone batch runs inside ``execute``** (``LoneRuns``): only under ``auto`` (or where
+  ``lone_inline`` asks), and only while the looks say a request rarely arrives during one, by
+  what the pipeline's hand-offs cost here against what such a request would wait.
+
+Nothing here imports Triton, so every rule can be tested directly.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from enum import Enum
+
+from .manifest import LatencyTable, Manifest
+
+SPLIT_GAIN = 0.05  # how much sooner a split must answer, in sum, for ``auto`` to keep a CPU pipeline
+# The headroom (1 - utilisation of the nearest limit) another way of serving must predict beyond
+# this share of the current one's for the switch; half of it to switch back to the pipeline.
+SWITCH_GAIN = 0.15
+CPU_BOUND = 0.5  # the share of the stub's interpreter serving would take at the engines' capacity: the CPU caps
+MIN_ANSWERS = 20  # a window with fewer answers shows too little to decide on: the mode stays
+
+
+class Mode(Enum):
+    PIPELINE = "pipeline"
+    FUSED = "fused"  # the stages as one engine, inside ``execute``
+    IN_TURN = "in_turn"  # the stages one after another, inside ``execute``
+
+
+@dataclass(frozen=True)
+class HostCosts:
+    """CPU seconds the model's stub spends serving, per batch and per request, for each way of
+    serving (``pipeline``: handed to the stage executors, answered by ``send()``; ``plain``: run
+    inside ``execute``, answered in its list), and tritonserver's own per request where serving
+    showed it. The stub is one Python interpreter: its work runs on one core's worth of time
+    whatever the host has, which is what caps serving at engine speed."""
+
+    pipeline_batch_s: float = 0.0
+    pipeline_request_s: float = 0.0
+    plain_batch_s: float = 0.0
+    plain_request_s: float = 0.0
+    server_request_s: float = 0.0
+    how: str = "not measured"
+
+    def stub_s(self, mode: Mode, rows: float) -> float:
+        """The stub's seconds for one batch of ``rows`` single-row requests served ``mode``."""
+        if mode is Mode.PIPELINE:
+            return self.pipeline_batch_s + rows * self.pipeline_request_s
+        return self.plain_batch_s + rows * self.plain_request_s
+
+    def scaled(self, factor: float) -> HostCosts:
+        """Every stub cost times ``factor`` (what serving showed against what loading measured)."""
+        return replace(self, pipeline_batch_s=self.pipeline_batch_s * factor,
+                       pipeline_request_s=self.pipeline_request_s * factor,
+                       plain_batch_s=self.plain_batch_s * factor, plain_request_s=self.plain_request_s * factor)
+
+    def describe(self) -> str:
+        return (f"stub {self.pipeline_batch_s * 1e6:.0f} us a batch + {self.pipeline_request_s * 1e6:.0f} a request "
+                f"pipelined, {self.plain_batch_s * 1e6:.0f} + {self.plain_request_s * 1e6:.0f} plain ({self.how})")
+
+
+@dataclass(frozen=True)
+class Choice:
+    """Whether a model pipelines, why, whether the ``ModeSwitch`` may change that while it
+    serves, and the requests/s predicted for each way of serving (``plain``, ``pipeline``) where
+    the choice compared them: for the log and the metrics."""
+
+    pipeline: bool
+    why: str
+    capacity: dict[str, float] = field(default_factory=dict)
+    switches: bool = False
+
+
+def middle_length(tables: Sequence[LatencyTable]) -> int | None:
+    lengths = tables[0].lengths
+    return lengths[len(lengths) // 2] if lengths else None
+
+
+def device_s(tables: Sequence[LatencyTable], mode: Mode, rows: int, length: int | None, statistic: str = "mean",
+             shared_host: bool = False) -> float:
+    """Seconds the engines take per batch of ``rows``: a plain model runs the stages one after
+    another, a pipeline is held by its slowest stage. With ``shared_host`` (torch stages run node
+    by node by one interpreter: ``interpreted``) a pipelined batch also waits for every stage's
+    host time, the same at every batch size: taken as each stage's least time over its batch
+    sizes, where the GPU has least to do (BERT-base's two interpreted stages on an H200: 5.4 and
+    4.0 ms for one row, 5.4 and 4.4 for 16: nearly all of it the interpreter's)."""
+    times = [t.predict(rows, length, statistic) / 1000 for t in tables]
+    if mode is not Mode.PIPELINE:
+        return sum(times)
+    host = sum(min(t.predict(r, length, statistic) for r in t.batch_sizes) for t in tables) / 1000 \
+        if shared_host else 0.0
+    return max(max(times), host)
+
+
+def capacities(tables: Sequence[LatencyTable], costs: HostCosts, cores: int, statistic: str = "mean",
+               shared_host: bool = False) -> dict[str, float]:
+    """Requests/s each way can answer at most, at a typical length (the middle tabulated one) and
+    its best batch size: the engines (``device_s``), the stub's interpreter (one core's time) and
+    the host's ``cores`` for the stub and tritonserver together each hold it back."""
+    length = middle_length(tables)
+
+    def rate(mode: Mode, rows: int) -> float:
+        stub = costs.stub_s(mode, rows)
+        bound = max(device_s(tables, mode, rows, length, statistic, shared_host), stub,
+                    (stub + rows * costs.server_request_s) / cores)
+        return rows / bound if bound > 0 else math.inf
+
+    top = tables[0].batch_sizes[-1]
+    return {"plain": max(rate(Mode.IN_TURN, r) for r in range(1, top + 1)),
+            "pipeline": max(rate(Mode.PIPELINE, r) for r in range(1, top + 1))}
+
+
+def interpreted(manifest: Manifest) -> bool:
+    """Whether every stage runs on our torch interpreter node by node: one Python call per node,
+    all under the one lock of the process's interpreter, so stages running at once take turns for
+    their host time even where their kernels overlap on a GPU. Not where they replay CUDA graphs
+    (``Manifest.as_graphs``): a replay is one launch."""
+    return all(s.engine == "torch" for s in manifest.stages) and not manifest.graphs
+
+
+def choose(manifest: Manifest, auto: bool, on_cores: bool, statistic: str = "mean") -> Choice:
+    """Pipeline, or serve as a plain model does? Every policy but ``auto`` always pipelines (the
+    user asked for its batching). ``auto`` steps aside on stages that share the host's cores
+    (``on_cores``) unless a split after a stage pays (``split_pays``), and on engines that
+    overlap starts pipelined with the ``ModeSwitch`` free to serve plain while the load says so."""
+    tables = [s.latency for s in manifest.stages]
+    if not auto:
+        return Choice(True, "the configured policy always pipelines")
+    if len(tables) < 2 or any(t is None for t in tables):
+        return Choice(True, "auto pipelines a model of one stage or without latency tables")
+    if on_cores:
+        if split_pays(tables, statistic):
+            return Choice(True, "splitting a batch after a stage answers its rows sooner (Policy II)")
+        return Choice(False, "the stages share the CPU's cores and no split after a stage pays")
+    return Choice(True, "the stages overlap: pipelined, and served plain while the load makes the pipeline's "
+                        "own cost the nearer limit (decide.ModeSwitch)", switches=True)
+
+
+def split_pays(tables: Sequence[LatencyTable], statistic: str = "mean") -> bool:
+    """Whether splitting a batch after some stage answers its rows sooner, in sum, than both the
+    whole batch and its two halves formed at the entry, by ``SPLIT_GAIN``."""
+    for length in tables[0].lengths or (None,):
+        def took(stages: Sequence[LatencyTable], rows: int) -> float:
+            return sum(t.predict(rows, length, statistic) for t in stages)
+
+        for bs in (b for b in tables[0].batch_sizes if b > 1):
+            big, small = bs - bs // 2, bs // 2
+            whole = bs * took(tables, bs)
+            at_entry = big * took(tables, big) + small * (took(tables, big) + took(tables, small))
+            for stage in range(1, len(tables)):
+                early, late = took(tables[:stage], bs), tables[stage:]
+                split = big * (early + took(late, big)) + small * (early + took(late, big) + took(late, small))
+                if split < (1 - SPLIT_GAIN) * min(whole, at_entry):
+                    return True
+    return False
+
+
+def waits(manifest: Manifest, setting: str, costs: HostCosts) -> tuple[bool, str]:
+    """Whether a pipeline's ``execute`` waits until stage 0 has computed the queries it handed
+    over (``Entry.wait_ready``), and why. Waiting keeps Triton's batching alive: the requests
+    that arrive meanwhile come in one ``execute``, and the responses ready by then go back in
+    its list, not one ``send()`` each: where the host's CPU caps the pipeline (at the engines'
+    capacity, serving would take ``CPU_BOUND`` of the stub's interpreter), that is what keeps
+    up. Where the engines cap it, the requests waiting unseen in Triton's queue meanwhile are
+    what costs: they miss the batch stage 0 forms next; returning at once lets the entry see
+    every query as it arrives (two slow stages on RTE: 0.72x the ensemble's mean latency at
+    medium load against 0.92x waiting; docs/results/sim-slow-rte-nowait). ``execute_waits``
+    true or false decides instead; without latency tables it waits. (Stages on the host's cores
+    are not measured: their compute is the CPU's, and the engines cap them.)"""
+    if setting != "auto":
+        return setting == "true", f"execute_waits is {setting}"
+    tables = [stage.latency for stage in manifest.stages]
+    if any(table is None for table in tables):
+        return True, "execute waits: no latency tables to tell whether the engines or the CPU cap the pipeline"
+    length, top = middle_length(tables), tables[0].batch_sizes[-1]
+    shared = interpreted(manifest)
+
+    def rate(rows: int) -> float:
+        took = device_s(tables, Mode.PIPELINE, rows, length, shared_host=shared)
+        return rows / took if took > 0 else math.inf
+    rows = max(range(1, top + 1), key=rate)
+    capacity = rate(rows)
+    share = capacity * costs.stub_s(Mode.PIPELINE, rows) / rows if costs.stub_s(Mode.PIPELINE, rows) else 0.0
+    cpu = share >= CPU_BOUND
+    return cpu, (f"execute {'waits for stage 0: the CPU caps' if cpu else 'returns at once: the engines cap'} the "
+                 f"pipeline (the engines' {capacity:.0f} requests/s would take {share:.0%} of the stub's "
+                 f"interpreter; {costs.describe()})")
+
+
+@dataclass
+class LoneRuns:
+    """Whether a batch that finds the pipeline empty runs through every stage inside ``execute``.
+
+    Alone in the pipeline, a query pays for what overlapping batches would hide: the hand-offs
+    between the executor threads and a ``send()`` of its answer (``saved_s``, measured at load:
+    the pipeline's cost of a lone batch less the plain path's). Inside ``execute`` it is answered
+    in its list, as a plain model answers; but meanwhile ``execute`` holds Triton's instance: a
+    request arriving during the run waits unseen in Triton's queue until the run ends, where the
+    pipeline would have let it into stage 0 once that was free (``extra_s``: what it waits more,
+    on average, by the tables). Inline pays while ``share * extra_s < saved_s``, ``share`` being
+    the part of lone batches during which a request arrived.
+
+    Only the pipeline shows whether a request arrived during a lone batch: the next ``execute``
+    finds it still busy; inline, nothing tells. So a lone batch enters the pipeline to look
+    whenever inline does not pay, and, while it does, after ``every`` inline runs, twice as many
+    after each look that saw nothing (up to ``longest``), ``every`` again once one saw an
+    arrival. ``share`` starts at 1 (nothing seen yet: the pipeline's multi-entry until the looks
+    show that arrivals are rare), and each look weighs ``weight`` in it."""
+
+    saved_s: float
+    extra_s: float
+    weight: float = 0.25
+    every: int = 4
+    longest: int = 16
+    share: float = 1.0
+    _interval: int = field(default=0, init=False)  # inline runs between two looks now
+    _inline_runs: int = field(default=0, init=False)  # inline since the last lone batch entered the pipeline
+    _looking: bool = field(default=False, init=False)  # a lone batch entered the pipeline, no ``execute`` since
+    _due: bool = field(default=False, init=False)  # ... because the interval was up (not because inline did not pay)
+
+    def __post_init__(self) -> None:
+        self._interval = self.every
+
+    @classmethod
+    def of(cls, manifest: Manifest, costs: HostCosts) -> LoneRuns:
+        """The rule for ``manifest``'s stages at the costs measured here: an arrival at a random
+        moment of a lone run of ``total`` waits for the rest of it inline, on average ``total /
+        2``, and in the pipeline only for the rest of stage 0 where it falls in it: ``t0^2 / (2
+        total)``."""
+        times = [s.latency.predict(1, middle_length([s.latency])) / 1000 for s in manifest.stages]
+        total = sum(times)
+        extra = (total ** 2 - times[0] ** 2) / (2 * total) if total > 0 else 0.0
+        return cls(saved_s=costs.stub_s(Mode.PIPELINE, 1) - costs.stub_s(Mode.IN_TURN, 1), extra_s=extra)
+
+    def pays(self) -> bool:
+        return self.share * self.extra_s < self.saved_s
+
+    def inline(self, idle: bool) -> bool:
+        """At the start of ``execute`` (``idle``: nothing waits at the entry and no batch is in
+        the pipeline): whether this batch runs inside it."""
+        if self._looking:
+            arrived = not idle
+            self.share += self.weight * (arrived - self.share)
+            if arrived:
+                self._interval = self.every
+            elif self._due:
+                self._interval = min(2 * self._interval, self.longest)
+            self._looking = False
+        if not idle:
+            return False
+        calm = self.pays()
+        if calm and self._inline_runs < self._interval:
+            self._inline_runs += 1
+            return True
+        self._inline_runs, self._looking, self._due = 0, True, calm
+        return False
+
+
+@dataclass(frozen=True)
+class Window:
+    """What one window of serving showed: its length, the requests answered, the stub's CPU
+    seconds, tritonserver's (None where it cannot be read), each stage's busy seconds and the
+    mean rows of a stage's run."""
+
+    seconds: float
+    answered: int
+    stub_s: float
+    server_s: float | None
+    busy_s: tuple[float, ...]
+    rows: float
+
+
+@dataclass
+class ModeSwitch:
+    """Serves pipelined or plain, whichever leaves more headroom at the load seen (auto on
+    engines that overlap). Each window it reads the utilisation of every limit serving has in
+    the way it serves now (the stub's interpreter, the host's cores with tritonserver, the
+    engines: the bottleneck stage pipelined, all stages plain), and predicts the other way's at
+    the same load, scaling the stub's time by the two ways' measured costs at the batch size
+    seen and reading the engines' from the tables. Headroom is ``1 -`` the nearest limit's
+    utilisation; waiting grows as it shrinks (a queue's as ``1 / (1 - rho)``), so the way with
+    more headroom answers sooner, and in a closed loop more. It switches to plain only when
+    plain's headroom beats the pipeline's by ``SWITCH_GAIN``, and back once the pipeline's is
+    within half of that: at light load both have nearly all their headroom and the pipeline
+    serves, its multi-entry letting a request into stage 0 while another runs. A window with
+    hardly any answers changes nothing (when a load stops and starts again, as a benchmark's
+    windows do, it is served as it was). The stub's measured costs are corrected by what each
+    window shows against them (``costs``), and tritonserver's cost per request is learnt where
+    it can be read."""
+
+    tables: Sequence[LatencyTable]
+    costs: HostCosts
+    cores: int
+    statistic: str = "mean"
+    shared_host: bool = False
+    mode: Mode = Mode.PIPELINE
+    last: str = "nothing seen yet"  # why the mode is what it is: for the log
+
+    def observe(self, window: Window) -> Mode | None:
+        """Take a window served ``self.mode``; the new mode where it switches, else None."""
+        if window.seconds <= 0:
+            return None
+        if window.answered < MIN_ANSWERS:  # nothing to go by: the load that comes next is likely the last one's
+            return None
+        rows = max(window.rows, 1.0)
+        per_request = window.stub_s / window.answered
+        predicted = self.costs.stub_s(self.mode, rows) / rows
+        if predicted > 0:  # what loading measured, against what serving shows now
+            self.costs = self.costs.scaled(per_request / predicted)
+        if window.server_s is not None:
+            self.costs = replace(self.costs, server_request_s=window.server_s / window.answered)
+        now, other = self._utilisation(self.mode, window, rows), None
+        other_mode = Mode.IN_TURN if self.mode is Mode.PIPELINE else Mode.PIPELINE
+        other = self._predicted(other_mode, window, rows)
+        headroom = {self.mode: max(0.0, 1 - now), other_mode: max(0.0, 1 - other)}
+        self.last = (f"{window.answered / window.seconds:.0f} answers/s, {rows:.1f} rows a run: "
+                     f"headroom {headroom[Mode.PIPELINE]:.2f} pipelined, {headroom[Mode.IN_TURN]:.2f} plain "
+                     f"({self.costs.describe()}, tritonserver {self.costs.server_request_s * 1e6:.0f} us a request)")
+        if headroom[Mode.IN_TURN] * (1 - SWITCH_GAIN) > headroom[Mode.PIPELINE]:
+            return self._switch(Mode.IN_TURN)
+        if headroom[Mode.PIPELINE] >= headroom[Mode.IN_TURN] * (1 - SWITCH_GAIN / 2):
+            return self._switch(Mode.PIPELINE)
+        return None
+
+    def _switch(self, mode: Mode) -> Mode | None:
+        if mode is self.mode:
+            return None
+        self.mode = mode
+        return mode
+
+    def _utilisation(self, mode: Mode, window: Window, rows: float) -> float:
+        """The nearest limit's utilisation as the window showed it."""
+        busy = window.busy_s or (0.0,)
+        engines = (max(busy) if mode is Mode.PIPELINE else sum(busy)) / window.seconds
+        return max(engines, self._host(window.stub_s, window))
+
+    def _predicted(self, mode: Mode, window: Window, rows: float) -> float:
+        """The nearest limit's utilisation had the window's load been served ``mode``."""
+        batches = window.answered / rows
+        stub = batches * self.costs.stub_s(mode, rows)
+        length = middle_length(self.tables)
+        whole = max(1, min(round(rows), self.tables[0].batch_sizes[-1]))
+        engines = batches * device_s(self.tables, mode, whole, length, self.statistic, self.shared_host)
+        return max(engines / window.seconds, self._host(stub, window))
+
+    def _host(self, stub_s: float, window: Window) -> float:
+        server = window.answered * self.costs.server_request_s
+        return max(stub_s, (stub_s + server) / self.cores) / window.seconds

@@ -1,0 +1,162 @@
+"""python -m tools.check_auto: is ``auto`` within 5 % of the better of the plain model and the forced pipeline?
+
+    python -m tools.check_auto [PROFILE.json | MODEL_DIR ...] [--concurrency 1,16,64]
+                               [--loads 0.3,0.6,0.9] [--seconds 3] [--rounds 1] [--margin 0.05]
+                               [--length 64] [--source SRC.onnx ...] [--out docs/results/RUN]
+
+For each timed profile (default: near-zero compute, TensorRT-speed BERT-base and the slower
+engine of ``docs/profiles``) or sliced model directory, one tritonserver serves three models of
+the same engine, as ``tools.bench_cost`` builds them: ``plain`` (a plain Python model behind
+Triton's dynamic batcher), ``pipeline`` (our runtime with ``policy: pass``, always pipelined)
+and ``auto`` (what the slicer writes; ``tools.lib.peers.write_ways``). Each cell runs the three side by side:
+
+- closed loops (perf_analyzer) at each ``--concurrency``: answers/s; ``auto`` passes where it
+  answers at least ``1 - margin`` of the better of the other two;
+- Poisson loads at each ``--loads`` fraction of the better one's answers/s at the highest
+  concurrency: mean latency; ``auto`` passes where its mean is at most ``1 + margin`` of the
+  lower of the other two.
+
+Every window starts with ``--warmup`` seconds unmeasured, in which ``auto`` sees the load (its
+mode switch looks each second). The table says per cell the three figures, ``auto`` over the
+better one and whether it is within the margin; ``--out`` keeps it (summary.md, check.csv).
+The exit status is 1 where a cell is outside the margin or a model failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+from tritonclient.utils import InferenceServerException
+
+from tools.lib.harness import Bench
+from tools.lib.paths import ROOT
+from tools.lib.peers import write_ways
+from tools.lib.perf_analyzer import Load, PerfAnalyzerError
+from tools.lib.workload import interface_of, synthetic, write_input_data
+
+PROFILES = ROOT / "docs" / "profiles"
+DEFAULT_PROFILES = tuple(PROFILES / name for name in ("zero_2stages.json", "bert_base_trt_a100_2stages.json",
+                                                     "slow_2stages.json"))
+MODELS = ("plain", "pipeline", "auto")
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One load of one profile: each model's figure (answers/s closed, mean ms open)."""
+
+    profile: str
+    load: str
+    closed: bool
+    figures: dict[str, float]
+
+    @property
+    def best(self) -> str:
+        peers = {m: self.figures[m] for m in ("plain", "pipeline")}
+        return max(peers, key=peers.get) if self.closed else min(peers, key=peers.get)
+
+    @property
+    def ratio(self) -> float:
+        return self.figures["auto"] / self.figures[self.best]
+
+    def within(self, margin: float) -> bool:
+        return self.ratio >= 1 - margin if self.closed else self.ratio <= 1 + margin
+
+
+def run_profile(profile: Path, args: argparse.Namespace, console: Console) -> list[Cell]:
+    folder = Path(tempfile.mkdtemp(prefix="dvabatch-check-"))
+    try:
+        write_ways(profile, folder, {}, args.source)
+        data = write_input_data(synthetic(interface_of(folder / "auto"), 1, {}, lengths=(args.length,)),
+                                folder / "data.json")
+        log = (args.out / f"tritonserver-{profile.stem}.log") if args.out else folder / "triton.log"
+        if args.out:
+            args.out.mkdir(parents=True, exist_ok=True)
+        with Bench(folder, log=log) as bench:
+            for model in MODELS:
+                bench.load(model)
+                bench.capacity(model, data, max(args.concurrency), 1.0)  # warm up
+
+            def figures(load: Load) -> dict[str, float]:
+                found = {m: [] for m in MODELS}
+                for _ in range(args.rounds):
+                    for model in MODELS:
+                        window = bench.window(model, load, data, args.seconds, args.warmup).window
+                        found[model].append(window.throughput if load.closed else window.mean_ms)
+                return {m: sum(v) / len(v) for m, v in found.items()}
+
+            cells = [Cell(profile.stem, f"{c} in flight", True, figures(Load(concurrency=c)))
+                     for c in args.concurrency]
+            top = cells[-1]
+            peak = top.figures[top.best]
+            cells += [Cell(profile.stem, f"Poisson {f:g} x {peak:.0f}/s", False, figures(Load(rate=f * peak)))
+                      for f in args.loads]
+        return cells
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+HEADER = ("profile", "load", "plain", "pipeline", "auto", "auto / better", "within")
+
+
+def row(cell: Cell, margin: float) -> list[str]:
+    unit = "/s" if cell.closed else " ms"
+    fmt = (lambda v: f"{v:.0f}{unit}") if cell.closed else (lambda v: f"{v:.2f}{unit}")
+    return [cell.profile, cell.load, *(fmt(cell.figures[m]) for m in MODELS),
+            f"{cell.ratio:.2f}x ({cell.best})", "yes" if cell.within(margin) else "NO"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tools.check_auto", description=__doc__.split("\n\n")[0])
+    parser.add_argument("profiles", type=Path, nargs="*", default=list(DEFAULT_PROFILES),
+                        help="timed profiles (JSON) or sliced model directories (default: three timed profiles)")
+    parser.add_argument("--concurrency", default="1,16,64", help="closed-loop concurrencies (default 1,16,64)")
+    parser.add_argument("--loads", default="0.3,0.6,0.9",
+                        help="Poisson rates as fractions of the better model's answers/s at the highest concurrency")
+    parser.add_argument("--seconds", type=float, default=3.0, help="measured seconds per window (default 3)")
+    parser.add_argument("--warmup", type=float, default=2.0, help="unmeasured seconds before each window (default 2)")
+    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--margin", type=float, default=0.05)
+    parser.add_argument("--length", type=int, default=64, help="tokens per query (default 64)")
+    parser.add_argument("--source", type=Path, action="append", default=[],
+                        help="the unsliced source of a sliced model directory (found by its sha256)")
+    parser.add_argument("--out", type=Path, help="write summary.md and check.csv here")
+    args = parser.parse_args(argv)
+    args.concurrency = tuple(int(c) for c in args.concurrency.split(","))
+    args.loads = tuple(float(f) for f in args.loads.split(","))
+    console = Console()
+    cells: list[Cell] = []
+    try:
+        for profile in args.profiles:
+            cells += run_profile(profile, args, console)
+    except (PerfAnalyzerError, InferenceServerException) as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        return 1
+    table = Table(title=f"auto against the better of plain and the forced pipeline (margin {args.margin:.0%})")
+    for title in HEADER:
+        table.add_column(title, justify="left" if title in ("profile", "load") else "right")
+    rows = [row(cell, args.margin) for cell in cells]
+    for line in rows:
+        table.add_row(*line)
+    console.print(table)
+    failing = sum(not cell.within(args.margin) for cell in cells)
+    console.print(f"{len(cells) - failing} of {len(cells)} cells within {args.margin:.0%}")
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
+        with (args.out / "check.csv").open("w", newline="") as f:
+            csv.writer(f).writerows([HEADER, *rows])
+        lines = ["| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER),
+                 *("| " + " | ".join(line) + " |" for line in rows), "",
+                 f"{len(cells) - failing} of {len(cells)} cells within {args.margin:.0%}."]
+        (args.out / "summary.md").write_text("\n".join(lines) + "\n")
+    return 1 if failing else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
