@@ -107,7 +107,7 @@ def serve(manifest: Manifest, version_dir: Path, config: RuntimeConfig, device: 
                                     config.size_limits(manifest), form, buckets)
     runtime = Runtime(manifest, engines, config, device, trace=trace, metrics=metrics, on_death=on_death,
                       buckets=buckets)
-    lone = config.lone_inline == "true" or (config.lone_inline == "auto" and choice.switches)
+    lone = config.lone_inline == "true" or (config.lone_inline == "auto" and config.policy.auto)
     costs = HostCosts()
     if not on_cores or lone:  # (on the host's cores the CPU time measured would be the engines')
         costs = calibrate.measure(manifest, device, runtime.submit, runtime.plain.run, round_trip)
