@@ -235,3 +235,23 @@ def test_fp16_stages_on_the_gpu_agree_with_the_fp32_source(sources, tmp_path):
         result = slice_model(sources[name], tmp_path / name, replace(FAST, stages=2, target="torch", device="cuda",
                                                                     precision="fp16"))
         assert result.cosine >= 0.9999, (name, result.cosine, result.max_abs_error)
+
+
+def test_the_host_time_spent_waiting_for_the_gpu_is_counted_apart_from_serving():
+    """CUDA spins while the host waits for a stream (one context on a many-core host), so a
+    process's CPU time counts the engines' time as serving work; the device counts the waits
+    (``Device.waited_s``) for ``calibrate.host_cpu_s`` to take them out: 50 ms of a spinning
+    kernel waited for adds about 50 ms there and far less to the host's serving CPU."""
+    from backend.calibrate import host_cpu_s
+
+    device = CudaDevice()
+    stream = device.stream()
+    with device.running_on(stream):
+        device.busy(0.001)
+    device.finish(stream)
+    waited, cpu = device.waited_s, host_cpu_s(device)
+    with device.running_on(stream):
+        device.busy(0.05)
+    device.finish(stream)
+    assert device.waited_s - waited >= 0.04
+    assert host_cpu_s(device) - cpu < 0.02
