@@ -330,7 +330,7 @@ class ModeSwitch:
             self.costs = self.costs.scaled(per_request / predicted)
         if window.server_s is not None:
             self.costs = replace(self.costs, server_request_s=window.server_s / window.answered)
-        now, other = self._utilisation(self.mode, window, rows), None
+        now = self._utilisation(self.mode, window)
         other_mode = Mode.IN_TURN if self.mode is Mode.PIPELINE else Mode.PIPELINE
         other = self._predicted(other_mode, window, rows)
         headroom = {self.mode: max(0.0, 1 - now), other_mode: max(0.0, 1 - other)}
@@ -349,7 +349,7 @@ class ModeSwitch:
         self.mode = mode
         return mode
 
-    def _utilisation(self, mode: Mode, window: Window, rows: float) -> float:
+    def _utilisation(self, mode: Mode, window: Window) -> float:
         """The nearest limit's utilisation as the window showed it."""
         busy = window.busy_s or (0.0,)
         engines = (max(busy) if mode is Mode.PIPELINE else sum(busy)) / window.seconds
