@@ -36,7 +36,7 @@ SPLIT_GAIN = 0.05  # how much sooner a split must answer, in sum, for ``auto`` t
 # this share of the current one's for the switch; half of it to switch back to the pipeline.
 SWITCH_GAIN = 0.15
 CPU_BOUND = 0.5  # the share of the stub's interpreter serving would take at the engines' capacity: the CPU caps
-CORRECT_AT = 0.2  # the share of a window the stub must be busy for its costs to be corrected by it
+CORRECT_AFTER = 200  # answers a window needs for the stub's measured costs to be corrected by it
 MIN_ANSWERS = 20  # a window with fewer answers shows too little to decide on: the mode stays
 
 
@@ -324,9 +324,9 @@ class ModeSwitch:
         rows = max(window.rows, 1.0)
         per_request = window.stub_s / window.answered
         predicted = self.costs.stub_s(self.mode, rows) / rows
-        if predicted > 0 and window.stub_s >= CORRECT_AT * window.seconds:
-            # What loading measured, against what serving shows now (where serving keeps the stub
-            # busy enough that its per-second work, the metrics' export, weighs little).
+        if predicted > 0 and window.answered >= CORRECT_AFTER:
+            # What loading measured, against what serving shows now (over enough answers that the
+            # stub's per-second work, the metrics' export, weighs little in them).
             self.costs = self.costs.scaled(per_request / predicted)
         if window.server_s is not None:
             self.costs = replace(self.costs, server_request_s=window.server_s / window.answered)
