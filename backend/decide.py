@@ -73,6 +73,10 @@ class HostCosts:
                        pipeline_request_s=self.pipeline_request_s * factor,
                        plain_batch_s=self.plain_batch_s * factor, plain_request_s=self.plain_request_s * factor)
 
+    @property
+    def measured(self) -> bool:
+        return self.how != HostCosts.how
+
     def describe(self) -> str:
         return (f"stub {self.pipeline_batch_s * 1e6:.0f} us a batch + {self.pipeline_request_s * 1e6:.0f} a request "
                 f"pipelined, {self.plain_batch_s * 1e6:.0f} + {self.plain_request_s * 1e6:.0f} plain ({self.how})")
@@ -203,7 +207,7 @@ def waits(manifest: Manifest, setting: str, costs: HostCosts) -> tuple[bool, str
     cpu = share >= CPU_BOUND
     return cpu, (f"execute {'waits for stage 0: the CPU caps' if cpu else 'returns at once: the engines cap'} the "
                  f"pipeline (the engines' {capacity:.0f} requests/s would take {share:.0%} of the stub's "
-                 f"interpreter; {costs.describe()})")
+                 "interpreter)")
 
 
 @dataclass

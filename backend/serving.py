@@ -69,7 +69,7 @@ class Decision:
 
     def describe(self) -> str:
         return "; ".join(part for part in (f"serves {self.mode.value} ({self.choice.why})", self.waits_why,
-                                           self.costs.describe() if self.costs.how != HostCosts().how else "",
+                                           self.costs.describe() if self.costs.measured else "",
                                            self.graphs) if part)
 
 

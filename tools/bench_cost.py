@@ -35,7 +35,6 @@ from __future__ import annotations
 import argparse
 import csv
 import math
-import os
 import shutil
 import tempfile
 from dataclasses import dataclass, replace
@@ -47,6 +46,7 @@ from rich.console import Console
 from rich.table import Table
 from tritonclient.utils import InferenceServerException
 
+from backend.calibrate import process_cpu_s
 from slicer.errors import SliceError
 from tools.lib import prometheus as prom
 from tools.lib.peers import write_ways
@@ -60,16 +60,11 @@ from tools.lib.workload import interface_of, synthetic, write_input_data
 PROFILES = ROOT / "docs" / "profiles"
 DEFAULT_PROFILES = (PROFILES / "zero_2stages.json", PROFILES / "bert_base_trt_a100_2stages.json")
 MODELS = ("plain", "ensemble", "pipeline", "auto")
-TICK_S = 1 / os.sysconf("SC_CLK_TCK")
 
 
 def cpu_s(pid: int) -> float:
     """User + system CPU seconds of a process so far (0 once it is gone)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) * TICK_S
+    return process_cpu_s(pid) or 0.0
 
 
 @dataclass(frozen=True)
