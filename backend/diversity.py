@@ -20,9 +20,11 @@
   comes from the tables: stretch while merging saves at least as much work in the remaining
   stages as the early queries lose waiting for the late ones to catch up, and only when others
   are queued to gain from that work (a lone batch is never slowed down for nothing). Beyond the
-  paper, the load also times new batches: the first stage waits for more queries while a later
-  stage is predicted to be busy with the batches ahead until the waiting ones would reach it
-  (the pipeline's slack), so they leave no later and the queries arriving meanwhile join them.
+  paper, a load that keeps an idle pipeline busy unbatched opens a short window (the load's
+  window). A busy pipeline never holds a batch back at the entry: waiting there for a later
+  stage to free (the pipeline's slack, tried until issue 38) left both slow stages 78 % busy at
+  64 in flight where the forced pipeline's were 91 % (every under-predicted run idles the
+  stage it was timed for, and a closed loop's held-back queries leave the stages emptier).
 - **Deadlines (beyond the paper).** A query's deadline is its request's timeout (Triton's, set by
   the client) or ``deadline_ms`` after it arrived. Stretching never makes an early or a late
   query miss a deadline a new batch would meet; clustering avoids groupings that miss one. The
@@ -55,7 +57,6 @@ LOAD_WAITS = 2 / 3  # the share of time the pipeline is busy unbatched beyond wh
 BATCHING_PAYS = 0.9  # two rows must cost under this share of two single rows for the load's window
 MISSED = 3600.0  # seconds a missed deadline costs a query when clusters are compared
 PIECES = 4  # a crowd of one length may be cut into up to this many groups (to fill a pipeline)
-SLACK_STEPS = 12  # bisection steps of the pipeline's slack (to 1/4096 of the longest busy stage)
 PRESETS: dict[str, dict[str, bool]] = {
     "auto": {"input": True, "operator": True, "load": True, "auto": True},
     "input": {"input": True},
@@ -128,10 +129,9 @@ class DiversityPolicy(Policy):
 
     def _times(self, rows: int, length: int | None) -> tuple[float, ...]:
         """Each stage's predicted seconds for ``rows`` of ``length``, read from the tables once:
-        the policies ask a few dozen times per admission (the slack's bisection, the clusters'
-        options), on stage 0's path between two batches, and a prediction costs 4 us (RTE on two
-        slow stages, in-process: window, clusters and stretch 0.5 ms per admission, 0.3 ms so).
-        At most one entry per batch size and length served."""
+        the policies ask a few dozen times per admission (the clusters' options), on stage 0's
+        path between two batches, and a prediction costs 4 us. At most one entry per batch size
+        and length served."""
         key = (rows, length)
         times = self._predicted.get(key)
         if times is None:
@@ -164,7 +164,7 @@ class DiversityPolicy(Policy):
         by itself (the first stage cannot run ahead of the buffers the next ones free, so
         queries gather at the entry meanwhile), and a fixed wait on top of that only added
         latency at every load measured. With Policy III, the load's window while nothing is in
-        flight (``_load_window``) and the pipeline's slack while something is (``_slack``)."""
+        flight (``_load_window``)."""
         oldest, ahead, arrivals_per_s = waiting[0], outlook.ahead, outlook.arrivals_per_s
         length = self._length(None, [oldest])
         slowest = max(self._times(1, length))  # the pipeline serves one query per this, unbatched
@@ -174,44 +174,8 @@ class DiversityPolicy(Policy):
             if arrivals_per_s * slowest >= 0.5 and arrivals_per_s * window >= 1:
                 end = max(end, oldest.arrived + window)
         if not ahead:
-            return max(end, oldest.arrived + self._load_window(length, arrivals_per_s, slowest))
-        if self.load:
-            slack = self._slack(rows, self._length(None, waiting), ahead, now, arrivals_per_s)
-            if arrivals_per_s * slack >= 1:  # someone is expected to join meanwhile
-                end = max(end, now + slack)
+            end = max(end, oldest.arrived + self._load_window(length, arrivals_per_s, slowest))
         return end
-
-    def _slack(self, rows: int, length: int | None, ahead: Sequence[Flight], now: float,
-               arrivals_per_s: float) -> float:
-        """Beyond the paper: how long the first stage may wait before it starts the rows waiting
-        now, with those expected to arrive meanwhile, and still have them reach a later stage
-        no later than it frees from the batches ahead (by the tables), so that they would have
-        waited there anyway. Waiting at the entry instead lets the queries that arrive meanwhile
-        enter in the same batch, where starting at once makes them a batch of their own that
-        every stage runs again (a closed loop's clients send again in bursts, just after the
-        first of them is taken). Per-stage batchers (Triton's ensemble) get the same effect by
-        batching afresh at every step; here the batch is formed once, at the right moment.
-        Counting the arrivals matters: a batch timed for the rows waiting now grows as others
-        join it and reaches the next stage late, which then idles (two slow stages, 64 in
-        flight: 69 % busy when they were not counted)."""
-        free = self._free_at(ahead, now)
-
-        def reaches_in_time(wait: float) -> bool:
-            grown = min(self._max, rows + int(arrivals_per_s * wait))
-            done = now + wait
-            for stage, took in enumerate(self._times(max(grown, 1), length)):
-                if stage > 0 and done <= free[stage]:
-                    return True
-                done = max(done, free[stage]) + took
-            return False
-
-        low, high = 0.0, max(free) - now
-        if not reaches_in_time(low):
-            return 0.0
-        for _ in range(SLACK_STEPS):  # the latest wait that still reaches in time, by bisection
-            middle = (low + high) / 2
-            low, high = (middle, high) if reaches_in_time(middle) else (low, middle)
-        return low
 
     def _free_at(self, ahead: Sequence[Flight], now: float) -> list[float]:
         """When each stage is predicted to have finished the batches ``ahead`` (oldest first),

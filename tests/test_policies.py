@@ -208,39 +208,6 @@ def test_load_window_waits_only_under_load_where_batching_pays():
     assert linear.window_end([oldest], 1, Outlook((), 4 * per_s), now) == now  # two rows cost two: nothing to gain
 
 
-def test_load_waits_out_the_pipelines_slack():
-    """Stage 0 takes T/4, stage 1 T, at any size. While stage 1 runs a batch until T, rows that
-    stage 0 would finish at T/4 would wait there anyway: the entry may wait 3T/4 for more to join
-    them, where someone is expected meanwhile; and not where a stage is free when they reach it."""
-    load = make_policy("load", {})
-    load.bind(timed_manifest([flat(T / 4), flat(T)], dims=(4,)))
-    oldest = Query({"x": np.zeros((1, 4), np.float32)}, lambda outputs, failure: None)
-    now = oldest.arrived
-    in_stage_1 = (Flight(8, {}, 1, now),)
-    assert load.window_end([oldest], 1, Outlook(in_stage_1, 4000 / T), now) == pytest.approx(now + 0.75 * T / 1000)
-    assert load.window_end([oldest], 1, Outlook(in_stage_1, 1000 / T), now) == now  # nobody expected within 3T/4
-    queued = (Flight(8, {}, 1, None),)  # waits for stage 1, which then takes T
-    assert load.window_end([oldest], 1, Outlook(queued, 4000 / T), now) == pytest.approx(now + 0.75 * T / 1000)
-    overdue = (Flight(8, {}, 1, now - 2 * T / 1000),)  # past its prediction: taken to end now
-    assert load.window_end([oldest], 1, Outlook(overdue, 4000 / T), now) == now
-
-
-def test_queries_arriving_in_the_slack_join_the_batch_they_would_have_followed():
-    """Stage 0 T/4, stage 1 T. A full batch at 0 runs stage 1 until 1.25T. Query 8 comes at
-    0.5T: started at once it would wait for stage 1 anyway, so the entry waits; query 9 comes at
-    0.7T and joins it. Both leave at 2.25T (started apart, query 9 would leave at 3.25T)."""
-    clock = Clock(timed_manifest([flat(T / 4), flat(T)]), policy("load"))
-    clock.submit(*[clock.query(k) for k in range(8)])
-    time.sleep(T / 1000 * 0.5)
-    clock.submit(clock.query(8))
-    time.sleep(T / 1000 * 0.2)
-    clock.submit(clock.query(9))
-    got = clock.wait(10)
-    assert_times(got, {**{k: 1.25 * T for k in range(8)}, 8: 2.25 * T, 9: 2.25 * T}, steps=4)
-    assert split_runs(clock, 0) == [8, 2]
-    check_rows(clock)
-
-
 def test_policy1_forms_fuller_batches_when_others_wait():
     """One stage, T/2 up to 8 tokens and T up to 16. Lengths 5, 6, 8, 16 alone: two batches
     (5-8 done at T/2, 16 at 1.5T: 3T summed, against 4T padded together). With three more
