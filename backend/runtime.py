@@ -96,6 +96,7 @@ class Runtime:
         self.mode = Mode.PIPELINE
         self.watch = None  # serving.Watch, where a ModeSwitch decides the mode
         self.wait_s = 0.0  # ``submit`` returns once stage 0 has computed its queries, at most after this long
+        self._drained = False  # nothing submitted since the pipeline was last seen empty
 
     def submit(self, queries: Sequence[Query]) -> None:
         """Validate and hand over; never waits for inference. With ``wait_s``, return once stage 0
@@ -104,6 +105,7 @@ class Runtime:
             for query in queries:
                 query.answer(failure=Failure(self.dead, Code.UNAVAILABLE))
             return
+        self._drained = False
         self.entry.put(refuse_invalid(self.manifest, queries, self.size_limits, self._judged))
         if self.wait_s > 0:
             self.entry.wait_ready(self.wait_s)
@@ -111,11 +113,16 @@ class Runtime:
     def runs_inline(self) -> bool:
         """Asked by ``execute`` before it hands its batch over: whether the batch runs inside
         ``execute`` instead (``run``): always while the model serves plain (once the pipeline
-        has drained), and a lone batch where ``lone`` says so."""
+        has drained), and a lone batch where ``lone`` says so. ``execute`` is called by one
+        thread at a time (one instance, one stub), so once drained, the pipeline stays empty
+        until the next ``submit``: while serving plain, the drain is not looked at again (three
+        locks an ``execute``)."""
         if self.mode is not Mode.PIPELINE and not self.dead:
-            while (len(self.entry) or len(self.table) or self.exit.pending) and not self.dead:
-                if self.table.wait_empty(DRAIN_S):
-                    self.exit.wait_sent(DRAIN_S)
+            if not self._drained:
+                while (len(self.entry) or len(self.table) or self.exit.pending) and not self.dead:
+                    if self.table.wait_empty(DRAIN_S):
+                        self.exit.wait_sent(DRAIN_S)
+                self._drained = True
             return True
         if self.lone is None:
             return False
