@@ -4,16 +4,12 @@ libcudart 12 and libb64 beside it, and a wrapper (``python -m tools.perf_analyze
 from __future__ import annotations
 
 import ctypes.util
-import hashlib
 import io
 import os
-import platform
 import shutil
 import subprocess
 import sys
 import tarfile
-import tempfile
-import urllib.request
 import zipfile
 from pathlib import Path
 
@@ -22,8 +18,6 @@ from tools.lib.perf_analyzer import VERSION, installed_version, venv, wrapper_pa
 
 TRITONCLIENT = f"tritonclient=={VERSION}"
 CUDART = "nvidia-cuda-runtime-cu12==12.9.79"
-LIBB64_DEB = ("http://deb.debian.org/debian/pool/main/libb/libb64/libb64-0d_1.2-5+b1_amd64.deb",
-              "b0e1d6fde8bdccc18c3884144aede064dc82464dd4777275fa80e74c05583e82")
 DOWNLOADS = WHEELS
 
 
@@ -78,32 +72,22 @@ def _deb_member(deb: bytes, suffix: str) -> bytes:
 
 
 def _libb64() -> bytes:
-    """libb64.so.0d from the pinned Debian package, else from whatever ``apt-get download`` gets."""
-    url, digest = LIBB64_DEB
-    cached = DOWNLOADS / Path(url).name
-    problems = []
-    if platform.machine() == "x86_64":
-        if not cached.is_file():
-            try:
-                with urllib.request.urlopen(url, timeout=60) as response:
-                    data = response.read()
-                if hashlib.sha256(data).hexdigest() != digest:
-                    raise OSError("sha256 differs from the pinned one")
-                DOWNLOADS.mkdir(parents=True, exist_ok=True)
-                cached.write_bytes(data)
-            except OSError as exc:
-                problems.append(f"{url}: {exc}")
-        if cached.is_file():
-            return _deb_member(cached.read_bytes(), "libb64.so.0d")
-    with tempfile.TemporaryDirectory() as folder:
+    """libb64.so.0d from Debian's libb64-0d package, fetched by ``apt-get download`` (the
+    machine's own package sources, their signatures checked by apt; no root needed) once into
+    DOWNLOADS."""
+    cached = sorted(DOWNLOADS.glob("libb64-0d_*.deb"))
+    if not cached:
+        DOWNLOADS.mkdir(parents=True, exist_ok=True)
         try:
-            subprocess.run(["apt-get", "download", "libb64-0d"], cwd=folder, capture_output=True, check=True,
+            subprocess.run(["apt-get", "download", "libb64-0d"], cwd=DOWNLOADS, capture_output=True, check=True,
                            timeout=120)
-            return _deb_member(next(Path(folder).glob("libb64-0d_*.deb")).read_bytes(), "libb64.so.0d")
-        except (OSError, subprocess.SubprocessError, StopIteration) as exc:
-            problems.append(f"apt-get download libb64-0d: {exc}")
-    raise InstallError("perf_analyzer needs libb64.so.0d and it could not be had (" + "; ".join(problems)
-                       + "): install Debian's libb64-0d (apt-get install libb64-0d) and run this again")
+        except (OSError, subprocess.SubprocessError) as exc:
+            raise InstallError(f"perf_analyzer needs libb64.so.0d and `apt-get download libb64-0d` failed ({exc}): "
+                               "install Debian's libb64-0d (apt-get install libb64-0d) and run this again") from None
+        cached = sorted(DOWNLOADS.glob("libb64-0d_*.deb"))
+        if not cached:
+            raise InstallError(f"`apt-get download libb64-0d` left no package in {DOWNLOADS}")
+    return _deb_member(cached[-1].read_bytes(), "libb64.so.0d")
 
 
 WRAPPER = """#!/bin/sh

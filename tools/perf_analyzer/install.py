@@ -6,8 +6,8 @@ need glibc 2.38, later ones ship none). We take it from 2.51.0, the release of t
 pyproject.toml asks for. The binary needs two libraries that no dependency of ours carries:
 
 - ``libb64.so.0d``: Debian's ``libb64-0d`` (10 kB), taken from the system if it has it, else
-  downloaded from deb.debian.org (sha256 checked), else with ``apt-get download``; unpacked
-  without dpkg or root;
+  fetched with ``apt-get download`` from the machine's own package sources (apt checks their
+  signatures); unpacked without dpkg or root;
 - ``libcudart.so.12``: from the ``nvidia-cuda-runtime-cu12`` wheel; loaded at start, never used
   on a CPU.
 
