@@ -37,6 +37,11 @@ SPLIT_GAIN = 0.05  # how much sooner a split must answer, in sum, for ``auto`` t
 SWITCH_GAIN = 0.15
 CPU_BOUND = 0.5  # the share of the stub's interpreter serving would take at the engines' capacity: the CPU caps
 CORRECT_AFTER = 200  # answers a window needs for the stub's measured costs to be corrected by it
+# A window corrects the costs measured at load by at most this factor either way: its stub CPU
+# also holds work that is not serving requests (a drain, the export at a switch), and one such
+# window once scaled them 15-fold, after which the other mode looked 15 times dearer than it was
+# and the switch kept the pipeline through a load it could not carry (check-auto-2core, zero).
+MAX_CORRECTION = 2.0
 MIN_ANSWERS = 20  # a window with fewer answers shows too little to decide on: the mode stays
 
 
@@ -308,7 +313,8 @@ class ModeSwitch:
     serves, its multi-entry letting a request into stage 0 while another runs. A window with
     hardly any answers changes nothing (when a load stops and starts again, as a benchmark's
     windows do, it is served as it was). The stub's measured costs are corrected by what each
-    window shows against them (``costs``), and tritonserver's cost per request is learnt where
+    window shows against them (``costs``; at most ``MAX_CORRECTION`` either way from what
+    loading measured), and tritonserver's cost per request is learnt where
     it can be read."""
 
     tables: Sequence[LatencyTable]
@@ -318,6 +324,10 @@ class ModeSwitch:
     shared_host: bool = False
     mode: Mode = Mode.PIPELINE
     last: str = "nothing seen yet"  # why the mode is what it is: for the log
+    measured: HostCosts = field(init=False)  # the costs as loading measured them, which windows correct
+
+    def __post_init__(self):
+        self.measured = self.costs
 
     def observe(self, window: Window) -> Mode | None:
         """Take a window served ``self.mode``; the new mode where it switches, else None."""
@@ -327,11 +337,12 @@ class ModeSwitch:
             return None
         rows = max(window.rows, 1.0)
         per_request = window.stub_s / window.answered
-        predicted = self.costs.stub_s(self.mode, rows) / rows
+        predicted = self.measured.stub_s(self.mode, rows) / rows
         if predicted > 0 and window.answered >= CORRECT_AFTER:
             # What loading measured, against what serving shows now (over enough answers that the
             # stub's per-second work, the metrics' export, weighs little in them).
-            self.costs = self.costs.scaled(per_request / predicted)
+            factor = min(max(per_request / predicted, 1 / MAX_CORRECTION), MAX_CORRECTION)
+            self.costs = replace(self.measured.scaled(factor), server_request_s=self.costs.server_request_s)
         if window.server_s is not None:
             self.costs = replace(self.costs, server_request_s=window.server_s / window.answered)
         now = self._utilisation(self.mode, window)

@@ -29,6 +29,7 @@ def split_runs(clock: Clock, stage: int) -> list[int]:
     return [num for s, _, _, num, _, _ in sorted(clock.runs, key=lambda r: r[4]) if s == stage]
 
 
+@pytest.mark.wallclock
 def test_policy2_splits_in_halves_and_runs_the_parts_serially():
     """Figure 3, Case II: A takes T for up to 4 rows, B, C and D T/4 per row. After A,
     T_remain(4) = 3T >= 2 x T_remain(2), and again for 2: four parts of 1 that run one after
@@ -42,6 +43,7 @@ def test_policy2_splits_in_halves_and_runs_the_parts_serially():
     check_rows(clock)
 
 
+@pytest.mark.wallclock
 def test_policy2_keeps_a_batch_whole_where_the_tables_say_batching_pays():
     """B, C and D take T at any batch size: splitting would only repeat them. One batch, 4T."""
     clock = Clock(timed_manifest([flat(T)] * 4), policy("operator"))
@@ -60,6 +62,7 @@ def stretch_case(tables: list[dict], backlog: bool) -> Clock:
     return clock
 
 
+@pytest.mark.wallclock
 def test_policy3_never_slows_a_lone_batch_down():
     """Nothing else queued: query 1 follows batch 0 as a new batch (leaves 5.2T), and query 0
     leaves at 4T instead of waiting for it to catch up."""
@@ -68,6 +71,7 @@ def test_policy3_never_slows_a_lone_batch_down():
     assert {r[1] for r in clock.runs if r[0] == 0} == {0, 1}
 
 
+@pytest.mark.wallclock
 def test_policy3_stretches_when_others_wait_and_merging_saves_work():
     """Stages cost T at any size: merging saves 2T in stages 2-3, the early query loses 1.2T.
     With query 2 waiting, query 1 stretches batch 0: both leave at 5.2T; query 2 enters stage 0
@@ -89,6 +93,7 @@ PER_LENGTH = {"batch_sizes": BATCH_SIZES, "axis": "sequence", "lengths": [8, 16]
               "mean": [[T / 2] * len(BATCH_SIZES), [T] * len(BATCH_SIZES)]}
 
 
+@pytest.mark.wallclock
 def test_policy1_clusters_by_length_and_pads_within_a_cluster():
     """Figure 3, Case I with lengths 5, 6, 8 and 16 (stages T/2 up to 8 tokens, T up to 16):
     padded into one batch all leave at 4T. Policy I puts 5, 6 and 8 in one batch padded to 8
@@ -103,12 +108,14 @@ def test_policy1_clusters_by_length_and_pads_within_a_cluster():
     check_rows(clock)
 
 
+@pytest.mark.wallclock
 def test_policy1_lone_query_never_waits_for_the_window():
     clock = Clock(timed_manifest([PER_LENGTH] * 2), policy("input", window_ms=5 * T))
     clock.submit(clock.query(0, length=16))
     assert_times(clock.wait(1), {0: 2 * T}, steps=2)
 
 
+@pytest.mark.wallclock
 def test_policy1_keeps_rows_in_flight_within_the_bound():
     """Ten one-row queries with room for 8 in flight (the paper's bound, the maximum batch
     size): 8 enter, the last two when those leave."""
@@ -136,6 +143,7 @@ def test_auto_takes_the_policies_of_the_recorded_diversities():
         make_policy("auto", {}).bind(untimed)
 
 
+@pytest.mark.wallclock
 def test_deadlines_stop_a_stretch_that_would_make_the_early_query_late():
     """The backlog case of Policy III, but query 0 must be answered within 4.5T: stretching
     would answer it at 5.2T, a new batch lets it leave at 4T, so query 1 enters on its own."""
@@ -148,6 +156,7 @@ def test_deadlines_stop_a_stretch_that_would_make_the_early_query_late():
     assert {r[1] for r in clock.runs if r[0] == 0} == {0, 1, 2}
 
 
+@pytest.mark.wallclock
 def test_deadlines_keep_a_long_query_with_the_short_ones():
     """Case I again, but the long query must be answered within 4.2T: after the short batch it
     would leave at 4.5T, so all four run as one batch padded to 16 and leave at 4T."""
@@ -159,6 +168,7 @@ def test_deadlines_keep_a_long_query_with_the_short_ones():
     check_rows(clock)
 
 
+@pytest.mark.wallclock
 @pytest.mark.parametrize("name", ["input+load", "operator+load"])
 def test_many_queries_from_many_threads_all_answered_with_their_own_rows(name):
     """A stress of admission against batches leaving (the entry's lock and the table's are taken
@@ -184,6 +194,7 @@ def test_many_queries_from_many_threads_all_answered_with_their_own_rows(name):
     check_rows(clock)
 
 
+@pytest.mark.wallclock
 def test_a_query_larger_than_the_in_flight_bound_still_runs():
     clock = Clock(timed_manifest([flat(T)] * 2), policy("input", max_in_flight=2))
     clock.submit(clock.query(0, rows=4))
@@ -308,6 +319,7 @@ def _queue(reject: bool, **config) -> RuntimeConfig:
     return RuntimeConfig(policy=make_policy("pass", {}), queue=QueuePolicy(reject=reject), **config)
 
 
+@pytest.mark.wallclock
 def test_a_query_whose_timeout_passes_in_the_pipeline_is_answered_before_more_compute():
     """Four stages of T; query 0 must be done within 1.5T, query 1 has no timeout, and they share
     a batch. At the boundary after stage 1 (2T) query 0 is answered UNAVAILABLE, as Triton's queue
@@ -328,6 +340,7 @@ def test_a_query_whose_timeout_passes_in_the_pipeline_is_answered_before_more_co
     assert late and max(late) < T / 4, f"stages 2-3 computed an expired batch: {late} ms"
 
 
+@pytest.mark.wallclock
 def test_with_timeout_action_delay_an_expired_query_still_runs():
     clock = Clock(timed_manifest([flat(T)] * 4), _queue(reject=False))
     clock.submit(clock.query(0, deadline_ms=1.5 * T))
@@ -335,6 +348,7 @@ def test_with_timeout_action_delay_an_expired_query_still_runs():
     check_rows(clock)
 
 
+@pytest.mark.wallclock
 def test_the_batch_window_never_takes_more_than_half_of_a_deadline():
     """A fixed window of 20T, and a query that must be done within 6T: the window closes at 3T
     (half its time) and the query leaves through two stages at 5T, with its rows."""
@@ -392,6 +406,21 @@ def test_the_mode_switch_serves_plain_where_the_pipelines_own_cost_is_the_nearer
     assert switch.observe(_window(0.03, (0.0125, 0.0125), answered=100)) is Mode.PIPELINE
     switch.mode = Mode.IN_TURN
     assert switch.observe(_window(0.001, (0.0, 0.0), answered=3)) is None  # too little to go by
+
+
+def test_a_window_corrects_the_costs_measured_at_load_by_at_most_twice_either_way():
+    """Costs measured at load: 100 us a request pipelined, 50 plain. A window whose stub CPU
+    says 15 times that (work that was not serving: a drain) corrects them to twice, not 15
+    times; a window that agrees with loading brings them back (corrections do not compound),
+    and one that says a tenth, to half."""
+    manifest = timed_manifest([flat(1.0)] * 2)
+    switch = ModeSwitch([s.latency for s in manifest.stages], HostCosts(pipeline_request_s=100e-6,
+                                                                          plain_request_s=50e-6), cores=16)
+    for stub_s, corrected in ((1.5, 200e-6), (0.1, 100e-6), (0.01, 50e-6)):
+        switch.mode = Mode.PIPELINE  # each window served pipelined (what it switches to is beside the point)
+        switch.observe(_window(stub_s, (0.01, 0.01)))
+        assert switch.costs.pipeline_request_s == pytest.approx(corrected)
+        assert switch.costs.plain_request_s == pytest.approx(corrected / 2)
 
 
 def test_the_mode_switch_pipelines_where_the_engines_are_the_nearer_limit():
