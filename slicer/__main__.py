@@ -44,8 +44,14 @@ def _lengths(text: str) -> tuple[int, ...]:
         raise argparse.ArgumentTypeError(f"expected comma-separated sizes such as 16,32,64, got {text!r}") from None
 
 
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:
+        """A bad option is one line, as every other refusal (argparse prints its usage first)."""
+        self.exit(2, f"error: {message} (python -m slicer --help lists the options)\n")
+
+
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="python -m slicer",
         description="Profile an ONNX model, cut it into time-balanced stages and write a Triton model "
                     "directory for the dvabatch backend.",

@@ -1,7 +1,10 @@
 """Slice an ONNX model into time-balanced stages and write a Triton model directory for `dvabatch`.
 
-The steps, in order (each can refuse with a ``SliceError`` before anything is written):
+The steps, in order (each can refuse with a ``SliceError``; ``OUT`` changes only at the end,
+in one step, ``slicer.swap``):
 
+0. **check** the source (``slicer.source``): a model ONNX Runtime runs, with one output row per
+   query, tensor types Triton has, and ``--lengths`` it takes;
 1. **optimise** the source graph (ONNX Runtime constant folding and fusions), then cut that graph;
 2. **probe** it for legal cuts (``slicer.graph``);
 3. **profile** every node at batch sizes 1, 2, 4 .. max and each padded length (the target's
@@ -24,9 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import itertools
-import re
 import shutil
-import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -55,6 +56,8 @@ from slicer.profile import (
     preferred_batch_size,
     wall_timer,
 )
+from slicer.source import cannot_run, check_source, read_source, runtime_refused
+from slicer.swap import scratch_for, swap_in
 from slicer.targets import Target, make_target, optimize, profile
 
 VERSION = "1"
@@ -208,19 +211,6 @@ def graph_buckets_of(options: SliceOptions, axis: str | None) -> Buckets:
     return batch_sizes_up_to(options.max_batch_size), tuple(options.lengths) if axis else ()
 
 
-def read_source(src: Path) -> onnx.ModelProto:
-    """The source graph (weights left on disk), or a SliceError saying why it is not one."""
-    if not src.is_file():
-        raise SliceError(f"{src} does not exist" if not src.exists() else f"{src} is not a file")
-    try:
-        model = onnx.load(str(src), load_external_data=False)
-    except Exception as exc:  # noqa: BLE001 - protobuf's DecodeError and friends: not an ONNX file
-        raise SliceError(f"{src} is not a readable ONNX model (truncated, or another format): {exc}") from None
-    if not model.graph.node or not model.graph.input:
-        raise SliceError(f"{src} holds no ONNX graph with inputs and nodes (is it an ONNX model?)")
-    return model
-
-
 def _check_out(src: Path, out: Path) -> None:
     """The slicer replaces ``out/1`` and ``out/config.pbtxt`` wholesale, so ``out`` must be new,
     empty, or a model it wrote before; never a folder holding the source or anyone else's files."""
@@ -244,18 +234,6 @@ def _written_by_slicer(entry: Path) -> bool:
     if entry.name == VERSION:
         return entry.is_dir() and (not any(entry.iterdir()) or (entry / MANIFEST_FILE).is_file())
     return entry.name.startswith(".slicing-")  # a scratch folder a killed run left
-
-
-def _runtime_refused(exc: Exception) -> bool:
-    """ONNX Runtime's own errors (an op it cannot run, a graph it cannot load) are about the
-    user's model; anything else is the slicer's bug and keeps its traceback."""
-    return type(exc).__module__.startswith("onnxruntime")
-
-
-def _first_line(exc: Exception, src: Path) -> str:
-    """The error's first line, with the slicer's scratch files named as the source they came from."""
-    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    return re.sub(r"/\S*?\.onnx", src.name, text)
 
 
 def _check(options: SliceOptions) -> None:
@@ -510,64 +488,66 @@ def slice_model(src: Path, out: Path, options: SliceOptions, progress: Progress 
     axis = length_axis(specs, options.length_axis)
     _check_out(src, out)
     lengths: tuple[int | None, ...] = tuple(options.lengths) if axis else (None,)
+    check_source(src, model, specs, axis, lengths, options.dim_sizes)
     target = make_target(options.target, device=options.device, max_batch=options.max_batch_size, axis=axis,
                          max_length=lengths[-1], dim_sizes=dict(options.dim_sizes), precision=options.precision)
     if options.optimize and options.optimize not in target.optimizations:
         raise SliceError(f"--optimize {options.optimize} makes graphs {target.name} cannot load; use one of "
                          f"{', '.join(target.optimizations)}")
-    created = not out.exists()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    scratch = scratch_for(out)
     try:
         # GPU work on a stream of its own, as the executors run it: the legacy default stream
         # would synchronise with every other stream and time what the backend never waits for.
         with target.device.running_on(target.device.stream()):
-            return _slice(src, out, options, axis, lengths, target, progress)
-    except BaseException as exc:  # whatever stops it (SIGTERM too) leaves no new folder
-        if created:
-            shutil.rmtree(out, ignore_errors=True)
-        if isinstance(exc, Exception) and _runtime_refused(exc):
-            raise SliceError(f"ONNX Runtime cannot run {src}: {_first_line(exc, src)}") from exc
+            return _slice(src, out, scratch, options, axis, lengths, target, progress)
+    except Exception as exc:
+        if runtime_refused(exc):
+            raise cannot_run(src, exc) from exc
         if isinstance(exc, TargetError):  # what a target could not do with this model
             raise SliceError(str(exc)) from None
         raise
+    finally:  # whatever stops it (SIGTERM too): OUT is as it was, or wholly the new model
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
-def _slice(src: Path, out: Path, options: SliceOptions, axis: str | None, lengths: tuple[int | None, ...],
-           target: Target, progress: Progress | None) -> SliceResult:
+def _slice(src: Path, out: Path, scratch: Path, options: SliceOptions, axis: str | None,
+           lengths: tuple[int | None, ...], target: Target, progress: Progress | None) -> SliceResult:
+    """Everything is built and verified in ``scratch``; the finished model folder (config.pbtxt
+    and the version folder) then replaces ``out`` in one step (``slicer.swap``)."""
     seconds: dict[str, float] = {}
-    out.mkdir(parents=True, exist_ok=True)
-    # Build and verify beside the model, then swap the version folder in.
-    with tempfile.TemporaryDirectory(dir=out, prefix=".slicing-") as scratch_name:
-        scratch = Path(scratch_name)
-        began = time.perf_counter()
-        plan = _plan(src, scratch / "optimized.onnx", target, axis, lengths, options, progress)
-        seconds["optimise, probe and cut"] = time.perf_counter() - began - plan.node_profile.seconds
-        seconds["node profile"] = plan.node_profile.seconds
-        began = time.perf_counter()
-        plan, calibration = _calibrate(plan, target, scratch, lengths[-1], axis, options, progress)
-        if calibration:
-            seconds["calibrate"] = time.perf_counter() - began
-        began = time.perf_counter()
-        manifest, agreement = _build_and_verify(src, plan, target, scratch, lengths, axis, options)
-        seconds["build and verify"] = time.perf_counter() - began
-        began = time.perf_counter()
-        specs = _measure(manifest, plan, target, scratch / VERSION, lengths, axis, options, progress)
-        seconds["stage latency tables"] = time.perf_counter() - began
-        balance_bs = options.balance_batch_size or options.max_batch_size
-        at_balance = [s.latency.lookup(balance_bs, lengths[-1]) for s in specs]
-        report = SlicingReport(
-            target=target.name, device="cpu" if isinstance(target.device, CpuDevice) else "cuda",
-            optimization=plan.optimization, balance_batch_size=balance_bs,
-            balance_length=lengths[-1], balance=round(max(at_balance) / (sum(at_balance) / len(at_balance)), 4),
-            length_axis=axis,
-            profile_seconds=round(seconds["node profile"] + seconds["stage latency tables"], 2),
-            stages_chosen=plan.stages_chosen, calibration=calibration, warning=_balance_warning(plan),
-        )
-        manifest = replace(manifest, stages=tuple(specs), slicing=report)
-        policy = triton_config.policy_parameters() if options.policy_defaults else {}
-        manifest.save(scratch / VERSION)
-        shutil.rmtree(out / VERSION, ignore_errors=True)
-        (scratch / VERSION).rename(out / VERSION)
-    (out / "config.pbtxt").write_text(triton_config.render(out.name, manifest, policy))
+    began = time.perf_counter()
+    plan = _plan(src, scratch / "optimized.onnx", target, axis, lengths, options, progress)
+    seconds["optimise, probe and cut"] = time.perf_counter() - began - plan.node_profile.seconds
+    seconds["node profile"] = plan.node_profile.seconds
+    began = time.perf_counter()
+    plan, calibration = _calibrate(plan, target, scratch, lengths[-1], axis, options, progress)
+    if calibration:
+        seconds["calibrate"] = time.perf_counter() - began
+    began = time.perf_counter()
+    manifest, agreement = _build_and_verify(src, plan, target, scratch, lengths, axis, options)
+    seconds["build and verify"] = time.perf_counter() - began
+    began = time.perf_counter()
+    specs = _measure(manifest, plan, target, scratch / VERSION, lengths, axis, options, progress)
+    seconds["stage latency tables"] = time.perf_counter() - began
+    balance_bs = options.balance_batch_size or options.max_batch_size
+    at_balance = [s.latency.lookup(balance_bs, lengths[-1]) for s in specs]
+    report = SlicingReport(
+        target=target.name, device="cpu" if isinstance(target.device, CpuDevice) else "cuda",
+        optimization=plan.optimization, balance_batch_size=balance_bs,
+        balance_length=lengths[-1], balance=round(max(at_balance) / (sum(at_balance) / len(at_balance)), 4),
+        length_axis=axis,
+        profile_seconds=round(seconds["node profile"] + seconds["stage latency tables"], 2),
+        stages_chosen=plan.stages_chosen, calibration=calibration, warning=_balance_warning(plan),
+    )
+    manifest = replace(manifest, stages=tuple(specs), slicing=report)
+    policy = triton_config.policy_parameters() if options.policy_defaults else {}
+    manifest.save(scratch / VERSION)
+    model_dir = scratch / "model"
+    model_dir.mkdir()
+    (scratch / VERSION).rename(model_dir / VERSION)
+    (model_dir / "config.pbtxt").write_text(triton_config.render(out.name, manifest, policy))
+    swap_in(model_dir, out)
     named = tuple((plan.analysis.nodes[c.after_node].name, c) for c in plan.changes)
     return SliceResult(model_dir=out, manifest=manifest, max_abs_error=agreement.max_abs_error,
                        cosine=agreement.cosine, node_profile=plan.node_profile,

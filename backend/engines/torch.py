@@ -88,7 +88,10 @@ class TorchTarget:
         """Median time per node (ms) for each (length, batch) in ``configs``."""
         from .onnx_torch import node_timer
 
-        engine = TorchEngine(Path(model_path), [], self.device, threads, self.precision)  # as served
+        try:
+            engine = TorchEngine(Path(model_path), [], self.device, threads, self.precision)  # as served
+        except NotImplementedError as exc:  # an operator the interpreter lacks: the user's model, not a bug
+            raise TargetError(f"--target torch: {exc}; or slice with --target onnxruntime") from None
         graph, index = engine.graph, {name: i for i, name in enumerate(nodes)}
         result = []
         for c, (length, batch) in enumerate(configs):
