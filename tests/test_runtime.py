@@ -130,6 +130,18 @@ def test_every_query_answered_once_with_its_own_rows(bert, sources):
     assert "inference failed" in failure.message
 
 
+class Holdable:
+    """A stage engine whose runs wait while ``open`` is clear (it starts set)."""
+
+    def __init__(self, engine):
+        self.engine, self.open = engine, threading.Event()
+        self.open.set()
+
+    def run(self, inputs):
+        self.open.wait(30)
+        return self.engine.run(inputs)
+
+
 class GatedEngine:
     """A real stage engine that records batch sizes and holds its first run until released."""
 
@@ -335,7 +347,9 @@ def test_a_lone_batch_runs_inside_execute_while_nothing_else_arrives_during_one(
     another is in the pipeline. The metrics count where lone batches ran. (A rule under which
     inline pays while under a fifth of the looks saw an arrival, none seen yet.)"""
     manifest = timed_manifest(tmp_path, 40, 40, 2)  # two stages of 20 ms
-    runtime = Runtime(manifest, load_engines(manifest, tmp_path), RuntimeConfig(policy=make_policy("pass", {})))
+    first, second = load_engines(manifest, tmp_path)
+    held = Holdable(second)  # a look's batch stays in stage 1 until the test lets it go
+    runtime = Runtime(manifest, [first, held], RuntimeConfig(policy=make_policy("pass", {})))
     runtime.lone, runtime.wait_s = LoneRuns(saved_s=0.2e-3, extra_s=1e-3, share=0.0), 5
     feed = sample_inputs(manifest.inputs, 1, {"sequence": 4}, seed=0)
     inbox = Inbox()
@@ -361,8 +375,10 @@ def test_a_lone_batch_runs_inside_execute_while_nothing_else_arrives_during_one(
 
     try:
         assert one_at_a_time(range(30)) == [True] * 4 + [False] + [True] * 8 + [False] + [True] * 16
+        held.open.clear()
         assert not execute(30)  # a look ...
         assert not execute(31)  # ... during which another request arrives
+        held.open.set()
         inbox.wait(32)
         assert runtime.table.wait_empty(5)
         assert one_at_a_time(range(32, 38)) == [False] + [True] * 4 + [False]  # a look without, then every 4
@@ -485,6 +501,7 @@ def test_a_model_served_plain_runs_a_ragged_batch_once_or_in_two_by_length_on_en
         runtime.close()
 
 
+@pytest.mark.wallclock
 def test_a_model_served_as_a_plain_one_answers_while_its_engines_run_and_returns_once_they_are_done(tmp_path):
     """On engines that run ahead of the host (a GPU; timed), ``WholeBatch.run`` answers every
     query with the arrays its results land in and calls ``meanwhile`` (where the backend builds

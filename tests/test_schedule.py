@@ -19,6 +19,8 @@ from backend.query import Code
 
 from .timed import BATCH_SIZES, Clock, flat, timed_manifest
 
+pytestmark = pytest.mark.wallclock  # every test here times a schedule on the wall clock
+
 T = 100.0  # ms, the paper's time unit
 
 

@@ -49,10 +49,37 @@ def client(server):
         yield client
 
 
-def batches(server, model: str) -> dict[tuple[int, int], float]:
-    time.sleep(1.3)  # the backend exports its counters about once a second
-    values = prom.select(prom.scrape(server.metrics_url), "dvabatch_batches_total", model=model)
-    return {(int(dict(k)["stage"]), int(dict(k)["rows"])): v for k, v in values.items()}
+def scraped(server, until, seconds: float = 30) -> dict:
+    """Triton's metrics once ``until(metrics)`` holds (the backend exports its counters about
+    once a second, later on a busy machine), or after ``seconds``: the caller's assertion says
+    what was missing."""
+    deadline = time.monotonic() + seconds
+    while True:
+        metrics = prom.scrape(server.metrics_url)
+        if until(metrics) or time.monotonic() > deadline:
+            return metrics
+        time.sleep(0.1)
+
+
+def settled(server, model: str, quiet_s: float = 1.5) -> dict:
+    """Triton's metrics once ``model``'s have not changed for ``quiet_s`` (everything counted
+    before has been exported)."""
+    mine = lambda metrics: {k: v for k, v in metrics.items() if dict(k[1]).get("model") == model}  # noqa: E731
+    last, since = mine(prom.scrape(server.metrics_url)), time.monotonic()
+    while time.monotonic() - since < quiet_s:
+        time.sleep(0.1)
+        now = mine(prom.scrape(server.metrics_url))
+        if now != last:
+            last, since = now, time.monotonic()
+    return prom.scrape(server.metrics_url)
+
+
+def batches(server, model: str, until) -> dict[tuple[int, int], float]:
+    """(stage, rows) -> batches run, once ``until`` holds of them (or after 30 s)."""
+    def of(metrics):
+        values = prom.select(metrics, "dvabatch_batches_total", model=model)
+        return {(int(dict(k)["stage"]), int(dict(k)["rows"])): v for k, v in values.items()}
+    return of(scraped(server, lambda metrics: until(of(metrics))))
 
 
 def assert_answers_are_the_unsliced_models(client, model: str, manifest: Manifest, source, feeds) -> None:
@@ -134,7 +161,8 @@ def test_triton_batching_knob_runs_ragged_batches_to_completion(client, server, 
     client.load_model("bert_like_triton")
     feeds = [sample_inputs(manifest.inputs, 1, {"sequence": n}, seed=n) for n in (3, 9, 5, 12)]
     assert_answers_are_the_unsliced_models(client, "bert_like_triton", manifest, sources["bert_like"], feeds)
-    assert {rows for (stage, rows) in batches(server, "bert_like_triton")} == {4}
+    counted = batches(server, "bert_like_triton", lambda got: bool(got))
+    assert {rows for (stage, rows) in counted} == {4}
     client.unload_model("bert_like_triton")
 
 
@@ -169,7 +197,8 @@ def test_auto_serves_a_fused_model_inside_execute_as_a_plain_model_does(client, 
             np.testing.assert_allclose(future.result()[name], expected, atol=1e-4)
     stats = client.get_inference_statistics("bert_like_fused", as_json=True)["model_stats"][0]["batch_stats"]
     assert [(int(b["batch_size"]), int(b["compute_infer"]["count"])) for b in stats] == [(5, 1)]
-    assert len(manifest.stages) > 1 and {stage for (stage, rows) in batches(server, "bert_like_fused")} == {0}
+    counted = batches(server, "bert_like_fused", lambda got: bool(got))
+    assert len(manifest.stages) > 1 and {stage for (stage, rows) in counted} == {0}
     serving = prom.select(prom.scrape(server.metrics_url), "dvabatch_serving", model="bert_like_fused")
     assert {dict(k)["mode"]: v for k, v in serving.items()} == {"fused": 1.0}
     client.unload_model("bert_like_fused")
@@ -269,12 +298,11 @@ def test_peers_for_a_gpu_host_use_tritons_own_backends(repository, tmp_path):
 def test_backend_metrics_count_meta_operations_and_batches(client, server, repository):
     manifest = Manifest.load(repository / "resnet_like" / VERSION)
     feed = sample_inputs(manifest.inputs, 2)
-    time.sleep(1.3)  # counts of earlier tests are all exported
-    before = prom.scrape(server.metrics_url)
+    before = settled(server, "resnet_like")  # counts of earlier tests are all exported
     for _ in range(3):
         infer(client, "resnet_like", feed)
-    time.sleep(1.3)
-    grown = prom.delta(before, prom.scrape(server.metrics_url))
+    grown = prom.delta(before, scraped(server, lambda metrics: sum(prom.select(
+        prom.delta(before, metrics), "dvabatch_entry_queries_total", model="resnet_like").values()) >= 3))
     meta = prom.select(grown, "dvabatch_meta_operations_total", model="resnet_like", kind="new")
     assert sum(meta.values()) == 3
     rows = prom.select(grown, "dvabatch_batches_total", model="resnet_like", rows="2")

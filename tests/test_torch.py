@@ -186,7 +186,7 @@ def test_nodes_are_timed_one_by_one(sources, tmp_path):
     graph.run(sample_inputs(input_specs(named), 2, {}, seed=0), timer=timer)
     timer.flush()
     assert set(times) == {n.name for n in named.graph.node}
-    assert all(ms >= 0 for ms in times.values()) and sum(times.values()) > 0
+    assert all(ms > 0 for ms in times.values())  # every node was timed
 
 
 # CUDA graphs per shape bucket (backend/engines/torch_graphs.py): on the CPU the same buckets, padding and

@@ -18,6 +18,8 @@ import tritonclient.grpc as grpcclient
 from backend.manifest import LatencyTable, TensorSpec
 from tools.lib.timed import write_timed
 
+pytestmark = pytest.mark.wallclock  # every test here times a schedule on the wall clock
+
 T = 100.0  # ms a stage, the paper's time unit
 STAGES = 4
 TOLERANCE_MS = 60.0
