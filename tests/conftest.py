@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
@@ -54,6 +56,21 @@ def repository(tmp_path_factory, sources) -> Path:
         # The backend's default policy: tests choose their own knobs.
         slice_model(sources[name], repo / name, replace(FAST, stages=stages, policy_defaults=False))
     return repo
+
+
+@contextmanager
+def serving(client, repository: Path, *names: str):
+    """Models a test wrote into the shared repository, loaded for it, then unloaded and removed:
+    tests that start a server on the whole repository later (``tools.serve`` loads every model
+    in it) must not pay for them."""
+    try:
+        for name in names:
+            client.load_model(name)
+        yield
+    finally:
+        for name in names:
+            client.unload_model(name)
+            shutil.rmtree(repository / name, ignore_errors=True)
 
 
 def processes_matching(text: str) -> list[str]:

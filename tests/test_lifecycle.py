@@ -33,7 +33,7 @@ from tools.lib.processes import free_port
 from tools.lib.timed import write_timed
 from tools.lib.triton import Server
 
-from .conftest import FAST
+from .conftest import FAST, serving
 
 T_MS = 200.0
 STAGES = 3
@@ -108,8 +108,7 @@ def test_timeouts_while_waiting_and_in_the_pipeline(client, repository, path):
     and checks timeouts only in its queue), so they may run to their results, as a plain
     model's would: what is asserted there is one answer each."""
     name = lifecycle_model(repository, f"timeouts_{path}", PATHS[path])
-    client.load_model(name)
-    try:
+    with serving(client, repository, name):
         answers = Answers(4)
         send(client, name, 0, answers)
         time.sleep(T_MS / 4000)
@@ -123,8 +122,6 @@ def test_timeouts_while_waiting_and_in_the_pipeline(client, repository, path):
         again = Answers(1)
         send(client, name, 4, again)
         assert again.wait() == {4: True}
-    finally:
-        client.unload_model(name)
 
 
 @pytest.mark.parametrize("path", list(PATHS))
@@ -132,8 +129,7 @@ def test_a_request_the_client_cancels(client, repository, path):
     """1 is cancelled by its client while 0 runs: its client hears CANCELLED once, 0 and a
     request after them get their own rows."""
     name = lifecycle_model(repository, f"cancel_{path}", PATHS[path])
-    client.load_model(name)
-    try:
+    with serving(client, repository, name):
         answers = Answers(2)
         send(client, name, 0, answers)
         time.sleep(T_MS / 4000)
@@ -146,8 +142,6 @@ def test_a_request_the_client_cancels(client, repository, path):
         again = Answers(1)
         send(client, name, 2, again)
         assert again.wait() == {2: True}
-    finally:
-        client.unload_model(name)
 
 
 @pytest.mark.parametrize("path", list(PATHS))
@@ -157,9 +151,7 @@ def test_unload_and_load_while_requests_wait_and_run(client, repository, path):
     it answers throughout, and once loaded again the model answers."""
     name = lifecycle_model(repository, f"unload_{path}", PATHS[path], max_batch_size=2)
     beside = lifecycle_model(repository, f"beside_{path}", PATHS[path])
-    client.load_model(name)
-    client.load_model(beside)
-    try:
+    with serving(client, repository, name, beside):
         answers = Answers(6)
         for key in range(6):
             send(client, name, key, answers)
@@ -178,9 +170,6 @@ def test_unload_and_load_while_requests_wait_and_run(client, repository, path):
         again = Answers(1)
         send(client, name, 7, again)
         assert again.wait() == {7: True}
-    finally:
-        client.unload_model(name)
-        client.unload_model(beside)
 
 
 def test_a_polling_server_sees_the_old_model_or_the_new_one_throughout_a_reslice(tmp_path, sources):

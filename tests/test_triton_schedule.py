@@ -18,6 +18,8 @@ import tritonclient.grpc as grpcclient
 from backend.manifest import LatencyTable, TensorSpec
 from tools.lib.timed import write_timed
 
+from .conftest import serving
+
 pytestmark = pytest.mark.wallclock  # every test here times a schedule on the wall clock
 
 T = 100.0  # ms a stage, the paper's time unit
@@ -77,13 +79,10 @@ def arrivals(client, model: str, at_ms: list[float]) -> list[float]:
 ], ids=["pass", "auto", "stretch"])
 def test_a_query_arriving_while_another_runs_enters_stage_0_at_once(client, repository, parameters, expected):
     name = timed_model(repository, f"timed_{parameters['policy']}_{len(parameters)}", parameters)
-    client.load_model(name)
-    try:
+    with serving(client, repository, name):
         got = arrivals(client, name, [0, 1.2 * T])
-        off = [round(g - e) for g, e in zip(got, expected)]
-        assert all(abs(d) <= TOLERANCE_MS for d in off), f"latencies {got} ms, expected {expected} (off {off})"
-    finally:
-        client.unload_model(name)
+    off = [round(g - e) for g, e in zip(got, expected)]
+    assert all(abs(d) <= TOLERANCE_MS for d in off), f"latencies {got} ms, expected {expected} (off {off})"
 
 
 def test_split_parts_leave_independently(client, repository):
@@ -98,11 +97,8 @@ def test_split_parts_leave_independently(client, repository):
     write_timed(name, x, [flat, per_row, per_row, per_row], 4, "timed.onnx", "", repository / name,
                 {"policy": "fixed", "policy.split_after": "0", "policy.split_size": "1", "buffer_pairs": "1",
                  "batch_window_ms": "20"})
-    client.load_model(name)
-    try:
+    with serving(client, repository, name):
         got = sorted(arrivals(client, name, [0, 0, 0, 0]))
-        expected = [1.75 * T, 2.5 * T, 3.25 * T, 4 * T]
-        off = [round(g - e) for g, e in zip(got, expected)]
-        assert all(abs(d) <= TOLERANCE_MS + 20 for d in off), f"latencies {got} ms, expected {expected} (off {off})"
-    finally:
-        client.unload_model(name)
+    expected = [1.75 * T, 2.5 * T, 3.25 * T, 4 * T]
+    off = [round(g - e) for g, e in zip(got, expected)]
+    assert all(abs(d) <= TOLERANCE_MS + 20 for d in off), f"latencies {got} ms, expected {expected} (off {off})"
