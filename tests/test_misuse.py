@@ -119,6 +119,12 @@ def _acos(tmp: Path) -> Path:
     return _save(tmp / "acos.onnx", nodes, [_x()], [_x("y")])
 
 
+def _string_input(tmp: Path) -> Path:
+    nodes = [helper.make_node("Cast", ["x"], ["a"], name="parse", to=TensorProto.FLOAT),
+             helper.make_node("Relu", ["a"], ["y"], name="relu")]
+    return _save(tmp / "text_in.onnx", nodes, [_x("x", TensorProto.STRING)], [_x("y")])
+
+
 def _mlp(tmp: Path) -> Path:
     return mlp(tmp / "mlp.onnx")
 
@@ -145,6 +151,7 @@ CASES: dict[str, tuple[Callable[[Path], Path], list[str], list[str]]] = {
     "output without a batch axis": (_unbatched_output, [], ["unbatched.onnx", "'total'", "batch axis"]),
     "constant output": (_constant_output, [], ["constant.onnx", "'scale'"]),
     "string output": (_string_output, [], ["strings.onnx", "'label'", "string"]),
+    "string input": (_string_input, [], ["text_in.onnx", "'x'", "string"]),
     "lengths past the model's": (_positions, ["--lengths", "16,64,128"],
                                  ["positions.onnx", "--lengths", "at most 64"]),
     "max batch size 0": (_mlp, ["--max-batch-size", "0"], ["--max-batch-size must be at least 1"]),
