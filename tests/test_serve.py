@@ -30,23 +30,28 @@ def test_serves_from_an_existing_triton_home(tmp_path, repository):
     # In a container the libraries are on the system path; here they come from the wheel.
     env = {**os.environ, "LD_LIBRARY_PATH": str(wheel.libs)}
     grpc_port = free_port()
-    process = subprocess.Popen(
-        [sys.executable, "-m", "tools.serve", "--triton-home", str(home), "--model-repository", str(repository),
-         "--grpc-port", str(grpc_port), "--http-port", str(free_port()), "--metrics-port", str(free_port())],
-        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )
+    log = tmp_path / "serve.log"
+    with open(log, "w") as output:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "tools.serve", "--triton-home", str(home), "--model-repository", str(repository),
+             "--grpc-port", str(grpc_port), "--http-port", str(free_port()), "--metrics-port", str(free_port())],
+            cwd=ROOT, env=env, stdout=output, stderr=subprocess.STDOUT, text=True,
+        )
     try:
-        for line in process.stdout:
-            if "Triton is ready" in line:
-                break
-        assert process.poll() is None, "tools.serve exited early"
-        threading.Thread(target=process.stdout.read, daemon=True).start()  # keep the pipe drained
+        deadline = time.monotonic() + 300
+        while "Triton is ready" not in log.read_text() and process.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.25)
+        assert process.poll() is None, "tools.serve exited early: " + log.read_text()[-2000:]
         with grpcclient.InferenceServerClient(f"127.0.0.1:{grpc_port}") as client:
             answer = infer(client, "resnet_like", {"image": np.ones((2, 3, 32, 32), np.float32)})
         assert answer["logits"].shape == (2, 10)
     finally:
         process.send_signal(signal.SIGINT)
-        assert process.wait(60) == 0
+        try:
+            code = process.wait(120)
+        except subprocess.TimeoutExpired:
+            code = None
+        assert code == 0, f"tools.serve ended with {code}: " + log.read_text()[-3000:]
     time.sleep(0.1)
     assert not processes_matching(f"--grpc-port={grpc_port}")
 
