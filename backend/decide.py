@@ -41,9 +41,7 @@ CORRECT_AFTER = 200  # answers a window needs for the stub's measured costs to b
 # also holds work that is not serving requests (a drain, the export at a switch), and one such
 # window once scaled them 15-fold, after which the other mode looked 15 times dearer than it was
 # and the switch kept the pipeline through a load it could not carry (check-auto-2core, zero).
-# Under load the pipeline's threads contend for the interpreter: near-zero compute on 2 cores,
-# it cost 2.5-3 times what loading measured, the plain path about what it measured.
-MAX_CORRECTION = 4.0
+MAX_CORRECTION = 2.0
 MIN_ANSWERS = 20  # a window with fewer answers shows too little to decide on: the mode stays
 
 
@@ -74,12 +72,11 @@ class HostCosts:
             return self.pipeline_batch_s + rows * self.pipeline_request_s
         return self.plain_batch_s + rows * self.plain_request_s
 
-    def scaled(self, pipeline: float, plain: float) -> HostCosts:
-        """The stub's pipelined costs times ``pipeline``, its plain ones times ``plain`` (what
-        serving each way showed against what loading measured)."""
-        return replace(self, pipeline_batch_s=self.pipeline_batch_s * pipeline,
-                       pipeline_request_s=self.pipeline_request_s * pipeline,
-                       plain_batch_s=self.plain_batch_s * plain, plain_request_s=self.plain_request_s * plain)
+    def scaled(self, factor: float) -> HostCosts:
+        """Every stub cost times ``factor`` (what serving showed against what loading measured)."""
+        return replace(self, pipeline_batch_s=self.pipeline_batch_s * factor,
+                       pipeline_request_s=self.pipeline_request_s * factor,
+                       plain_batch_s=self.plain_batch_s * factor, plain_request_s=self.plain_request_s * factor)
 
     @property
     def measured(self) -> bool:
@@ -316,8 +313,8 @@ class ModeSwitch:
     serves, its multi-entry letting a request into stage 0 while another runs. A window with
     hardly any answers changes nothing (when a load stops and starts again, as a benchmark's
     windows do, it is served as it was). The stub's measured costs are corrected by what each
-    window shows against them (``costs``; each way's by the windows served that way, at most
-    ``MAX_CORRECTION`` either way from what loading measured), and tritonserver's cost per request is learnt where
+    window shows against them (``costs``; at most ``MAX_CORRECTION`` either way from what
+    loading measured), and tritonserver's cost per request is learnt where
     it can be read."""
 
     tables: Sequence[LatencyTable]
@@ -328,14 +325,9 @@ class ModeSwitch:
     mode: Mode = Mode.PIPELINE
     last: str = "nothing seen yet"  # why the mode is what it is: for the log
     measured: HostCosts = field(init=False)  # the costs as loading measured them, which windows correct
-    # What the last window served each way showed against ``measured``: each way's cost is
-    # learnt where it was served (the pipeline's threads contend under load; the plain path's
-    # one thread does not), so that the way not served now is predicted from what it cost.
-    factors: dict[Mode, float] = field(init=False)
 
     def __post_init__(self):
         self.measured = self.costs
-        self.factors = {Mode.PIPELINE: 1.0, Mode.IN_TURN: 1.0}
 
     def observe(self, window: Window) -> Mode | None:
         """Take a window served ``self.mode``; the new mode where it switches, else None."""
@@ -349,9 +341,8 @@ class ModeSwitch:
         if predicted > 0 and window.answered >= CORRECT_AFTER:
             # What loading measured, against what serving shows now (over enough answers that the
             # stub's per-second work, the metrics' export, weighs little in them).
-            self.factors[self.mode] = min(max(per_request / predicted, 1 / MAX_CORRECTION), MAX_CORRECTION)
-            self.costs = replace(self.measured.scaled(self.factors[Mode.PIPELINE], self.factors[Mode.IN_TURN]),
-                                 server_request_s=self.costs.server_request_s)
+            factor = min(max(per_request / predicted, 1 / MAX_CORRECTION), MAX_CORRECTION)
+            self.costs = replace(self.measured.scaled(factor), server_request_s=self.costs.server_request_s)
         if window.server_s is not None:
             self.costs = replace(self.costs, server_request_s=window.server_s / window.answered)
         now = self._utilisation(self.mode, window)
