@@ -41,7 +41,10 @@ def main(argv: list[str] | None = None) -> int:
     def on_signal(signum: int, _frame) -> None:
         raise KeyboardInterrupt
 
+    # Both, explicitly: a process started in the background by a shell without job control
+    # inherits SIGINT ignored, and Python then leaves it so (Ctrl-C, or `kill -INT`, did nothing).
     signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
     server = None
     try:
         for attempt in range(args.restart + 1):
