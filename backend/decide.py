@@ -10,9 +10,9 @@ what serving shows), never from a cost measured on another machine:
   otherwise the stages run fused, as a plain model does, decided once. Stages on engines that
   overlap (a GPU; timed) start pipelined, the paper's multi-entry; the ``ModeSwitch`` then
   watches each second of serving and runs every batch through the stages in turn inside
-  ``execute`` (as a plain model does) while the load makes the pipeline's own cost (the
-  stub's one interpreter, the host's cores, the bottleneck stage) the nearer limit, and
-  pipelines again when it does not.
+  ``execute`` (as a plain model does) while that answers the load seen sooner (the
+  pipeline's own cost, the stub's one interpreter, the host's cores, the bottleneck stage,
+  weighed against the waits its multi-entry saves), and pipelines again when it does not.
 - **Whether a pipeline's ``execute`` waits** until stage 0 computed its queries (``waits``): where
   the host's CPU caps the pipeline, so that Triton batches what arrives meanwhile.
 - **Whether a lone batch runs inside ``execute``** (``LoneRuns``): only under ``auto`` (or where
@@ -32,8 +32,8 @@ from enum import Enum
 from .manifest import LatencyTable, Manifest
 
 SPLIT_GAIN = 0.05  # how much sooner a split must answer, in sum, for ``auto`` to keep a CPU pipeline
-# The headroom (1 - utilisation of the nearest limit) another way of serving must predict beyond
-# this share of the current one's for the switch; half of it to switch back to the pipeline.
+# How much sooner another way of serving must predict to answer (or, both overloaded, how much
+# less busy its nearest limit) for the switch.
 SWITCH_GAIN = 0.15
 CPU_BOUND = 0.5  # the share of the stub's interpreter serving would take at the engines' capacity: the CPU caps
 CORRECT_AFTER = 200  # answers a window needs for the stub's measured costs to be corrected by it
@@ -160,8 +160,8 @@ def choose(manifest: Manifest, auto: bool, on_cores: bool, statistic: str = "mea
         if split_pays(tables, statistic):
             return Choice(True, "splitting a batch after a stage answers its rows sooner (Policy II)")
         return Choice(False, "the stages share the CPU's cores and no split after a stage pays")
-    return Choice(True, "the stages overlap: pipelined, and served plain while the load makes the pipeline's "
-                        "own cost the nearer limit (decide.ModeSwitch)", switches=True)
+    return Choice(True, "the stages overlap: pipelined, and served plain while that answers the load sooner "
+                        "(decide.ModeSwitch)", switches=True)
 
 
 def split_pays(tables: Sequence[LatencyTable], statistic: str = "mean") -> bool:
@@ -300,22 +300,26 @@ class Window:
 
 @dataclass
 class ModeSwitch:
-    """Serves pipelined or plain, whichever leaves more headroom at the load seen (auto on
-    engines that overlap). Each window it reads the utilisation of every limit serving has in
-    the way it serves now (the stub's interpreter, the host's cores with tritonserver, the
-    engines: the bottleneck stage pipelined, all stages plain), and predicts the other way's at
-    the same load, scaling the stub's time by the two ways' measured costs at the batch size
-    seen and reading the engines' from the tables. Headroom is ``1 -`` the nearest limit's
-    utilisation; waiting grows as it shrinks (a queue's as ``1 / (1 - rho)``), so the way with
-    more headroom answers sooner, and in a closed loop more. It switches to plain only when
-    plain's headroom beats the pipeline's by ``SWITCH_GAIN``, and back once the pipeline's is
-    within half of that: at light load both have nearly all their headroom and the pipeline
-    serves, its multi-entry letting a request into stage 0 while another runs. A window with
-    hardly any answers changes nothing (when a load stops and starts again, as a benchmark's
-    windows do, it is served as it was). The stub's measured costs are corrected by what each
-    window shows against them (``costs``; at most ``MAX_CORRECTION`` either way from what
-    loading measured), and tritonserver's cost per request is learnt where
-    it can be read."""
+    """Serves pipelined or plain, whichever answers the load seen sooner (auto on engines that
+    overlap). Each window it reads the utilisation of every limit serving has in the way it
+    serves now (the stub's interpreter, the host's cores with tritonserver, the engines: the
+    bottleneck stage pipelined, all stages plain), and predicts the other way's at the same load,
+    scaling the stub's time by the two ways' measured costs at the batch size seen and reading
+    the engines' from the tables. From each way's utilisation ``u`` it predicts a request's mean
+    latency: a batch's own time through the stages and the stub, plus the wait for the limit
+    ahead of it, a queue's ``s u / (2 (1 - u))`` for a limit that serves a batch in ``s`` (the
+    whole batch's time plain, the bottleneck's pipelined: the pipeline's multi-entry lets a
+    request into stage 0 while another runs). It switches when the other way's prediction is
+    ``SWITCH_GAIN`` below the current one's. At light load both ways predict about a batch's own
+    time and the mode stays (the lone batches of a pipeline run inline where ``LoneRuns`` says
+    so); where both would be overloaded, the one nearer its capacity gives way. (Switching back
+    to the pipeline whenever both had room once cost the next load its first second: the
+    near-zero profile's pipeline carries about half of what its plain path does;
+    docs/results/check-auto-2core-noslack.) A window with hardly any answers changes nothing
+    (when a load stops and starts again, as a benchmark's windows do, it is served as it was).
+    The stub's measured costs are corrected by what each window shows against them (``costs``;
+    at most ``MAX_CORRECTION`` either way from what loading measured), and tritonserver's cost
+    per request is learnt where it can be read."""
 
     tables: Sequence[LatencyTable]
     costs: HostCosts
@@ -345,18 +349,32 @@ class ModeSwitch:
             self.costs = replace(self.measured.scaled(factor), server_request_s=self.costs.server_request_s)
         if window.server_s is not None:
             self.costs = replace(self.costs, server_request_s=window.server_s / window.answered)
-        now = self._utilisation(self.mode, window)
-        other_mode = Mode.IN_TURN if self.mode is Mode.PIPELINE else Mode.PIPELINE
-        other = self._predicted(other_mode, window, rows)
-        headroom = {self.mode: max(0.0, 1 - now), other_mode: max(0.0, 1 - other)}
+        other = Mode.IN_TURN if self.mode is Mode.PIPELINE else Mode.PIPELINE
+        busy = {self.mode: self._utilisation(self.mode, window), other: self._predicted(other, window, rows)}
+        latency = {mode: self._latency(mode, u, rows) for mode, u in busy.items()}
         self.last = (f"{window.answered / window.seconds:.0f} answers/s, {rows:.1f} rows a run: "
-                     f"headroom {headroom[Mode.PIPELINE]:.2f} pipelined, {headroom[Mode.IN_TURN]:.2f} plain "
+                     f"{_ms(latency[Mode.PIPELINE])} pipelined ({busy[Mode.PIPELINE]:.0%} busy), "
+                     f"{_ms(latency[Mode.IN_TURN])} plain ({busy[Mode.IN_TURN]:.0%}) "
                      f"({self.costs.describe()}, tritonserver {self.costs.server_request_s * 1e6:.0f} us a request)")
-        if headroom[Mode.IN_TURN] * (1 - SWITCH_GAIN) > headroom[Mode.PIPELINE]:
-            return self._switch(Mode.IN_TURN)
-        if headroom[Mode.PIPELINE] >= headroom[Mode.IN_TURN] * (1 - SWITCH_GAIN / 2):
-            return self._switch(Mode.PIPELINE)
-        return None
+        if math.isinf(latency[self.mode]) and math.isinf(latency[other]):
+            better = busy[other] < busy[self.mode] * (1 - SWITCH_GAIN)
+        else:
+            better = latency[other] < latency[self.mode] * (1 - SWITCH_GAIN)
+        return self._switch(other) if better else None
+
+    def _latency(self, mode: Mode, busy: float, rows: float) -> float:
+        """A request's mean seconds served ``mode`` with its nearest limit ``busy``: its batch's
+        own time, and the wait for the batch ahead at that limit (M/D/1); infinite at or past
+        capacity."""
+        if busy >= 1:
+            return math.inf
+        whole = max(1, min(round(rows), self.tables[0].batch_sizes[-1]))
+        length = middle_length(self.tables)
+        stub = self.costs.stub_s(mode, rows)
+        own = device_s(self.tables, Mode.IN_TURN, whole, length, self.statistic) + stub
+        service = own if mode is not Mode.PIPELINE else max(
+            device_s(self.tables, mode, whole, length, self.statistic, self.shared_host), stub)
+        return own + service * busy / (2 * (1 - busy))
 
     def _switch(self, mode: Mode) -> Mode | None:
         if mode is self.mode:
@@ -382,3 +400,7 @@ class ModeSwitch:
     def _host(self, stub_s: float, window: Window) -> float:
         server = window.answered * self.costs.server_request_s
         return max(stub_s, (stub_s + server) / self.cores) / window.seconds
+
+
+def _ms(seconds: float) -> str:
+    return "overloaded" if math.isinf(seconds) else f"{seconds * 1000:.2f} ms"

@@ -395,17 +395,35 @@ def test_the_mode_switch_serves_plain_where_the_pipelines_own_cost_is_the_nearer
     stub is 90 % busy pipelined, where plain would keep it 30 % busy and the engines 25 %: the
     switch serves plain. There, at 3,000 answers/s, the engines are 75 % busy and pipelined the
     stub would be saturated: it stays, and at 400/s too (the stub 36 % busy pipelined against
-    12 %: requests would queue more). When the load falls to 100/s (both ways have nearly all
-    their room) it pipelines again; a window with hardly any answers changes nothing."""
+    12 %: requests would queue more), and when the load falls to 100/s: a batch's own time is
+    less plain at every load (the multi-entry of stages this short saves less than the pipeline's
+    stub costs), so no light window between two loads pipelines again (the next load would
+    queue at the pipeline's lower capacity until a window switched back). A window with hardly
+    any answers changes nothing."""
     manifest = timed_manifest([flat(1.0)] * 2)
     costs = HostCosts(pipeline_request_s=900e-6, plain_request_s=300e-6)
     switch = ModeSwitch([s.latency for s in manifest.stages], costs, cores=4)
     assert switch.observe(_window(0.9, (0.125, 0.125))) is Mode.IN_TURN
     assert switch.observe(_window(0.9, (0.375, 0.375), answered=3000)) is None and switch.mode is Mode.IN_TURN
     assert switch.observe(_window(0.12, (0.05, 0.05), answered=400)) is None
-    assert switch.observe(_window(0.03, (0.0125, 0.0125), answered=100)) is Mode.PIPELINE
-    switch.mode = Mode.IN_TURN
+    assert switch.observe(_window(0.03, (0.0125, 0.0125), answered=100, rows=1.0)) is None
+    assert "plain" in switch.last and switch.mode is Mode.IN_TURN
+    switch.mode = Mode.PIPELINE
     assert switch.observe(_window(0.001, (0.0, 0.0), answered=3)) is None  # too little to go by
+
+
+def test_the_mode_switch_pipelines_again_once_the_wait_multi_entry_saves_outweighs_its_cost():
+    """Two stages of 10 ms a batch, served plain, with the pipeline's stub a little dearer. At
+    5 answers/s (one row a run) either way answers in about a batch's own 20 ms: the mode stays.
+    At 40/s a request arriving during a run waits for the whole run plain (the engines 80 %
+    busy, some 41 ms more on average) but only for stage 0 pipelined (the slower stage 40 %
+    busy, 3 ms): the switch pipelines, the paper's multi-entry at a load well below capacity."""
+    manifest = timed_manifest([flat(10.0)] * 2)
+    costs = HostCosts(pipeline_request_s=600e-6, plain_request_s=300e-6)
+    switch = ModeSwitch([s.latency for s in manifest.stages], costs, cores=4, mode=Mode.IN_TURN)
+    assert switch.observe(_window(0.003, (0.1, 0.1), answered=10, rows=1.0)) is None  # too few answers
+    assert switch.observe(Window(4.0, 40, 0.012, None, (0.4, 0.4), 1.0)) is None
+    assert switch.observe(_window(0.012, (0.4, 0.4), answered=40, rows=1.0)) is Mode.PIPELINE
 
 
 def test_a_window_corrects_the_costs_measured_at_load_by_at_most_twice_either_way():
