@@ -27,6 +27,7 @@ import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 
+from .dispatch import SmdpPolicy
 from .diversity import PRESETS, DiversityPolicy
 from .manifest import Manifest
 from .errors import ConfigError
@@ -37,7 +38,7 @@ PAD_PREFIX = "pad_value."
 SIZE_PREFIX = "max_size."
 BATCHING = ("dvabatch", "triton")
 POLICIES: dict[str, type[Policy]] = {"pass": Policy, "fixed": FixedPolicy, "random": RandomPolicy,
-                                     **{name: DiversityPolicy for name in PRESETS}}
+                                     **{name: DiversityPolicy for name in PRESETS}, "smdp": SmdpPolicy}
 
 
 @dataclass(frozen=True)

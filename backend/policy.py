@@ -13,9 +13,10 @@ from config.pbtxt as ``policy.<setting>`` parameters and are typed by the datacl
 
 from __future__ import annotations
 
+import logging
 import random
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from .batch_table import BatchRow, Flight
@@ -23,6 +24,8 @@ from .decide import HostCosts
 from .errors import ConfigError
 from .manifest import Manifest
 from .query import BatchShape, Query, shape_key, take_batch
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -41,6 +44,8 @@ class Policy:
     auto = False  # ``decide.py`` may serve the model plain or run lone batches inline (``policy: auto``)
     split_serially = False  # split parts enter the next stage as soon as it is free
     max_in_flight = 0  # rows admitted and not yet answered, at most (0: no limit but the batch size)
+    # Where a policy says what it decided while serving (``serving.serve`` points it at the model's log).
+    said: Callable[[str], None] = staticmethod(log.info)
 
     def bind(self, manifest: Manifest) -> None:
         """Read what the policy needs from the model (its latency tables); ConfigError if it cannot run."""

@@ -79,13 +79,15 @@ def serve(manifest: Manifest, version_dir: Path, config: RuntimeConfig, device: 
           said: Callable[[str], None] | None = None) -> tuple[Decision, Server]:
     """The model's engines loaded and its server built. ``round_trip``: one call to Triton's
     process (timed for a ``send()``); ``server_cpu_s``: tritonserver's CPU seconds so far;
-    ``said``: where the switch's changes of mind are logged."""
+    ``said``: where the switch's changes of mind and the policy's decisions are logged."""
     graphs = config.graphs(manifest, not isinstance(device, CpuDevice))
     lengths = graph_buckets(manifest)[1] if graphs else ()
     buckets = Buckets({manifest.length_axis: lengths}) if lengths else Buckets()
     if graphs:  # every batch runs at a bucket's length, and a stage costs the host a graph's launch
         manifest = manifest.as_graphs()
     cores = cpu_cores()
+    if said is not None:
+        config.policy.said = said
     statistic = getattr(config.policy, "statistic", "mean")  # the tables' column the policy reads
     on_cores = on_host_cores(manifest, device)
     if config.batching == "triton":

@@ -1,0 +1,152 @@
+"""``policy: smdp``: the entry's dispatch decision from the SMDP of ``smdp.py``, solved over the
+stage latency tables at the arrival rate the entry measures.
+
+When stage 0 is ready for more queries (the SMDP's decision epoch: the server finished a batch,
+or a query arrived while it idled) with ``s`` queries waiting, the solved policy says whether to
+serve ``a`` of them now or to wait for the next arrival. The server is the pipeline: a batch of
+``b`` takes its slowest stage's time (with the host's measured cost of a stage run), which is
+how often the pipeline can take one; its energy is the engines' busy seconds (every stage's
+time), the proxy the issue allows where the device reports none. ``power_weight`` weighs the
+mean power against the mean response time (seconds of response time per watt; with the proxy,
+per fully busy engine): 0, the default, minimises the response time alone.
+
+The policy is solved per tabulated length (the oldest query's, where the model has a length
+axis) and per arrival rate, rounded to ``RATE_STEP`` steps, on a thread of its own and kept:
+stage 0's path only looks a solution up. Until one is solved for the rate seen (a few ms to a
+second), and where the rate is unknown, the entry serves what waits (work-conserving). Late
+queries still stretch a running batch (Policy III, as ``policy: load``): the meta operations
+compose with the dispatch rule. A wait is bounded: where the queries the control limit waits
+for do not come (the load stopped), the oldest waits at most twice the time they take on
+average at the measured rate.
+
+Nothing here imports Triton.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from . import smdp
+from .diversity import DiversityPolicy
+from .errors import ConfigError
+from .manifest import Manifest
+from .policy import Outlook
+from .query import BatchShape, Query
+
+log = logging.getLogger(__name__)
+RATE_STEP = 1.1  # arrival rates are solved for on a geometric grid of this step (10 % apart)
+MAX_LOAD = 0.97  # rates nearer capacity are solved as this load (the truncation grows without end)
+
+
+@dataclass
+class SmdpPolicy(DiversityPolicy):
+    name = "smdp"
+    load: bool = True  # Policy III's stretch: late queries join a running batch
+    power_weight: float = 0.0  # seconds of mean response time one watt (or one busy engine) is worth
+    _problems: dict[int | None, tuple[tuple[float, ...], tuple[float, ...]]] = field(
+        init=False, repr=False, default_factory=dict)
+    _solved: dict[tuple[int | None, int], smdp.Solution] = field(init=False, repr=False, default_factory=dict)
+    _wanted: list[tuple[int | None, int]] = field(init=False, repr=False, default_factory=list)
+    _lock: threading.Condition = field(init=False, repr=False, default_factory=threading.Condition)
+    _solver: threading.Thread | None = field(init=False, repr=False, default=None)
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.power_weight < 0:
+            raise ConfigError(f"parameter 'policy.power_weight' must be >= 0, got {self.power_weight}")
+
+    def bind(self, manifest: Manifest) -> None:
+        super().bind(manifest)
+        with self._lock:
+            self._problems.clear()
+            self._solved.clear()
+
+    def measured(self, costs, stages: int) -> None:
+        super().measured(costs, stages)
+        with self._lock:
+            self._problems.clear()
+            self._solved.clear()
+
+    def problem(self, length: int | None, arrivals_per_s: float) -> smdp.Problem:
+        """The dispatch problem at ``length`` and ``arrivals_per_s``: per batch size, the
+        pipeline's period (its slowest stage, with the host's cost of a stage run) and the
+        engines' busy seconds (every stage's time) as its energy."""
+        tables = self._problems.get(length)
+        if tables is None:
+            times = [self._times(b, length) for b in range(1, self._max + 1)]
+            engines = [sum(t.predict(b, length, self.statistic) for t in self._tables) / 1000
+                       for b in range(1, self._max + 1)]
+            tables = self._problems[length] = (tuple(max(t) for t in times), tuple(engines))
+        return smdp.Problem(*tables, arrivals_per_s, 1.0, self.power_weight)
+
+    def _bucket_length(self, queries: Sequence[Query]) -> int | None:
+        """The tabulated length the oldest query's batch is solved at (the next one up)."""
+        length = self._length(None, queries[:1])
+        lengths = self._tables[0].lengths
+        if length is None or not lengths:
+            return None
+        return next((tabulated for tabulated in lengths if tabulated >= length), lengths[-1])
+
+    def solution(self, queries: Sequence[Query], arrivals_per_s: float) -> smdp.Solution | None:
+        """The policy solved for ``queries``' length at about ``arrivals_per_s``, or None until it
+        is (asking for it); the nearest solved rate meanwhile where there is one."""
+        if arrivals_per_s <= 0:
+            return None
+        length = self._bucket_length(queries)
+        rate = min(arrivals_per_s, MAX_LOAD * self.problem(length, arrivals_per_s).capacity)
+        step = round(math.log(rate) / math.log(RATE_STEP))
+        key = (length, step)
+        with self._lock:
+            solution = self._solved.get(key)
+            if solution is not None:
+                return solution
+            if key not in self._wanted:
+                self._wanted.append(key)
+                self._lock.notify()
+            if self._solver is None:
+                self._solver = threading.Thread(target=self._solve_wanted, name="dvabatch-smdp", daemon=True)
+                self._solver.start()
+            near = [s for (at, other), s in self._solved.items() if at == length]
+            return min(near, key=lambda s: abs(math.log(s.problem.arrivals_per_s / rate)), default=None)
+
+    def _solve_wanted(self) -> None:
+        while True:
+            with self._lock:
+                self._lock.wait_for(lambda: self._wanted)
+                length, step = self._wanted.pop()  # the latest rate first
+                problem = self.problem(length, RATE_STEP ** step)
+                near = [s for (at, _), s in self._solved.items() if at == length]
+            rate = problem.arrivals_per_s
+            start = min(near, key=lambda s: abs(math.log(s.problem.arrivals_per_s / rate)), default=None)
+            try:
+                solution = smdp.solve(problem, start)
+            except Exception:  # the entry keeps serving work-conserving at this rate
+                log.exception("solving the SMDP at %.1f/s failed", rate)
+                continue
+            self.said(f"smdp at length {length}: {solution.describe()}")
+            with self._lock:
+                self._solved[(length, step)] = solution
+
+    def window_end(self, waiting: Sequence[Query], rows: int, outlook: Outlook, now: float) -> float:
+        """Now where the solved policy serves the queries waiting; else until the next arrival
+        (the entry asks again when one comes), at most twice the time the control limit's
+        arrivals take on average after the oldest came."""
+        solution = self.solution(waiting, outlook.arrivals_per_s)
+        if solution is None or solution.action(len(waiting)) > 0:
+            return now
+        limit = solution.control_limit or len(waiting)
+        return waiting[0].arrived + 2 * limit / outlook.arrivals_per_s
+
+    def form(self, waiting: Sequence[Query], room: int, now: float, outlook: Outlook = Outlook()
+             ) -> list[tuple[list[Query], BatchShape]]:
+        """The oldest ``a`` queries the solved policy serves (all that fit where it would wait:
+        the window ran out), formed as Policy I would where it is on."""
+        solution = self.solution(waiting, outlook.arrivals_per_s)
+        serve = solution.action(len(waiting)) if solution is not None else 0
+        if serve > 0:
+            waiting = waiting[:serve]
+        return super().form(waiting, room, now, outlook)
