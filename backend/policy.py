@@ -30,11 +30,13 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class Outlook:
-    """What the entry knows when it admits: the batches ``ahead`` in the pipeline (oldest first)
-    and the queries' recent arrival rate (0 until it has enough arrivals to say)."""
+    """What the entry knows when it admits: the batches ``ahead`` in the pipeline (oldest first),
+    the queries' recent arrival rate and their steady one, over many more arrivals (each 0 until
+    it has enough arrivals to say; ``entry.STEADY``)."""
 
     ahead: tuple[Flight, ...] = ()
     arrivals_per_s: float = 0.0
+    steady_per_s: float = 0.0
 
 
 class Policy:

@@ -41,7 +41,9 @@ EPSILON = 1e-4  # RVI stops when an iteration's change spans under this share of
 TAIL = 4.0
 UNSTABLE = 1e-3  # a policy serving this share less than arrives is unstable: its cost is infinite
 MAX_STATES = 1024  # the largest s_max tried: beyond it the load is too near capacity to truncate
-RVI_ITERATIONS = 3000  # relative value iteration's budget, before policy iteration finishes
+# Relative value iteration's budget, then policy iteration finishes: on BERT-base's TensorRT tables
+# (Bmax 64) 300 find the same policies as 3,000, in 0.04-0.26 s instead of 0.06-2.3.
+RVI_ITERATIONS = 300
 MAX_IMPROVEMENTS = 50  # policy iteration's
 
 
@@ -291,7 +293,7 @@ def solve(problem: Problem, start: Solution | None = None) -> Solution:
     if problem.load >= 1:
         actions = tuple(min(s, problem.max_batch) for s in range(problem.max_batch + 2))
         return Solution(problem, actions, math.inf, math.inf, problem.max_batch)
-    s_max = max(_first_states(problem), start.s_max if start is not None else 0)
+    s_max = _first_states(problem)
     values, iterations = None, 0
     while True:
         chain = _Chain(problem, s_max)
