@@ -5,8 +5,9 @@ When stage 0 is ready for more queries (the SMDP's decision epoch: the server fi
 or a query arrived while it idled) with ``s`` queries waiting, the solved policy says whether to
 serve ``a`` of them now or to wait for the next arrival. The server is the pipeline: a batch of
 ``b`` takes its slowest stage's time (with the host's measured cost of a stage run) or, where
-longer, the stub's measured work for it, which is how often the pipeline can take one; its energy is the engines' busy seconds (every stage's
-time), the proxy the issue allows where the device reports none. ``power_weight`` weighs the
+longer, the stub's measured work for it, which is how often the pipeline can take one; its
+energy is the engines' busy seconds (every stage's time), the proxy the issue allows where the
+device reports none. ``power_weight`` weighs the
 mean power against the mean response time (seconds of response time per watt; with the proxy,
 per fully busy engine): 0, the default, minimises the response time alone.
 
