@@ -368,12 +368,9 @@ class ModeSwitch:
         capacity."""
         if busy >= 1:
             return math.inf
-        whole = max(1, min(round(rows), self.tables[0].batch_sizes[-1]))
-        length = middle_length(self.tables)
         stub = self.costs.stub_s(mode, rows)
-        own = device_s(self.tables, Mode.IN_TURN, whole, length, self.statistic) + stub
-        service = own if mode is not Mode.PIPELINE else max(
-            device_s(self.tables, mode, whole, length, self.statistic, self.shared_host), stub)
+        own = self._device_s(Mode.IN_TURN, rows) + stub
+        service = own if mode is not Mode.PIPELINE else max(self._device_s(mode, rows), stub)
         return own + service * busy / (2 * (1 - busy))
 
     def _switch(self, mode: Mode) -> Mode | None:
@@ -392,10 +389,13 @@ class ModeSwitch:
         """The nearest limit's utilisation had the window's load been served ``mode``."""
         batches = window.answered / rows
         stub = batches * self.costs.stub_s(mode, rows)
-        length = middle_length(self.tables)
-        whole = max(1, min(round(rows), self.tables[0].batch_sizes[-1]))
-        engines = batches * device_s(self.tables, mode, whole, length, self.statistic, self.shared_host)
+        engines = batches * self._device_s(mode, rows)
         return max(engines / window.seconds, self._host(stub, window))
+
+    def _device_s(self, mode: Mode, rows: float) -> float:
+        """The engines' seconds for a batch of the ``rows`` seen, served ``mode``."""
+        whole = max(1, min(round(rows), self.tables[0].batch_sizes[-1]))
+        return device_s(self.tables, mode, whole, middle_length(self.tables), self.statistic, self.shared_host)
 
     def _host(self, stub_s: float, window: Window) -> float:
         server = window.answered * self.costs.server_request_s

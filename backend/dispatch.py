@@ -31,7 +31,7 @@ import logging
 import math
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from . import smdp
 from .decide import HostCosts, Mode
@@ -51,9 +51,7 @@ class SmdpPolicy(DiversityPolicy):
     name = "smdp"
     load: bool = True  # Policy III's stretch: late queries join a running batch
     power_weight: float = 0.0  # seconds of mean response time one watt (or one busy engine) is worth
-    _problems: dict[int | None, tuple[tuple[float, ...], tuple[float, ...]]] = field(
-        init=False, repr=False, default_factory=dict)
-    _capacity: dict[int | None, float] = field(init=False, repr=False, default_factory=dict)
+    _problems: dict[int | None, smdp.Problem] = field(init=False, repr=False, default_factory=dict)  # by length
     _costs: HostCosts = field(init=False, repr=False, default_factory=HostCosts)
     _solved: dict[tuple[int | None, int], smdp.Solution] = field(init=False, repr=False, default_factory=dict)
     _wanted: list[tuple[int | None, int]] = field(init=False, repr=False, default_factory=list)
@@ -68,17 +66,17 @@ class SmdpPolicy(DiversityPolicy):
 
     def bind(self, manifest: Manifest) -> None:
         super().bind(manifest)
-        with self._lock:
-            self._problems.clear()
-            self._capacity.clear()
-            self._solved.clear()
+        self._forget()
 
     def measured(self, costs: HostCosts, stages: int) -> None:
         super().measured(costs, stages)
         self._costs = costs
+        self._forget()
+
+    def _forget(self) -> None:
+        """The problems and their solutions, made from tables or costs that changed."""
         with self._lock:
             self._problems.clear()
-            self._capacity.clear()
             self._solved.clear()
 
     def problem(self, length: int | None, arrivals_per_s: float) -> smdp.Problem:
@@ -88,18 +86,19 @@ class SmdpPolicy(DiversityPolicy):
         stub's own work for the batch, as measured where the model serves (``measured``): on
         BERT-base's TensorRT tables the stages take 2 ms for 64 rows and this host's stub 4.7,
         so without it the policy took a load of 0.9 for 0.1."""
-        tables = self._problems.get(length)
-        if tables is None:
+        problem = self._problems.get(length)
+        if problem is None:
             periods = [max(max(self._times(b, length)), self._costs.stub_s(Mode.PIPELINE, b))
                        for b in range(1, self._max + 1)]
             engines = [sum(t.predict(b, length, self.statistic) for t in self._tables) / 1000
                        for b in range(1, self._max + 1)]
-            tables = self._problems[length] = (tuple(periods), tuple(engines))
-        return smdp.Problem(*tables, arrivals_per_s, 1.0, self.power_weight)
+            problem = self._problems[length] = smdp.Problem(tuple(periods), tuple(engines), 0.0, 1.0,
+                                                            self.power_weight)
+        return replace(problem, arrivals_per_s=arrivals_per_s)
 
-    def _bucket_length(self, queries: Sequence[Query]) -> int | None:
-        """The tabulated length the oldest query's batch is solved at (the next one up)."""
-        length = self._length(None, queries[:1])
+    def tabulated_length(self, length: int | None) -> int | None:
+        """The tabulated length a batch whose longest query has ``length`` is solved at (the
+        next one up; the longest past them)."""
         lengths = self._tables[0].lengths
         if length is None or not lengths:
             return None
@@ -110,11 +109,10 @@ class SmdpPolicy(DiversityPolicy):
         is (asking for it); the nearest solved rate meanwhile where there is one."""
         if arrivals_per_s <= 0:
             return None
-        length = self._bucket_length(queries)
-        capacity = self._capacity.get(length)
-        if capacity is None:
-            capacity = self._capacity[length] = self.problem(length, arrivals_per_s).capacity
-        rate = min(arrivals_per_s, MAX_LOAD * capacity)
+        length = self.tabulated_length(self._length(None, queries[:1]))
+        if length not in self._problems:
+            self.problem(length, arrivals_per_s)
+        rate = min(arrivals_per_s, MAX_LOAD * self._problems[length].capacity)
         step = round(math.log(rate) / math.log(RATE_STEP))
         key = (length, step)
         with self._lock:
@@ -127,8 +125,12 @@ class SmdpPolicy(DiversityPolicy):
             if self._solver is None:
                 self._solver = threading.Thread(target=self._solve_wanted, name="dvabatch-smdp", daemon=True)
                 self._solver.start()
-            near = [s for (at, other), s in self._solved.items() if at == length]
-            return min(near, key=lambda s: abs(math.log(s.problem.arrivals_per_s / rate)), default=None)
+            return self._nearest(length, rate)
+
+    def _nearest(self, length: int | None, rate: float) -> smdp.Solution | None:
+        """The solution at ``length`` for the rate nearest ``rate`` (the lock held)."""
+        near = [solution for (at, _), solution in self._solved.items() if at == length]
+        return min(near, key=lambda solution: abs(math.log(solution.problem.arrivals_per_s / rate)), default=None)
 
     def _solve_wanted(self) -> None:
         while True:
@@ -136,9 +138,8 @@ class SmdpPolicy(DiversityPolicy):
                 self._lock.wait_for(lambda: self._wanted)
                 length, step = self._solving = self._wanted.pop()  # the latest rate first
                 problem = self.problem(length, RATE_STEP ** step)
-                near = [s for (at, _), s in self._solved.items() if at == length]
+                start = self._nearest(length, problem.arrivals_per_s)
             rate = problem.arrivals_per_s
-            start = min(near, key=lambda s: abs(math.log(s.problem.arrivals_per_s / rate)), default=None)
             try:
                 solution = smdp.solve(problem, start)
             except Exception:  # the entry keeps serving work-conserving at this rate

@@ -25,6 +25,7 @@ Nothing here imports Triton, so the solver is tested directly (against the paper
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from collections.abc import Callable
@@ -65,9 +66,10 @@ class Problem:
     def max_batch(self) -> int:
         return len(self.service_s)
 
-    @property
+    @functools.cached_property
     def capacity(self) -> float:
-        """Requests per unit time at the best batch size: the most any policy can serve."""
+        """Requests per unit time at the best batch size: the most any policy can serve (read on
+        stage 0's path, so computed once)."""
         return max(b / t for b, t in enumerate(self.service_s, start=1))
 
     @property
@@ -316,10 +318,10 @@ def _resized(values: np.ndarray, n: int) -> np.ndarray:
     return np.concatenate([head, np.full(n - len(head), values[-1])])
 
 
-def evaluate(problem: Problem, rule: Callable[[int], int], s_max: int | None = None) -> float:
+def evaluate(problem: Problem, rule: Callable[[int], int]) -> float:
     """The average cost per unit time (eq. 14) of the policy serving ``rule(s)`` with ``s``
     requests in the system (a benchmark's), on the truncation the solver would start from."""
-    chain = _Chain(problem, s_max or 4 * _first_states(problem))
+    chain = _Chain(problem, 4 * _first_states(problem))
     counted = np.minimum(np.arange(chain.n), chain.s_max)
     actions = np.array([min(max(rule(int(s)), 0), int(s), problem.max_batch) for s in counted])
     return chain.evaluate(actions)[0]
@@ -333,9 +335,3 @@ def work_conserving(max_batch: int) -> Callable[[int], int]:
 def static(batch: int) -> Callable[[int], int]:
     """Always serve exactly ``batch``; wait until there are that many."""
     return lambda s: batch if s >= batch else 0
-
-
-def mean_response_s(problem: Problem, rule: Callable[[int], int]) -> float:
-    """A policy's mean response time: its cost with the latency weighed alone (Little's law)."""
-    latency_only = Problem(problem.service_s, problem.energy, problem.arrivals_per_s, 1.0, 0.0)
-    return evaluate(latency_only, rule)

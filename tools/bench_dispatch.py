@@ -55,9 +55,7 @@ def paper_rows(profile: Path, loads: tuple[float, ...], length: int) -> tuple[li
     _, manifest, _ = from_profile(profile)
     policy = make_policy("smdp", {})
     policy.bind(manifest)
-    lengths = manifest.stages[0].latency.lengths
-    at = next((tabulated for tabulated in lengths if tabulated >= length), lengths[-1]) if lengths else None
-    base = policy.problem(at, 1.0)
+    base = policy.problem(policy.tabulated_length(length), 1.0)
     top = base.max_batch
     statics = sorted({8, 16, 32, top} - {b for b in (8, 16, 32) if b > top})
     rows = []
@@ -72,7 +70,8 @@ def paper_rows(profile: Path, loads: tuple[float, ...], length: int) -> tuple[li
                          f"{solution.average_cost:.4g}", *(f"{v:.4g}" for v in others.values()),
                          f"{solution.average_cost / best_other:.3f}",
                          f"s_max {solution.s_max}, {solution.seconds * 1000:.0f} ms"])
-    return rows, ["profile", "power weight", "load", "control limit", "smdp", *others, "smdp / best other", "solver"]
+    return rows, ["profile", "power weight", "load", "control limit", "smdp", "work-conserving",
+                  *(f"static {b}" for b in statics), "smdp / best other", "solver"]
 
 
 def live_rows(profile: Path, args: argparse.Namespace, console: Console) -> tuple[list[list[str]], list[str]]:
