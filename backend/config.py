@@ -32,13 +32,15 @@ from .diversity import PRESETS, DiversityPolicy
 from .manifest import Manifest
 from .errors import ConfigError
 from .policy import FixedPolicy, Policy, RandomPolicy
+from .slo import SloPolicy
 
 POLICY_PREFIX = "policy."
 PAD_PREFIX = "pad_value."
 SIZE_PREFIX = "max_size."
 BATCHING = ("dvabatch", "triton")
 POLICIES: dict[str, type[Policy]] = {"pass": Policy, "fixed": FixedPolicy, "random": RandomPolicy,
-                                     **{name: DiversityPolicy for name in PRESETS}, "smdp": SmdpPolicy}
+                                     **{name: DiversityPolicy for name in PRESETS}, "smdp": SmdpPolicy,
+                                     "slo": SloPolicy}
 
 
 @dataclass(frozen=True)

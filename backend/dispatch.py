@@ -96,14 +96,6 @@ class SmdpPolicy(DiversityPolicy):
                                                             self.power_weight)
         return replace(problem, arrivals_per_s=arrivals_per_s)
 
-    def tabulated_length(self, length: int | None) -> int | None:
-        """The tabulated length a batch whose longest query has ``length`` is solved at (the
-        next one up; the longest past them)."""
-        lengths = self._tables[0].lengths
-        if length is None or not lengths:
-            return None
-        return next((tabulated for tabulated in lengths if tabulated >= length), lengths[-1])
-
     def solution(self, queries: Sequence[Query], arrivals_per_s: float) -> smdp.Solution | None:
         """The policy solved for ``queries``' length at about ``arrivals_per_s``, or None until it
         is (asking for it); the nearest solved rate meanwhile where there is one."""

@@ -154,6 +154,14 @@ class DiversityPolicy(Policy):
             return dict(shape.sizes).get(self._axis)
         return max((q.sizes.get(self._axis, 0) for q in queries), default=0) or None
 
+    def tabulated_length(self, length: int | None) -> int | None:
+        """The tabulated length ``length`` is read at where a policy keeps something per length
+        (the next one up; the longest past them)."""
+        lengths = self._tables[0].lengths
+        if length is None or not lengths:
+            return None
+        return next((tabulated for tabulated in lengths if tabulated >= length), lengths[-1])
+
     # Policy I.
 
     def window_end(self, waiting: Sequence[Query], rows: int, outlook: Outlook, now: float) -> float:

@@ -82,16 +82,17 @@ class Entry:
 
     def _head(self) -> list[Query]:
         """The oldest ``SCAN`` waiting queries, taken off the queue, less those whose client
-        cancelled them or whose timeout expired (with Triton's REJECT timeout action), which are
-        answered. Admission only looks this far, so its cost does not grow with the queue.
+        cancelled them or whose timeout expired, or which the policy finds cannot meet it any
+        more (``Policy.hopeless``; with Triton's REJECT timeout action), which are answered.
+        Admission only looks this far, so its cost does not grow with the queue.
         Asking Triton whether a request was cancelled is a round trip to its process, so only
         the oldest batch's worth is asked, and only once it has waited ``CANCEL_AFTER_S``."""
         head = [self._waiting.popleft() for _ in range(min(SCAN, len(self._waiting)))]
-        now, reject, kept = time.monotonic(), self._queue.reject, []
+        now, reject, kept, hopeless = time.monotonic(), self._queue.reject, [], self._scheduler.policy.hopeless
         for position, query in enumerate(head):
             if position < self._max and query.gave_up(now, CANCEL_AFTER_S):
                 query.answer(failure=CANCELLED)
-            elif reject and query.expired(now):
+            elif reject and _hopeless(hopeless, query, now):
                 query.answer(failure=EXPIRED)
             else:
                 kept.append(query)
@@ -236,3 +237,12 @@ class Entry:
             self._waiting, self._formed = deque(), deque()
             self._changed.notify_all()
             return left
+
+
+def _hopeless(hopeless, query: Query, now: float) -> bool:
+    """The policy's ``hopeless``; a policy's bug must not stop admission: expired then."""
+    try:
+        return hopeless(query, now)
+    except Exception:
+        log.exception("the policy failed to say whether a query can meet its deadline")
+        return query.expired(now)

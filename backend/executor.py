@@ -189,6 +189,7 @@ class StageExecutor(threading.Thread):
             if target is not None:
                 self.device.record(target.event, self.stream)
         self.device.finish(self.stream)  # the table must say where the batch really is
+        self._observe(row, item.num, time.monotonic() - began)
         # From the table's update to the hand-over nothing can fail: the claims on the output
         # buffer always match the items and held rows the table says read it.
         keeps = target is not None and target.claims > 0  # written beside rows kept there
@@ -205,6 +206,12 @@ class StageExecutor(threading.Thread):
         if self.trace:
             self.trace(self.spec.index, item, began, ended)
         self.runtime.computed(self.spec.index)
+
+    def _observe(self, row: BatchRow, rows: int, seconds: float) -> None:
+        try:
+            self.scheduler.policy.observe(self.spec.index, row, rows, seconds)
+        except Exception:  # a policy's bug must not fail the batch
+            log.exception("policy %r failed to observe a stage run", self.scheduler.policy.name)
 
     def _claim_output(self, kept: int | None) -> Buffer | None:
         if self.output is None:

@@ -55,6 +55,15 @@ class Policy:
     def measured(self, costs: HostCosts, stages: int) -> None:
         """The host's serving costs, measured where the model serves (``calibrate.py``)."""
 
+    def observe(self, stage: int, batch: BatchRow, rows: int, seconds: float) -> None:
+        """``stage`` computed ``rows`` of ``batch`` in ``seconds`` (for policies that learn how long
+        queries take: ``policy: slo``). Called on the stage's thread: keep it short."""
+
+    def hopeless(self, query: Query, now: float) -> bool:
+        """Whether ``query`` cannot meet its deadline any more, so that the entry answers it with
+        Triton's timeout error rather than compute it (``policy: slo``). Here: once it expired."""
+        return query.expired(now)
+
     def window_end(self, waiting: Sequence[Query], rows: int, outlook: Outlook, now: float) -> float:
         """Until when (``time.monotonic()`` seconds) the entry may wait for more queries to batch
         with ``waiting`` (those that can share a batch with the oldest, oldest first, of which

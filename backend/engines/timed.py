@@ -2,7 +2,13 @@
 table predicts for the batch (``Device.busy``: CUDA, a spinning kernel; CPU, the time ``finish``
 waits out), so a schedule can be tested exactly and a GPU we do not have simulated; like a GPU's
 work, it runs while the host goes on. Its outputs are its inputs, in order: a timed model answers
-every query with its own rows."""
+every query with its own rows.
+
+An input named ``work`` (``work_out`` after the first stage; float32, one value a row) makes the
+time input-dependent, as an early-exit model's is: a batch takes its table's time times its
+largest row's ``work`` (a row that leaves early needs less; the batch runs until its slowest
+row is done). The client sets it; the scheduler does not know it (``policy: slo`` learns its
+distribution)."""
 
 from __future__ import annotations
 
@@ -14,6 +20,8 @@ import numpy as np
 from ..device import Device
 from ..manifest import StageSpec
 from .base import Tensors
+
+WORK = ("work", "work_out")  # the input scaling a batch's time (the first stage's name, the later ones')
 
 
 class TimedEngine:
@@ -29,6 +37,7 @@ class TimedEngine:
         self._names = [(i.name, o.name) for i, o in zip(stage.inputs, stage.outputs)]
         self._length = _length_axis(stage)
         self._device = device
+        self._work = next((i.name for i in stage.inputs if i.name in WORK), None)
         device.busy(0)  # (on a GPU, its clock is measured now, not during the first batch)
         # Seconds by (rows, length), read once from the table: a simulated engine must cost the
         # host no more than the plain model's simulator, which indexes a dense table.
@@ -40,6 +49,8 @@ class TimedEngine:
         seconds = self._seconds.get(key)
         if seconds is None:
             seconds = self._seconds[key] = self._table.predict(*key) / 1000
+        if self._work is not None:
+            seconds *= max(float(inputs[self._work].max()), 0.0)
         self._device.busy(seconds)
         return {out: _copy(inputs[src]) for src, out in self._names}
 

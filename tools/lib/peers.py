@@ -55,6 +55,10 @@ class Peer:
     ragged: bool = False  # plain only: requests of different lengths share a batch, padded
     backend: str = "python"
     threads: int = 0  # intra_op_thread_count; 0: ONNX Runtime's default
+    # > 0: Triton's queue policy refuses a request still queued after its own timeout (the client's,
+    # where shorter) or this many microseconds (REJECT, allow_timeout_override: Triton reads a
+    # request's timeout only below a default it has).
+    timeout_us: int = 0
 
 
 def find_source(manifest: Manifest, given: Path | None, among: Sequence[Path] = ()) -> Path:
@@ -253,10 +257,17 @@ def _config(name: str, peer: Peer, max_batch_size: int, inputs, outputs, delay_u
     return (
         f'name: "{name}"\n{engine}\nmax_batch_size: {max_batch_size}\n'
         f"input [\n{_tensors(inputs, ragged)}\n]\noutput [\n{_tensors(outputs)}\n]\n"
-        f"dynamic_batching {{ max_queue_delay_microseconds: {delay_us} }}\n"
+        f"dynamic_batching {{ max_queue_delay_microseconds: {delay_us}{_queue_policy(peer)} }}\n"
         f"instance_group [ {{ kind: {kind} count: 1 }} ]\n" + note
         + "".join(f'parameters: {{ key: "{k}" value: {{ string_value: "{v}" }} }}\n' for k, v in parameters.items())
     )
+
+
+def _queue_policy(peer: Peer) -> str:
+    if peer.timeout_us <= 0:
+        return ""
+    return (f" default_queue_policy {{ timeout_action: REJECT default_timeout_microseconds: {peer.timeout_us}"
+            " allow_timeout_override: true }")
 
 
 def ensemble_tensors(manifest: Manifest) -> list[tuple[dict[str, str], dict[str, str]]]:

@@ -12,7 +12,8 @@ load: a batch's rows padded up to a bucket of ``graph_rows``, its length up to o
 ``length_buckets``), or, for a simulated model,
 ``latency_ms.json``: it computes nothing, sleeps for the batch's tabulated time
 (``ms[rows - 1][length]``, proportionally longer past the last length) and answers input i as
-output i. config.pbtxt parameters:
+output i (an input ``work`` scales the time by its batch's largest value, as the dvabatch timed
+engine does). config.pbtxt parameters:
 
 - ``intra_op_thread_count``: ONNX Runtime's threads (the name Triton's onnxruntime backend uses;
   default: ONNX Runtime's own choice); ``allow_spinning``: ``false`` makes idle threads sleep
@@ -188,6 +189,8 @@ class TritonPythonModel:
         else:
             length = first.shape[1 + axis]
             ms = times[length] if length < len(times) else times[-1] * length / (len(times) - 1)
+        if "work" in batch:  # an early-exit model's rows need this share of the time; the slowest decides
+            ms *= max(float(batch["work"].max()), 0.0)
         if ms > 0:  # time.sleep(0) still takes some 90 us on a 2-core VM: an engine taking no time takes none
             time.sleep(ms / 1000)
         return [batch[name].copy() for name in self.inputs]

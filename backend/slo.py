@@ -1,0 +1,296 @@
+"""``policy: slo``: Orloj's distribution-aware batching of queries with deadlines (its sections 3-4).
+
+A query's deadline is its request's Triton timeout (the client's ``timeout``, or the queue
+policy's default) or, where its request sets none, ``deadline_ms`` after it arrived (the model's
+SLO). How long a query takes is not known before it runs (an early-exit model leaves early on
+some inputs): the policy learns it as an empirical distribution per tabulated length, kept over
+a sliding window of stage runs (``ExecTimes``), as a ratio to what the latency tables predict.
+A run of ``b`` rows takes as long as its slowest row (the batch is padded to its longest, paper
+eq. 4), so its ratio samples the largest of ``b`` queries' ratios, whose CDF is ``F^b`` (eq. 6);
+``learn`` inverts that, which gives each query's own distribution from the batches it ran in,
+without the paper's profiler rerunning queries alone. The distributions are learned on a thread
+of their own: stage 0's path only reads them.
+
+When stage 0 asks for work (the paper's lazy batch creation), ``rule: orloj`` (the default):
+
+1. **Feasible batch sizes** (Algorithm 1): a batch of ``k`` rows is feasible for a query where it
+   finishes by the query's deadline with probability at least ``FEASIBLE`` (its finish: after the
+   batches ahead free each stage, its stages' tabulated time at ``k`` times the ratio, whose CDF
+   at ``k`` rows is ``F^k``). The query with the earliest deadline goes in the largest batch
+   feasible for it that enough waiting queries can fill.
+2. **Batch-aware priority** (eq. 1-2): the batch is filled with the queries of highest priority
+   among those it is feasible for, the priority being the expected cost a query saves by running
+   in this batch rather than after an anticipated delay (exponential, rate one over a lone
+   query's time; the paper finds the rate does not matter): ``sum_j p_j e^(-rate (slack - x_j))``
+   over the batch's execution times ``x_j`` (probability ``p_j``) that meet its deadline. A query
+   gains most just before its deadline and nothing once it cannot meet it.
+3. **What cannot meet its deadline** even alone on an empty pipeline is answered at once with
+   Triton's timeout error (``hopeless``), not computed.
+
+``rule: edf`` is the comparison the paper's related work draws: the earliest deadlines first, as
+many as a batch holds, padded to the longest, only expired queries refused. Queries without a
+deadline go last, oldest first. Nothing here imports Triton.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .batch_table import BatchRow
+from .diversity import DiversityPolicy
+from .errors import ConfigError
+from .manifest import Manifest
+from .policy import Outlook
+from .query import BatchShape, Query
+
+log = logging.getLogger(__name__)
+WINDOW = 2048  # stage runs per length the distribution is learned from (the sliding window)
+MIN_RUNS = 16  # runs a length needs before its own distribution replaces the pooled one
+BINS = 24  # points of a learned distribution
+REFRESH_S = 0.5  # how often the distributions are learned again from new runs
+SAY_EVERY_S = 10.0  # how often the model's log says what was learned
+FEASIBLE = 0.5  # a batch is feasible for a query that finishes in time with at least this probability
+
+
+@dataclass(frozen=True)
+class Ratios:
+    """A query's execution time as a ratio to the tables' prediction: its CDF at ``grid``."""
+
+    grid: np.ndarray  # ascending ratios
+    cdf: np.ndarray  # P(ratio <= grid[i]), reaching 1 at the last
+
+    def chance(self, ratio: np.ndarray, rows: int) -> np.ndarray:
+        """P(a batch of ``rows`` queries runs within ``ratio`` times its prediction): ``F^rows``."""
+        at = np.searchsorted(self.grid, ratio, side="right") - 1
+        return np.where(at >= 0, self.cdf[np.maximum(at, 0)] ** rows, 0.0)
+
+    def quantile(self, q: float, rows: int = 1) -> float:
+        return float(self.grid[np.argmax(self.cdf ** rows >= q)])
+
+    def masses(self, rows: int) -> tuple[np.ndarray, np.ndarray]:
+        """A batch of ``rows``: its ratios and their probabilities."""
+        cdf = self.cdf ** rows
+        return self.grid, np.diff(cdf, prepend=0.0)
+
+
+CERTAIN = Ratios(np.array([1.0]), np.array([1.0]))  # before any run: the tables' time exactly
+
+
+def learn(runs: Sequence[tuple[int, float]]) -> Ratios:
+    """Each query's ratio distribution from ``runs`` of (rows, the run's ratio). Runs of ``b`` rows
+    sample the largest of ``b`` ratios, of CDF ``F^b``: their empirical CDF to the power ``1/b``
+    estimates ``F``; the estimates of each batch size are averaged, weighted by their runs."""
+    rows = np.fromiter((r for r, _ in runs), dtype=np.int64, count=len(runs))
+    ratios = np.fromiter((x for _, x in runs), dtype=np.float64, count=len(runs))
+    grid = np.quantile(ratios, np.linspace(0, 1, BINS))
+    grid[-1] = ratios.max()
+    cdf = np.zeros(len(grid))
+    for b in np.unique(rows):
+        own = np.sort(ratios[rows == b])
+        cdf += len(own) * (np.searchsorted(own, grid, side="right") / len(own)) ** (1.0 / b)
+    return Ratios(grid, cdf / len(ratios))
+
+
+class ExecTimes:
+    """Per tabulated length, the latest ``WINDOW`` stage runs and what they teach (``learn``);
+    lengths with fewer than ``MIN_RUNS`` runs read the distribution of every length pooled."""
+
+    def __init__(self, said=log.info):
+        self._runs: dict[int | None, deque[tuple[int, float]]] = {}
+        self._learned: dict[int | None, Ratios] = {}
+        self._pooled = CERTAIN
+        self._fresh = 0  # runs added since the last learning
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._said_at = 0.0
+        self.said = said
+
+    def add(self, length: int | None, rows: int, ratio: float) -> None:
+        with self._lock:
+            self._runs.setdefault(length, deque(maxlen=WINDOW)).append((rows, ratio))
+            self._fresh += 1
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._learn_forever, name="dvabatch-slo", daemon=True)
+                self._thread.start()
+
+    def ratios(self, length: int | None) -> Ratios:
+        return self._learned.get(length, self._pooled)
+
+    def learn_now(self) -> None:
+        """Learn every length's distribution from its runs (the thread does, every ``REFRESH_S``)."""
+        with self._lock:
+            runs = {length: list(kept) for length, kept in self._runs.items()}
+            self._fresh = 0
+        pooled = [run for kept in runs.values() for run in kept]
+        if not pooled:
+            return
+        learned = {length: learn(kept) for length, kept in runs.items() if len(kept) >= MIN_RUNS}
+        self._pooled, self._learned = learn(pooled), learned  # each swapped whole: readers need no lock
+        now = time.monotonic()
+        if now - self._said_at >= SAY_EVERY_S:
+            self._said_at = now
+            self.said("slo: a query's time over its tables' prediction, by length: " + "; ".join(
+                f"{length}: median {r.quantile(0.5):.2f}x, p99 {r.quantile(0.99):.2f}x ({len(runs[length])} runs)"
+                for length, r in sorted(learned.items(), key=lambda kv: (kv[0] is None, kv[0] or 0))))
+
+    def _learn_forever(self) -> None:
+        while True:
+            time.sleep(REFRESH_S)
+            if self._fresh:
+                try:
+                    self.learn_now()
+                except Exception:  # the policy keeps the distributions it had
+                    log.exception("learning the execution times failed")
+
+
+@dataclass
+class SloPolicy(DiversityPolicy):
+    """Orloj's rule (or EDF) at the entry, with the execution times it learns (module docstring)."""
+
+    name = "slo"
+    rule: str = "orloj"  # orloj | edf
+    _seen: ExecTimes = field(init=False, repr=False)
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.rule not in ("orloj", "edf"):
+            raise ConfigError(f"parameter 'policy.rule' is {self.rule!r}; known: orloj, edf")
+        self._seen = ExecTimes(lambda text: self.said(text))
+
+    def bind(self, manifest: Manifest) -> None:
+        super().bind(manifest)
+        self._seen = ExecTimes(lambda text: self.said(text))
+
+    def observe(self, stage: int, batch: BatchRow, rows: int, seconds: float) -> None:
+        """A stage ran ``rows`` of ``batch`` in ``seconds``: one more sample of the ratio."""
+        length = self._length(batch.shape, [batch.members[0].query] if batch.members else ())
+        predicted = self._time(stage, rows, length)
+        if predicted > 0:
+            self._seen.add(self.tabulated_length(length), rows, seconds / predicted)
+
+    def joins(self, oldest: Query, query: Query) -> bool:
+        """Any length joins, padded to the longest (the paper's eq. 4)."""
+        return query.rigid == oldest.rigid if oldest.rigid is not None else super().joins(oldest, query)
+
+    def window_end(self, waiting: Sequence[Query], rows: int, outlook: Outlook, now: float) -> float:
+        """No window: a batch is created when stage 0 can take it (the paper's lazy creation)."""
+        return now
+
+    def hopeless(self, query: Query, now: float) -> bool:
+        """Whether ``query`` cannot meet its deadline even alone on an empty pipeline, by the
+        distribution learned at its length (``rule: orloj``; EDF refuses only expired ones)."""
+        deadline = self._deadline(query)
+        if math.isinf(deadline):
+            return False
+        if self.rule == "edf":
+            return deadline <= now
+        length = self._length(None, [query])
+        alone = self._took(query.rows, length) * self._seen.ratios(self.tabulated_length(length)).quantile(FEASIBLE)
+        return deadline - now < alone
+
+    def form(self, waiting: Sequence[Query], room: int, now: float, outlook: Outlook = Outlook()
+             ) -> list[tuple[list[Query], BatchShape]]:
+        deadlines = np.array([self._deadline(q) for q in waiting])
+        order = np.lexsort((np.arange(len(waiting)), deadlines))  # earliest deadline, then oldest
+        if self.rule == "orloj" and not math.isinf(deadlines[order[0]]):
+            batch = _Batching(self, waiting, deadlines - now, self._free_at(outlook.ahead, now), now).form(order, room)
+            if batch:
+                return [(batch, BatchShape.of(batch, pads=True))]
+        return [self._fill([waiting[i] for i in order], room)]  # EDF, and where no batch is in time for any
+
+    def _fill(self, queries: Sequence[Query], room: int) -> tuple[list[Query], BatchShape]:
+        """The first of ``queries`` with every later one that joins it, up to ``room`` rows, padded."""
+        batch, rows = [], 0
+        for query in queries:
+            if self.joins(queries[0], query) and rows + query.rows <= room:
+                batch.append(query)
+                rows += query.rows
+        return batch, BatchShape.of(batch, pads=True)
+
+    def _finish(self, rows: int, length: int | None, free: list[float], now: float) -> tuple[float, float]:
+        """A batch of ``rows`` entering now: (seconds it waits for stages the batches ahead still
+        hold, seconds its stages compute), by the tables."""
+        times, done = self._times(rows, length), now
+        for stage, took in enumerate(times):
+            done = max(done, free[stage]) + took
+        took = sum(times)
+        return done - now - took, took
+
+
+class _Batching:
+    """One admission's choice under ``rule: orloj``: the waiting queries' slack and lengths (the
+    tabulated one each is predicted at: the next up, which never predicts short), and the
+    stages' free times, asked about batch sizes."""
+
+    def __init__(self, policy: SloPolicy, waiting: Sequence[Query], slack: np.ndarray, free: list[float], now: float):
+        self.policy, self.waiting, self.slack, self.free, self.now = policy, waiting, slack, free, now
+        self.lengths = [policy.tabulated_length(policy._length(None, [q])) for q in waiting]
+        self.rows = np.array([q.rows for q in waiting])
+
+    def chances(self, k: int, length: int | None | bool = False) -> np.ndarray:
+        """Each query's chance that a batch of ``k`` rows entering now finishes by its deadline,
+        at its own length (or at ``length``: the batch's longest)."""
+        chance = np.zeros(len(self.waiting))
+        for at in ({length} if length is not False else set(self.lengths)):
+            wait, took = self.policy._finish(k, at, self.free, self.now)
+            mine = np.array([length is not False or own == at for own in self.lengths])
+            ratios = self.policy._seen.ratios(at)
+            chance = np.where(mine, ratios.chance((self.slack - wait) / max(took, 1e-9), k), chance)
+        return chance
+
+    def form(self, order: np.ndarray, room: int) -> list[Query]:
+        """The batch for the earliest deadline some batch is in time for: the largest batch in
+        time for it that the queries it is in time for can fill, filled by priority; empty
+        where none is in time for anyone (the queries will be refused as ``hopeless``)."""
+        alone = self.chances(1) >= FEASIBLE
+        urgent = next((int(i) for i in order if alone[i]), None)
+        if urgent is None:
+            return []
+        first = self.waiting[urgent]
+        fits = np.array([self.policy.joins(first, q) for q in self.waiting])
+
+        def feasible(k: int, length: int | None | bool = False) -> np.ndarray:
+            return fits & (self.chances(k, length) >= FEASIBLE)
+
+        def serves(k: int) -> bool:
+            mask = feasible(k)
+            return bool(mask[urgent]) and int(self.rows[mask].sum()) >= k
+
+        low, high = first.rows, min(room, int(self.rows[fits].sum()))
+        if low > high or not serves(low):
+            return []
+        while low < high:  # the largest k that serves: serves(k) holds up to it and not beyond
+            middle = (low + high + 1) // 2
+            low, high = (middle, high) if serves(middle) else (low, middle - 1)
+        batch = self.by_priority(urgent, feasible(low), low)
+        while True:  # padded to its longest, the batch must still be in time for each member
+            longest = max((self.lengths[i] for i in batch), key=lambda x: x or 0)
+            served = feasible(int(self.rows[batch].sum()), longest)
+            if longest is None or all(served[i] for i in batch):
+                return [self.waiting[i] for i in batch]
+            own = self.lengths[urgent] or 0
+            batch = [i for i in batch if (self.lengths[i] or 0) <= own] if not served[urgent] \
+                else [i for i in batch if served[i]]
+
+    def by_priority(self, urgent: int, mask: np.ndarray, k: int) -> list[int]:
+        """``urgent`` and the queries of ``mask`` of highest priority in a batch of ``k`` rows."""
+        policy, length = self.policy, self.lengths[urgent]
+        wait, took = policy._finish(k, length, self.free, self.now)
+        grid, mass = policy._seen.ratios(length).masses(k)
+        rate = 1.0 / max(policy._took(1, length), 1e-6)
+        left = (self.slack - wait)[:, None] - took * grid[None, :]
+        score = (mass * np.where(left >= 0, np.exp(-rate * np.maximum(left, 0.0)), 0.0)).sum(axis=1)
+        chosen, rows = [urgent], self.waiting[urgent].rows
+        for i in np.argsort(-score, kind="stable"):
+            if mask[i] and i != urgent and rows + self.waiting[i].rows <= k:
+                chosen.append(int(i))
+                rows += self.waiting[i].rows
+        return chosen

@@ -1,0 +1,152 @@
+"""``policy: slo`` (Orloj): the learned execution-time distribution, feasible batch sizes, the
+batch-aware priority, refusing what cannot meet its deadline, in process and through Triton."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+from tritonclient.utils import InferenceServerException
+
+from backend import slo
+from backend.config import RuntimeConfig, make_policy
+from backend.manifest import LatencyTable, TensorSpec
+from backend.query import Query, refuse_invalid
+from tools.lib.client import infer
+from tools.lib.timed import write_timed
+
+from .conftest import serving
+from .timed import Clock, timed_manifest
+
+# Two stages, each 10 ms for one query and 4 ms more for each further one: a batch of k takes
+# 20 + 8 (k - 1) ms through both (28 for 2, 36 for 3, 76 for 8).
+TABLE = {"batch_sizes": list(range(1, 9)), "mean": [10.0 + 4 * k for k in range(8)]}
+
+
+def _bimodal(rng: np.random.Generator, count: int) -> np.ndarray:
+    return np.where(rng.random(count) < 0.7, 0.25, 1.0)  # 70 % leave at a quarter of the time
+
+
+def test_each_querys_distribution_is_learned_from_the_batches_it_ran_in():
+    """Runs of b rows take their slowest row's time (the largest of b ratios); inverting F^b
+    gives each query's own distribution: 70 % at a quarter of the tables' time. A lone query's
+    median is then the short mode; a batch of 4 most likely holds a long one (0.7^4 < 0.5)."""
+    rng = np.random.default_rng(0)
+    runs = [(b, float(_bimodal(rng, b).max())) for b in (1, 2, 4) for _ in range(600)]
+    learned = slo.learn(runs)
+    assert learned.chance(np.array([0.3]), 1)[0] == pytest.approx(0.7, abs=0.04)
+    assert learned.quantile(0.5) == 0.25 and learned.quantile(0.5, rows=4) == 1.0
+    assert learned.chance(np.array([0.2]), 1)[0] == 0.0 and learned.chance(np.array([1.0]), 8)[0] == 1.0
+
+
+def _policy(**settings: str):
+    policy = make_policy("slo", settings)
+    manifest = timed_manifest([TABLE] * 2, dims=(8,))
+    policy.bind(manifest)
+    return policy, manifest
+
+
+def _queries(manifest, now: float, deadlines_ms: list[float | None]) -> list[Query]:
+    queries = [Query({"x": np.zeros((1, 8), np.float32)}, None, arrived=now,
+                     deadline=now + ms / 1000 if ms is not None else None) for ms in deadlines_ms]
+    refuse_invalid(manifest, queries)
+    return queries
+
+
+def test_the_earliest_deadline_goes_in_the_largest_batch_in_time_for_it():
+    """Eight queries due in 100 ms fit one batch of 8 (76 ms). With one due in 30 ms, the largest
+    batch in time for it is 2 (28 ms; 3 take 36): it goes with the other query of highest
+    priority, the one whose deadline (60 ms) a later batch would miss, not those due in 500."""
+    policy, manifest = _policy()
+    now = time.monotonic()
+    relaxed = _queries(manifest, now, [100.0] * 8)
+    assert [len(batch) for batch, _ in policy.form(relaxed, 8, now)] == [8]
+    mixed = _queries(manifest, now, [500.0, 500.0, 60.0, 500.0, 30.0, 500.0])
+    (batch, _), = policy.form(mixed, 8, now)
+    assert batch == [mixed[4], mixed[2]]
+
+
+def test_a_busy_pipeline_shrinks_what_is_in_time():
+    """A batch of 8 ahead at stage 0 (it began now) holds stage 0 for 38 ms and stage 1 until
+    76: of eight queries due in 100 ms, a batch of 4 still makes it (stage 1 from 76 ms, done
+    at 98), 5 would not (102); on an empty pipeline all 8 did."""
+    from backend.batch_table import Flight
+    from backend.policy import Outlook
+
+    policy, manifest = _policy()
+    now = time.monotonic()
+    waiting = _queries(manifest, now, [100.0] * 8)
+    ahead = Outlook((Flight(8, {}, 0, now),))
+    (batch, _), = policy.form(waiting, 8, now, ahead)
+    assert len(batch) == 4
+
+
+def test_what_cannot_meet_its_deadline_alone_is_hopeless_and_edf_refuses_only_the_expired():
+    """A lone query takes 20 ms by the tables: due in 15 ms it is hopeless, in 25 it is not;
+    once the model learned that queries mostly take a quarter of that, 15 ms is enough.
+    ``deadline_ms`` is the deadline of a request that sets none. EDF refuses only expired ones."""
+    policy, manifest = _policy(deadline_ms="15")
+    now = time.monotonic()
+    tight, fine, default = _queries(manifest, now, [15.0, 25.0, None])
+    assert policy.hopeless(tight, now) and not policy.hopeless(fine, now) and policy.hopeless(default, now)
+    rng = np.random.default_rng(1)
+    batch = policy.form([fine], 8, now)[0][0]
+    row = type("Row", (), {"shape": None, "members": []})()
+    for ratio in _bimodal(rng, 400):
+        policy.observe(0, row, 1, 0.010 * ratio)
+    policy._seen.learn_now()
+    assert not policy.hopeless(tight, now) and batch == [fine]
+    edf, _ = _policy(rule="edf")
+    assert not edf.hopeless(tight, now) and edf.hopeless(tight, now + 0.016)
+
+
+def test_edf_serves_the_earliest_deadlines_first_and_queries_without_one_last():
+    policy, manifest = _policy(rule="edf")
+    now = time.monotonic()
+    waiting = _queries(manifest, now, [None, 300.0, 100.0, 200.0])
+    (batch, _), = policy.form(waiting, 3, now)
+    assert batch == [waiting[2], waiting[3], waiting[1]]
+    with pytest.raises(Exception, match="policy.rule"):
+        make_policy("slo", {"rule": "fifo"})
+
+
+def test_the_pipeline_refuses_hopeless_queries_at_once_and_answers_the_rest():
+    """Through the runtime: of three queries, the one due before a lone run could end is
+    answered at once with Triton's timeout error; the others are computed."""
+    policy, manifest = _policy()
+    clock = Clock(manifest, RuntimeConfig(policy=policy))
+    clock.submit(clock.query(0, deadline_ms=200), clock.query(1, deadline_ms=5), clock.query(2, deadline_ms=200))
+    at = clock.wait(3)
+    failures = {key: failure for key, (_, _, failure) in clock.answers.items()}
+    assert failures[0] is None and failures[2] is None
+    assert "timeout expired" in failures[1].message and at[1] < 5
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    with grpcclient.InferenceServerClient(server.url) as client:
+        yield client
+
+
+def test_policy_slo_through_tritonserver_learns_and_refuses_by_the_request_timeout(client, repository):
+    """A timed early-exit model (its ``work`` input scales the time) served with ``policy: slo``:
+    requests with generous timeouts get their own rows; one whose timeout no run can meet gets
+    Triton's timeout error at once, and the model goes on serving."""
+    name = "slo_timed"
+    table = LatencyTable.from_json({"batch_sizes": [1, 8], "mean": [5.0, 8.0]})
+    inputs = (TensorSpec("x", "float32", (4,)), TensorSpec("work", "float32", (1,)))
+    write_timed(name, inputs, [table] * 2, 8, "timed.onnx", "", repository / name, {"policy": "slo"})
+    with serving(client, repository, name):
+        def ask(key: int, work: float, timeout_us: int) -> np.ndarray:
+            feed = {"x": np.full((1, 4), key, np.float32), "work": np.full((1, 1), work, np.float32)}
+            return infer(client, name, feed, timeout_us=timeout_us)["x_out"]
+
+        for key in range(20):
+            assert ask(key, 0.25 if key % 3 else 1.0, 500_000)[0, 0] == key
+        began = time.monotonic()
+        with pytest.raises(InferenceServerException, match="timeout expired"):
+            ask(99, 1.0, 1_000)
+        assert time.monotonic() - began < 0.5
+        assert ask(100, 1.0, 500_000)[0, 0] == 100
