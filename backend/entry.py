@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from .batch_table import BatchItem
 from .config import QueuePolicy
 from .policy import Outlook
-from .query import BatchShape, Code, Failure, Query
+from .query import BatchShape, Code, Failure, Query, refuse_hopeless
 from .scheduler import Scheduler
 
 log = logging.getLogger(__name__)
@@ -31,7 +31,6 @@ STEADY = 512
 SCAN = 64  # waiting queries an admission looks at, from the oldest
 CANCEL_AFTER_S = 0.02  # a waiting query is asked whether it was cancelled once it has waited this long
 CANCELLED = Failure("the request was cancelled", Code.CANCELLED)
-EXPIRED = Failure("Request timeout expired", Code.UNAVAILABLE)  # as Triton's queue policy words it
 
 
 class Entry:
@@ -88,15 +87,13 @@ class Entry:
         Asking Triton whether a request was cancelled is a round trip to its process, so only
         the oldest batch's worth is asked, and only once it has waited ``CANCEL_AFTER_S``."""
         head = [self._waiting.popleft() for _ in range(min(SCAN, len(self._waiting)))]
-        now, reject, kept, hopeless = time.monotonic(), self._queue.reject, [], self._scheduler.policy.hopeless
+        now, kept = time.monotonic(), []
         for position, query in enumerate(head):
             if position < self._max and query.gave_up(now, CANCEL_AFTER_S):
                 query.answer(failure=CANCELLED)
-            elif reject and _hopeless(hopeless, query, now):
-                query.answer(failure=EXPIRED)
             else:
                 kept.append(query)
-        return kept
+        return refuse_hopeless(kept, self._scheduler.policy.hopeless) if self._queue.reject else kept
 
     def wake(self) -> None:
         """Rows left the pipeline or moved on in it: there may be room for more, or a window to
@@ -238,11 +235,3 @@ class Entry:
             self._changed.notify_all()
             return left
 
-
-def _hopeless(hopeless, query: Query, now: float) -> bool:
-    """The policy's ``hopeless``; a policy's bug must not stop admission: expired then."""
-    try:
-        return hopeless(query, now)
-    except Exception:
-        log.exception("the policy failed to say whether a query can meet its deadline")
-        return query.expired(now)

@@ -182,14 +182,15 @@ class StageExecutor(threading.Thread):
             for buffer in (source, target):
                 if buffer is not None:
                     self.device.after(buffer.event, self.stream)
-            self._compute(row, item, source, target)
+            whole = self._compute(row, item, source, target)
             if source is not None:
                 self.device.record(source.event, self.stream)
                 self.input.done_reading(source)
             if target is not None:
                 self.device.record(target.event, self.stream)
         self.device.finish(self.stream)  # the table must say where the batch really is
-        self._observe(row, item.num, time.monotonic() - began)
+        if whole:
+            self._observe(row, item.num, time.monotonic() - began)
         # From the table's update to the hand-over nothing can fail: the claims on the output
         # buffer always match the items and held rows the table says read it.
         keeps = target is not None and target.claims > 0  # written beside rows kept there
@@ -221,23 +222,26 @@ class StageExecutor(threading.Thread):
             self.output.wait_available()
         return self.output.claim_output(kept)
 
-    def _compute(self, row: BatchRow, item: BatchItem, source: Buffer | None, target: Buffer | None) -> None:
+    def _compute(self, row: BatchRow, item: BatchItem, source: Buffer | None, target: Buffer | None) -> bool:
         """Run the stage on the item's rows; rerun query by query if that fails, so only the rows
         of a query that cannot run are lost (and that query is answered with the error). Rows
         whose queries are all answered already (cancelled, or failed elsewhere) are skipped: the
-        item still passes on, so buffers and table move as usual, but nobody reads its rows."""
+        item still passes on, so buffers and table move as usual, but nobody reads its rows.
+        Whether the rows ran as one run (what a policy may learn a run's time from)."""
         if row.answered(item.start, item.num):
-            return
+            return False
         try:
             self._run_rows(row, item.start, item.num, source, target)
+            return True
         except Exception as exc:  # noqa: BLE001 - an engine error must cost only its own queries
             chunks = [(start, num) for _, _, start, num in row.members_in(item.start, item.num)]
             if len(chunks) == 1:
                 self.runtime.fail_rows(row, item.start, item.num, exc)
-                return
+                return False
             each_alone([(s, n) for s, n in chunks if not row.answered(s, n)],  # (not those failed elsewhere)
                        lambda chunk: self._run_rows(row, *chunk, source, target),
                        lambda chunk, error: self.runtime.fail_rows(row, *chunk, error))
+            return False
 
     def _run_rows(self, row: BatchRow, start: int, num: int, source: Buffer | None, target: Buffer | None) -> None:
         first = row.offset + start

@@ -54,6 +54,8 @@ class Failure:
         return cls(f"inference failed: {type(error).__name__}: {error}")
 
 
+EXPIRED = Failure("Request timeout expired", Code.UNAVAILABLE)  # as Triton's queue policy words it
+
 def each_alone(parts: Sequence[T], run: Callable[[T], None], fail: Callable[[T, Exception], None]) -> None:
     """After a batch failed: run each part (a query, a query's rows) on its own, so that only a
     part that cannot run fails, with its own error."""
@@ -206,6 +208,24 @@ def refuse_invalid(manifest: Manifest, queries: Sequence[Query], limits: Mapping
         else:
             good.append(query)
     return good
+
+
+def refuse_hopeless(queries: Sequence[Query], hopeless: Callable[[Query, float], bool]) -> list[Query]:
+    """Answer every query that ``hopeless`` says cannot meet its deadline (``Policy.hopeless``: by
+    default, whose timeout expired) with Triton's timeout error; return the others. A policy's
+    bug must not fail them: a query it cannot judge is refused only where it expired."""
+    now, kept = time.monotonic(), []
+    for query in queries:
+        try:
+            refused = hopeless(query, now)
+        except Exception:
+            log.exception("the policy failed to say whether a query can meet its deadline")
+            refused = query.expired(now)
+        if refused:
+            query.answer(failure=EXPIRED)
+        else:
+            kept.append(query)
+    return kept
 
 
 def _judge(manifest: Manifest, query: Query, limits: Mapping[str, int] | None) -> tuple:

@@ -28,14 +28,14 @@ from .buffers import Boundary
 from .config import RuntimeConfig
 from .device import CpuDevice, Device
 from .engines import Engine
-from .entry import CANCELLED, EXPIRED, Entry
+from .entry import CANCELLED, Entry
 from .executor import BatchQueue, StageExecutor, Trace
 from .exit import Exit
 from .decide import LoneRuns, Mode
 from .manifest import Manifest
 from .metrics import IN_FLIGHT, WAITING, Family, Metrics
 from .padding import Buckets, cut, stack
-from .query import Code, Failure, Judged, Query, refuse_invalid
+from .query import EXPIRED, Code, Failure, Judged, Query, refuse_invalid
 from .scheduler import Scheduler
 from .whole import WholeBatch
 
@@ -91,7 +91,7 @@ class Runtime:
         # Batches run inline: the same engines, one stage after another (``serving.serve`` sets
         # what decides when: ``lone``, and ``mode`` through the ``watch``).
         self.plain = WholeBatch(manifest, engines, self.device, self.metrics, self.pad_values, self.size_limits,
-                                config.policy.form_inline, buckets)
+                                config.policy.form_inline, buckets, config.policy.hopeless if self._reject else None)
         self.lone: LoneRuns | None = None
         self.mode = Mode.PIPELINE
         self.watch = None  # serving.Watch, where a ModeSwitch decides the mode

@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .batch_table import BatchRow
+from .decide import HostCosts
 from .diversity import DiversityPolicy
 from .errors import ConfigError
 from .manifest import Manifest
@@ -54,6 +55,7 @@ from .query import BatchShape, Query
 log = logging.getLogger(__name__)
 WINDOW = 2048  # stage runs per length the distribution is learned from (the sliding window)
 MIN_RUNS = 16  # runs a length needs before its own distribution replaces the pooled one
+MIN_HITS = 5  # runs of one batch size at or below a ratio for their estimate of F there to count
 BINS = 24  # points of a learned distribution
 REFRESH_S = 0.5  # how often the distributions are learned again from new runs
 SAY_EVERY_S = 10.0  # how often the model's log says what was learned
@@ -87,16 +89,24 @@ CERTAIN = Ratios(np.array([1.0]), np.array([1.0]))  # before any run: the tables
 def learn(runs: Sequence[tuple[int, float]]) -> Ratios:
     """Each query's ratio distribution from ``runs`` of (rows, the run's ratio). Runs of ``b`` rows
     sample the largest of ``b`` ratios, of CDF ``F^b``: their empirical CDF to the power ``1/b``
-    estimates ``F``; the estimates of each batch size are averaged, weighted by their runs."""
+    estimates ``F``. The estimates of each batch size are averaged, weighted by their runs, at
+    each ratio only where at least ``MIN_HITS`` of the runs fell at or below it: large batches
+    rarely run all-short (30 % long: 0.7^16 = 0.3 % of the batches of 16), and a handful of
+    such runs, or none, raised to ``1/b`` says nothing (none counted as 0 made every query look long)."""
     rows = np.fromiter((r for r, _ in runs), dtype=np.int64, count=len(runs))
     ratios = np.fromiter((x for _, x in runs), dtype=np.float64, count=len(runs))
     grid = np.quantile(ratios, np.linspace(0, 1, BINS))
     grid[-1] = ratios.max()
-    cdf = np.zeros(len(grid))
+    total, weight = np.zeros(len(grid)), np.zeros(len(grid))
     for b in np.unique(rows):
         own = np.sort(ratios[rows == b])
-        cdf += len(own) * (np.searchsorted(own, grid, side="right") / len(own)) ** (1.0 / b)
-    return Ratios(grid, cdf / len(ratios))
+        hits = np.searchsorted(own, grid, side="right")
+        counted = len(own) * ((hits >= MIN_HITS) | (hits == len(own)))
+        total += counted * (hits / len(own)) ** (1.0 / b)
+        weight += counted
+    cdf = np.maximum.accumulate(np.divide(total, weight, out=np.zeros(len(grid)), where=weight > 0))
+    cdf[-1] = 1.0
+    return Ratios(grid, cdf)
 
 
 class ExecTimes:
@@ -111,6 +121,7 @@ class ExecTimes:
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._said_at = 0.0
+        self._forgotten = 0  # times forgotten: what was learned from runs forgotten meanwhile is dropped
         self.said = said
 
     def add(self, length: int | None, rows: int, ratio: float) -> None:
@@ -121,6 +132,14 @@ class ExecTimes:
                 self._thread = threading.Thread(target=self._learn_forever, name="dvabatch-slo", daemon=True)
                 self._thread.start()
 
+    def forget(self) -> None:
+        """Drop every run and what was learned from them (another model's, or the calibration's)."""
+        with self._lock:
+            self._runs.clear()
+            self._fresh = 0
+            self._forgotten += 1
+            self._learned, self._pooled = {}, CERTAIN
+
     def ratios(self, length: int | None) -> Ratios:
         return self._learned.get(length, self._pooled)
 
@@ -128,12 +147,15 @@ class ExecTimes:
         """Learn every length's distribution from its runs (the thread does, every ``REFRESH_S``)."""
         with self._lock:
             runs = {length: list(kept) for length, kept in self._runs.items()}
-            self._fresh = 0
+            self._fresh, forgotten = 0, self._forgotten
         pooled = [run for kept in runs.values() for run in kept]
         if not pooled:
             return
         learned = {length: learn(kept) for length, kept in runs.items() if len(kept) >= MIN_RUNS}
-        self._pooled, self._learned = learn(pooled), learned  # each swapped whole: readers need no lock
+        with self._lock:
+            if forgotten != self._forgotten:
+                return
+            self._pooled, self._learned = learn(pooled), learned  # each swapped whole: readers need no lock
         now = time.monotonic()
         if now - self._said_at >= SAY_EVERY_S:
             self._said_at = now
@@ -167,7 +189,12 @@ class SloPolicy(DiversityPolicy):
 
     def bind(self, manifest: Manifest) -> None:
         super().bind(manifest)
-        self._seen = ExecTimes(lambda text: self.said(text))
+        self._seen.forget()
+
+    def measured(self, costs: HostCosts, stages: int) -> None:
+        """Also forget the runs seen so far: they were the calibration's, on made-up inputs."""
+        super().measured(costs, stages)
+        self._seen.forget()
 
     def observe(self, stage: int, batch: BatchRow, rows: int, seconds: float) -> None:
         """A stage ran ``rows`` of ``batch`` in ``seconds``: one more sample of the ratio."""

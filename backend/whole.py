@@ -31,7 +31,7 @@ from .engines import Engine, run_stages
 from .manifest import Manifest
 from .metrics import Metrics
 from .padding import Buckets, cut, stack
-from .query import Failure, Judged, Query, each_alone, refuse_invalid, waited
+from .query import Failure, Judged, Query, each_alone, refuse_hopeless, refuse_invalid, waited
 
 log = logging.getLogger(__name__)
 
@@ -49,16 +49,20 @@ class WholeBatch:
     padded along each named axis to its longest query (none where they agree, the usual case,
     which costs no more than the plain model's concatenation), and on up to a bucket of its CUDA
     graphs where it has them (``buckets``). Its engines' work goes on one stream of its own,
-    waited for once at the end of ``run``."""
+    waited for once at the end of ``run``. A query the policy finds cannot meet its deadline
+    (``hopeless``: by default, whose timeout expired; ``policy: slo``'s rule) is answered with
+    Triton's timeout error and not run, as the pipeline's entry does."""
 
     def __init__(self, manifest: Manifest, engines: Sequence[Engine], device: Device, metrics: Metrics,
                  pad_values: Mapping[str, float] | None = None, size_limits: Mapping[str, int] | None = None,
-                 form: Former = together, buckets: Buckets = Buckets()):
+                 form: Former = together, buckets: Buckets = Buckets(),
+                 hopeless: Callable[[Query, float], bool] | None = None):
         self.manifest, self.engines, self.device, self.metrics = manifest, engines, device, metrics
         self.pad_values = pad_values or {}
         self.buckets = buckets
         self.size_limits = size_limits
         self.form = form
+        self.hopeless = hopeless  # a query it says cannot meet its deadline is refused, not run (``Policy.hopeless``)
         self._judged: Judged = {}
         self._stream = device.stream()
         self._columns = [(spec, itemgetter(spec.name), self.pad_values.get(spec.name, 0)) for spec in manifest.inputs]
@@ -101,6 +105,8 @@ class WholeBatch:
 
     def _run_formed(self, queries: Sequence[Query], launched: list[list]) -> None:
         pending = refuse_invalid(self.manifest, queries, self.size_limits, self._judged)
+        if self.hopeless is not None:
+            pending = refuse_hopeless(pending, self.hopeless)
         if not pending:
             return
         admitted, waited_s = len(pending), waited(pending, time.monotonic())

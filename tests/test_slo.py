@@ -12,8 +12,12 @@ from tritonclient.utils import InferenceServerException
 
 from backend import slo
 from backend.config import RuntimeConfig, make_policy
+from backend.device import make_device
+from backend.engines import load_engines
 from backend.manifest import LatencyTable, TensorSpec
+from backend.metrics import Metrics
 from backend.query import Query, refuse_invalid
+from backend.whole import WholeBatch
 from tools.lib.client import infer
 from tools.lib.timed import write_timed
 
@@ -39,6 +43,9 @@ def test_each_querys_distribution_is_learned_from_the_batches_it_ran_in():
     assert learned.chance(np.array([0.3]), 1)[0] == pytest.approx(0.7, abs=0.04)
     assert learned.quantile(0.5) == 0.25 and learned.quantile(0.5, rows=4) == 1.0
     assert learned.chance(np.array([0.2]), 1)[0] == 0.0 and learned.chance(np.array([1.0]), 8)[0] == 1.0
+    # Mostly batches of 16, which almost never run all-short: the batches of 4 still tell.
+    runs = [(b, float(_bimodal(rng, b).max())) for b, count in ((16, 1000), (4, 200)) for _ in range(count)]
+    assert slo.learn(runs).chance(np.array([0.3]), 1)[0] == pytest.approx(0.7, abs=0.06)
 
 
 def _policy(**settings: str):
@@ -122,6 +129,20 @@ def test_the_pipeline_refuses_hopeless_queries_at_once_and_answers_the_rest():
     failures = {key: failure for key, (_, _, failure) in clock.answers.items()}
     assert failures[0] is None and failures[2] is None
     assert "timeout expired" in failures[1].message and at[1] < 5
+
+
+def test_served_as_a_plain_model_hopeless_queries_are_refused_too():
+    """Inside ``execute`` (a model served plain, or ``batching: triton``) the policy judges the
+    queries Triton hands over as the entry would: the hopeless one gets Triton's timeout error,
+    the others run together."""
+    policy, manifest = _policy()
+    device = make_device("CPU")
+    whole = WholeBatch(manifest, load_engines(manifest, ".", device), device, Metrics(), hopeless=policy.hopeless)
+    now = time.monotonic()
+    queries = _queries(manifest, now, [200.0, 5.0, None])
+    whole.run(queries)
+    assert [q.reply[1] is None for q in queries] == [True, False, True]
+    assert "timeout expired" in queries[1].reply[1].message
 
 
 @pytest.fixture(scope="module")
