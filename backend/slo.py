@@ -24,8 +24,9 @@ When stage 0 asks for work (the paper's lazy batch creation), ``rule: orloj`` (t
    query's time; the paper finds the rate does not matter): ``sum_j p_j e^(-rate (slack - x_j))``
    over the batch's execution times ``x_j`` (probability ``p_j``) that meet its deadline. A query
    gains most just before its deadline and nothing once it cannot meet it.
-3. **What cannot meet its deadline** even alone on an empty pipeline is answered at once with
-   Triton's timeout error (``hopeless``), not computed.
+3. **What cannot meet its deadline** even alone on an empty pipeline, at the shortest time its
+   length was seen to take, is answered at once with Triton's timeout error (``hopeless``), not
+   computed.
 
 ``rule: edf`` is the comparison the paper's related work draws: the earliest deadlines first, as
 many as a batch holds, padded to the longest, only expired queries refused. Queries without a
@@ -73,6 +74,11 @@ class Ratios:
         """P(a batch of ``rows`` queries runs within ``ratio`` times its prediction): ``F^rows``."""
         at = np.searchsorted(self.grid, ratio, side="right") - 1
         return np.where(at >= 0, self.cdf[np.maximum(at, 0)] ** rows, 0.0)
+
+    @property
+    def lowest(self) -> float:
+        """The shortest ratio seen (the least a run of any size took): no query takes less."""
+        return float(self.grid[0])
 
     def quantile(self, q: float, rows: int = 1) -> float:
         return float(self.grid[np.argmax(self.cdf ** rows >= q)])
@@ -212,15 +218,18 @@ class SloPolicy(DiversityPolicy):
         return now
 
     def hopeless(self, query: Query, now: float) -> bool:
-        """Whether ``query`` cannot meet its deadline even alone on an empty pipeline, by the
-        distribution learned at its length (``rule: orloj``; EDF refuses only expired ones)."""
+        """Whether ``query`` cannot meet its deadline even alone on an empty pipeline at the
+        shortest time its length was seen to take (``rule: orloj``; EDF refuses only expired
+        ones). Not at a likely time: large batches hide how short a query can be (a batch of 8
+        of which 30 % run long runs all-short 6 % of the time), and refusing at the median
+        refused early-exit queries that would have finished (57 % against 63 % finished)."""
         deadline = self._deadline(query)
         if math.isinf(deadline):
             return False
         if self.rule == "edf":
             return deadline <= now
         length = self._length(None, [query])
-        alone = self._took(query.rows, length) * self._seen.ratios(self.tabulated_length(length)).quantile(FEASIBLE)
+        alone = self._took(query.rows, length) * self._seen.ratios(self.tabulated_length(length)).lowest
         return deadline - now < alone
 
     def form(self, waiting: Sequence[Query], room: int, now: float, outlook: Outlook = Outlook()
@@ -242,14 +251,20 @@ class SloPolicy(DiversityPolicy):
                 rows += query.rows
         return batch, BatchShape.of(batch, pads=True)
 
+    def _done(self, rows: int, length: int | None, free: list[float], now: float) -> list[float]:
+        """When each stage would be done with a batch of ``rows`` entering now, after the stages
+        free at ``free``, by the tables."""
+        done, out = now, []
+        for stage, took in enumerate(self._times(rows, length)):
+            done = max(done, free[stage]) + took
+            out.append(done)
+        return out
+
     def _finish(self, rows: int, length: int | None, free: list[float], now: float) -> tuple[float, float]:
         """A batch of ``rows`` entering now: (seconds it waits for stages the batches ahead still
         hold, seconds its stages compute), by the tables."""
-        times, done = self._times(rows, length), now
-        for stage, took in enumerate(times):
-            done = max(done, free[stage]) + took
-        took = sum(times)
-        return done - now - took, took
+        took = sum(self._times(rows, length))
+        return self._done(rows, length, free, now)[-1] - now - took, took
 
 
 class _Batching:
@@ -262,12 +277,13 @@ class _Batching:
         self.lengths = [policy.tabulated_length(policy._length(None, [q])) for q in waiting]
         self.rows = np.array([q.rows for q in waiting])
 
-    def chances(self, k: int, length: int | None | bool = False) -> np.ndarray:
-        """Each query's chance that a batch of ``k`` rows entering now finishes by its deadline,
-        at its own length (or at ``length``: the batch's longest)."""
+    def chances(self, k: int, length: int | None | bool = False, free: list[float] | None = None) -> np.ndarray:
+        """Each query's chance that a batch of ``k`` rows entering now (after the stages free at
+        ``free``: by default, once the batches ahead leave them) finishes by its deadline, at its
+        own length (or at ``length``: the batch's longest)."""
         chance = np.zeros(len(self.waiting))
         for at in ({length} if length is not False else set(self.lengths)):
-            wait, took = self.policy._finish(k, at, self.free, self.now)
+            wait, took = self.policy._finish(k, at, self.free if free is None else free, self.now)
             mine = np.array([length is not False or own == at for own in self.lengths])
             ratios = self.policy._seen.ratios(at)
             chance = np.where(mine, ratios.chance((self.slack - wait) / max(took, 1e-9), k), chance)
@@ -302,10 +318,35 @@ class _Batching:
             longest = max((self.lengths[i] for i in batch), key=lambda x: x or 0)
             served = feasible(int(self.rows[batch].sum()), longest)
             if longest is None or all(served[i] for i in batch):
-                return [self.waiting[i] for i in batch]
+                return [self.waiting[i] for i in self.or_all(batch, fits, order, room)]
             own = self.lengths[urgent] or 0
             batch = [i for i in batch if (self.lengths[i] or 0) <= own] if not served[urgent] \
                 else [i for i in batch if served[i]]
+
+    def or_all(self, batch: list[int], fits: np.ndarray, order: np.ndarray, room: int) -> list[int]:
+        """``batch``, or every query that fits (the earliest deadlines, up to ``room`` rows) in one
+        batch where that finishes more of them in time, as expected, than ``batch`` and then the
+        rest in the batch after it (beyond the paper: where a batch pays a large fixed time, the
+        urgent query's small batch and a second one for the rest finished fewer in all: 87 %
+        against 97 % for the work-conserving pipeline on an early-exit profile at 0.9 load)."""
+        everyone, rows = [], 0
+        for i in order:
+            if fits[i] and rows + self.rows[i] <= room:
+                everyone.append(int(i))
+                rows += int(self.rows[i])
+        if len(everyone) <= len(batch):
+            return batch
+        chosen = set(batch)
+        rest = [i for i in everyone if i not in chosen]
+
+        def shape(members: list[int]) -> tuple[int, int | None]:
+            return int(self.rows[members].sum()), max((self.lengths[i] for i in members), key=lambda x: x or 0)
+
+        (k, length), (k_rest, length_rest), (k_all, length_all) = shape(batch), shape(rest), shape(everyone)
+        after = self.policy._done(k, length, self.free, self.now)
+        apart = (self.chances(k, length)[batch].sum()
+                 + self.chances(k_rest, length_rest, after)[rest].sum())
+        return everyone if self.chances(k_all, length_all)[everyone].sum() > apart else batch
 
     def by_priority(self, urgent: int, mask: np.ndarray, k: int) -> list[int]:
         """``urgent`` and the queries of ``mask`` of highest priority in a batch of ``k`` rows."""

@@ -92,7 +92,7 @@ def test_a_busy_pipeline_shrinks_what_is_in_time():
 
 def test_what_cannot_meet_its_deadline_alone_is_hopeless_and_edf_refuses_only_the_expired():
     """A lone query takes 20 ms by the tables: due in 15 ms it is hopeless, in 25 it is not;
-    once the model learned that queries mostly take a quarter of that, 15 ms is enough.
+    once the model saw queries take a quarter of that, 15 ms is enough.
     ``deadline_ms`` is the deadline of a request that sets none. EDF refuses only expired ones."""
     policy, manifest = _policy(deadline_ms="15")
     now = time.monotonic()

@@ -141,7 +141,9 @@ def lone_s(manifest, requests: list[Request]) -> float:
     return sum(t.predict(1, length) for t in tables) / 1000
 
 
-def run(args: argparse.Namespace, console: Console) -> tuple[list[list[str]], list[str]]:
+def run(args: argparse.Namespace, console: Console) -> tuple[list[list[str]], list[str], list[str]]:
+    """The finish rates, per workload, load and SLO (rows, header), and what became of the
+    requests of every model in each."""
     folder = Path(tempfile.mkdtemp(prefix="dvabatch-slo-"))
     try:
         _, manifest, parameters = from_profile(args.profile)
@@ -158,7 +160,7 @@ def run(args: argparse.Namespace, console: Console) -> tuple[list[list[str]], li
                                                             timeout_us=QUEUE_DEFAULT_US))
         models = ["triton", *ours]
         log = args.out / "tritonserver.log" if args.out else folder / "triton.log"
-        rows = []
+        rows, details = [], []
         with Bench(folder, log=log) as bench:
             for model in models:
                 bench.load(model)
@@ -181,16 +183,18 @@ def run(args: argparse.Namespace, console: Console) -> tuple[list[list[str]], li
                     finish = {m: sum(o.finished for o in v) / max(sum(o.sent for o in v), 1)
                               for m, v in outcomes.items()}
                     best_ours = max(finish[m] for m in ("edf", "pass", "auto"))
-                    detail = {m: outcomes[m][-1] for m in models}
-                    console.print(f"{name} at {load:g} of the peak, SLO {factor:g}x: " + ", ".join(
-                        f"{m} {finish[m]:.1%} (refused {d.refused}, late {d.late}, failed {d.failed} of {d.sent})"
-                        for m, d in detail.items()))
+                    said = f"{name} at {load:g} of the peak, SLO {factor:g}x: " + ", ".join(
+                        f"{m} {finish[m]:.1%} (of {sum(o.sent for o in v)}: refused {sum(o.refused for o in v)}, "
+                        f"late {sum(o.late for o in v)}, failed {sum(o.failed for o in v)})"
+                        for m, v in outcomes.items())
+                    console.print(said)
+                    details.append(said)
                     rows.append([name, f"{factor:g}x = {slo_s * 1000:.0f} ms", f"{load:g} x {peak:.0f}/s",
                                  *(f"{finish[m]:.1%}" for m in models),
                                  _ratio(finish["slo"], finish["triton"]), _ratio(finish["slo"], best_ours)])
         header = ["workload", "SLO", "Poisson", *(f"{m} finish" for m in models), "slo / triton",
                   "slo / best other of ours"]
-        return rows, header
+        return rows, header, details
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 
@@ -217,13 +221,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
     try:
-        rows, header = run(args, console)
+        rows, header, details = run(args, console)
     except (PerfAnalyzerError, InferenceServerException, ValueError, FileNotFoundError) as exc:
         console.print(f"[red]error:[/red] {exc}")
         return 1
     lines = [f"Finish rate (answered within the SLO) under Poisson loads, {args.profile.name}", "",
              "| " + " | ".join(header) + " |", "|" + "---|" * len(header),
-             *("| " + " | ".join(r) + " |" for r in rows)]
+             *("| " + " | ".join(r) + " |" for r in rows), "", "What became of the requests, all rounds:", "",
+             *(f"- {line}" for line in details)]
     console.print("\n".join(lines))
     if args.out:
         (args.out / "summary.md").write_text("\n".join(lines) + "\n")
