@@ -75,6 +75,22 @@ def test_the_earliest_deadline_goes_in_the_largest_batch_in_time_for_it():
     assert batch == [mixed[4], mixed[2]]
 
 
+def test_everyone_goes_together_where_a_second_batch_would_be_late():
+    """Stages of 50 ms and 1 ms more a row (a large fixed cost). The query due in 101 ms makes
+    it only alone (100 ms; 2 rows take 102); seven more due in 150 would then run after it and
+    finish at 162, all late: one batch of all eight (114 ms) finishes seven in time instead of
+    one. Due in 250 they make it after it, and the urgent query's batch stays its own."""
+    policy = make_policy("slo", {})
+    manifest = timed_manifest([{"batch_sizes": list(range(1, 9)), "mean": [50.0 + k for k in range(8)]}] * 2,
+                              dims=(8,))
+    policy.bind(manifest)
+    now = time.monotonic()
+    for later, together in ((150.0, 8), (250.0, 1)):
+        waiting = _queries(manifest, now, [later] * 3 + [101.0] + [later] * 4)
+        (batch, _), = policy.form(waiting, 8, now)
+        assert len(batch) == together and waiting[3] in batch
+
+
 def test_a_busy_pipeline_shrinks_what_is_in_time():
     """A batch of 8 ahead at stage 0 (it began now) holds stage 0 for 38 ms and stage 1 until
     76: of eight queries due in 100 ms, a batch of 4 still makes it (stage 1 from 76 ms, done
