@@ -17,7 +17,9 @@ When stage 0 asks for work (the paper's lazy batch creation), ``rule: orloj`` (t
    finishes by the query's deadline with probability at least ``FEASIBLE`` (its finish: after the
    batches ahead free each stage, its stages' tabulated time at ``k`` times the ratio, whose CDF
    at ``k`` rows is ``F^k``). The query with the earliest deadline goes in the largest batch
-   feasible for it that enough waiting queries can fill.
+   feasible for it that enough waiting queries can fill; beyond the paper, everyone waiting goes
+   in one batch instead where that finishes more in time, as expected, than this batch and then
+   the rest in the next (``_Batching.or_all``).
 2. **Batch-aware priority** (eq. 1-2): the batch is filled with the queries of highest priority
    among those it is feasible for, the priority being the expected cost a query saves by running
    in this batch rather than after an anticipated delay (exponential, rate one over a lone
