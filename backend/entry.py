@@ -234,4 +234,3 @@ class Entry:
             self._waiting, self._formed = deque(), deque()
             self._changed.notify_all()
             return left
-

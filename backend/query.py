@@ -56,6 +56,7 @@ class Failure:
 
 EXPIRED = Failure("Request timeout expired", Code.UNAVAILABLE)  # as Triton's queue policy words it
 
+
 def each_alone(parts: Sequence[T], run: Callable[[T], None], fail: Callable[[T, Exception], None]) -> None:
     """After a batch failed: run each part (a query, a query's rows) on its own, so that only a
     part that cannot run fails, with its own error."""
