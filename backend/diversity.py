@@ -51,7 +51,7 @@ from .manifest import LatencyTable, Manifest
 from .errors import ConfigError
 from .decide import HostCosts
 from .policy import Outlook, Policy
-from .query import BatchShape, Query
+from .query import BatchShape, Query, take_batch
 
 LOAD_WAITS = 2 / 3  # the share of time the pipeline is busy unbatched beyond which the load's window is waited
 BATCHING_PAYS = 0.9  # two rows must cost under this share of two single rows for the load's window
@@ -223,11 +223,7 @@ class DiversityPolicy(Policy):
              ) -> list[tuple[list[Query], BatchShape]]:
         if not self.input or waiting[0].rigid is None:
             return super().form(waiting, room, now, outlook)
-        first, taken, rows = waiting[0], [], 0
-        for query in waiting:  # oldest first, as many rows as there is room for
-            if query.rigid == first.rigid and rows + query.rows <= room:
-                taken.append(query)
-                rows += query.rows
+        taken = take_batch(waiting, room, self.joins)  # any length of the oldest's open shapes
         chosen = {id(q) for q in taken}
         backlog = sum(q.rows for q in waiting if id(q) not in chosen)
         taken.sort(key=lambda q: q.sizes[self._axis])

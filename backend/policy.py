@@ -60,8 +60,9 @@ class Policy:
         queries take: ``policy: slo``). Called on the stage's thread: keep it short."""
 
     def hopeless(self, query: Query, now: float) -> bool:
-        """Whether ``query`` cannot meet its deadline any more, so that the entry answers it with
-        Triton's timeout error rather than compute it (``policy: slo``). Here: once it expired."""
+        """Whether ``query`` cannot meet its deadline any more, so that the entry (or ``execute``,
+        where the model serves plain) answers it with Triton's timeout error rather than compute
+        it (``policy: slo``; ``QueuePolicy.refusing``). Here: once it expired."""
         return query.expired(now)
 
     def window_end(self, waiting: Sequence[Query], rows: int, outlook: Outlook, now: float) -> float:

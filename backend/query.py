@@ -272,13 +272,16 @@ class BatchShape:
         return query.rigid == self.key and all(query.sizes[name] <= size for name, size in self.sizes)
 
 
-def take_batch(waiting: Sequence[Query], max_rows: int) -> list[Query]:
-    """The oldest query with every later one that stacks with it exactly, in order, up to
-    ``max_rows`` rows: what Triton's dynamic batcher with no delay would run next."""
+def take_batch(waiting: Sequence[Query], max_rows: int,
+               joins: Callable[[Query, Query], bool] | None = None) -> list[Query]:
+    """The first query with every later one that joins it (by default: stacks with it exactly),
+    in order, up to ``max_rows`` rows: oldest first, what Triton's dynamic batcher with no delay
+    would run next."""
     first = waiting[0]
     batch, rows, shape = [first], first.rows, BatchShape.of([first])
+    joins = joins or (lambda _, query: shape.admits(query))
     for query in list(waiting)[1:]:
-        if rows + query.rows <= max_rows and shape.admits(query):
+        if rows + query.rows <= max_rows and joins(first, query):
             batch.append(query)
             rows += query.rows
     return batch

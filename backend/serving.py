@@ -107,7 +107,7 @@ def serve(manifest: Manifest, version_dir: Path, config: RuntimeConfig, device: 
         form = together if config.batching == "triton" else _form_on_cores(config, manifest.max_batch_size)
         return decision, WholeBatch(manifest, engines, device, metrics, config.pad_values,
                                     config.size_limits(manifest), form, buckets,
-                                    config.policy.hopeless if config.queue.reject else None)
+                                    config.queue.refusing(config.policy))
     runtime = Runtime(manifest, engines, config, device, trace=trace, metrics=metrics, on_death=on_death,
                       buckets=buckets)
     lone = config.lone_inline == "true" or (config.lone_inline == "auto" and config.policy.auto)

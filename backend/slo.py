@@ -53,7 +53,7 @@ from .diversity import DiversityPolicy
 from .errors import ConfigError
 from .manifest import Manifest
 from .policy import Outlook
-from .query import BatchShape, Query
+from .query import BatchShape, Query, take_batch
 
 log = logging.getLogger(__name__)
 WINDOW = 2048  # stage runs per length the distribution is learned from (the sliding window)
@@ -242,16 +242,8 @@ class SloPolicy(DiversityPolicy):
             batch = _Batching(self, waiting, deadlines - now, self._free_at(outlook.ahead, now), now).form(order, room)
             if batch:
                 return [(batch, BatchShape.of(batch, pads=True))]
-        return [self._fill([waiting[i] for i in order], room)]  # EDF, and where no batch is in time for any
-
-    def _fill(self, queries: Sequence[Query], room: int) -> tuple[list[Query], BatchShape]:
-        """The first of ``queries`` with every later one that joins it, up to ``room`` rows, padded."""
-        batch, rows = [], 0
-        for query in queries:
-            if self.joins(queries[0], query) and rows + query.rows <= room:
-                batch.append(query)
-                rows += query.rows
-        return batch, BatchShape.of(batch, pads=True)
+        batch = take_batch([waiting[i] for i in order], room, self.joins)  # EDF, and where none is in time
+        return [(batch, BatchShape.of(batch, pads=True))]
 
     def _done(self, rows: int, length: int | None, free: list[float], now: float) -> list[float]:
         """When each stage would be done with a batch of ``rows`` entering now, after the stages
@@ -320,22 +312,21 @@ class _Batching:
             longest = max((self.lengths[i] for i in batch), key=lambda x: x or 0)
             served = feasible(int(self.rows[batch].sum()), longest)
             if longest is None or all(served[i] for i in batch):
-                return [self.waiting[i] for i in self.or_all(batch, fits, order, room)]
+                return [self.waiting[i] for i in self.or_all(batch, order, room)]
             own = self.lengths[urgent] or 0
             batch = [i for i in batch if (self.lengths[i] or 0) <= own] if not served[urgent] \
                 else [i for i in batch if served[i]]
 
-    def or_all(self, batch: list[int], fits: np.ndarray, order: np.ndarray, room: int) -> list[int]:
-        """``batch``, or every query that fits (the earliest deadlines, up to ``room`` rows) in one
+    def or_all(self, batch: list[int], order: np.ndarray, room: int) -> list[int]:
+        """``batch`` (its urgent query first), or every query that joins that one (the earliest
+        deadlines, up to ``room`` rows) in one
         batch where that finishes more of them in time, as expected, than ``batch`` and then the
         rest in the batch after it (beyond the paper: where a batch pays a large fixed time, the
         urgent query's small batch and a second one for the rest finished fewer in all: 87 %
         against 97 % for the work-conserving pipeline on an early-exit profile at 0.9 load)."""
-        everyone, rows = [], 0
-        for i in order:
-            if fits[i] and rows + self.rows[i] <= room:
-                everyone.append(int(i))
-                rows += int(self.rows[i])
+        urgent, at = batch[0], {id(query): i for i, query in enumerate(self.waiting)}
+        ordered = [self.waiting[urgent], *(self.waiting[i] for i in order if i != urgent)]
+        everyone = [at[id(query)] for query in take_batch(ordered, room, self.policy.joins)]
         if len(everyone) <= len(batch):
             return batch
         chosen = set(batch)
