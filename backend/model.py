@@ -48,6 +48,25 @@ METRICS_INTERVAL_S = 1.0
 log = logging.getLogger(__name__)
 
 
+def refuse_numpy_this_stub_cannot_pass() -> None:
+    """Refuse to load where this stub would answer every request empty. Triton 24.10's stubs
+    (pybind11 2.10) read numpy 2's dtypes at numpy 1's offsets: every tensor they build from
+    numpy has no bytes (outputs arrive empty, inputs read as zeros) and nothing says so. The stub
+    ignores PYTHONPATH and takes its packages from the first ``python3`` on tritonserver's PATH.
+    Under numpy 2 a tensor is built through the stub once and compared: a stub that handles
+    numpy 2 loads."""
+    import numpy as np
+
+    if int(np.__version__.split(".")[0]) < 2:
+        return
+    probe = np.arange(6, dtype=np.float32)
+    if not np.array_equal(pb_utils.Tensor.from_dlpack("probe", probe).as_numpy(), probe):
+        raise RuntimeError(
+            f"this Python backend stub passes numpy {np.__version__}'s tensors empty (it was built for numpy 1; "
+            f"numpy from {Path(np.__file__).parent}): give tritonserver a Python with numpy<2 first on its PATH "
+            "(the stub ignores PYTHONPATH and takes the first python3 on PATH; tools/gpu_host.sh makes one)")
+
+
 class MetricsExporter(threading.Thread):
     """Copies the runtime's counters into Triton's custom metrics about once a second (and once
     more when the model unloads), so the hot path never waits on the Triton process."""
@@ -116,6 +135,7 @@ def _trace_file(model: str):
 
 class TritonPythonModel:
     def initialize(self, args: dict) -> None:
+        refuse_numpy_this_stub_cannot_pass()
         version_dir = Path(args["model_repository"]) / args["model_version"]
         self._manifest = Manifest.load(version_dir)
         config = json.loads(args["model_config"])

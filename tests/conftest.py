@@ -7,7 +7,9 @@ import shutil
 import signal
 import subprocess
 import sys
+import sysconfig
 import time
+import venv
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
@@ -56,6 +58,21 @@ def repository(tmp_path_factory, sources) -> Path:
         # The backend's default policy: tests choose their own knobs.
         slice_model(sources[name], repo / name, replace(FAST, stages=stages, policy_defaults=False))
     return repo
+
+
+@pytest.fixture(scope="session")
+def numpy_2_python(tmp_path_factory) -> Path:
+    """A virtualenv's python3 with numpy 2 first, then every package of ours: a Python as the lent
+    GPU machines have (numpy 2.5 beside torch), for the backend stubs (tests/test_stub_python.py)."""
+    folder = tmp_path_factory.mktemp("numpy2")
+    venv.create(folder, with_pip=False)
+    site = Path(sysconfig.get_path("purelib", vars={"base": str(folder), "platbase": str(folder)}))
+    done = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+                           "--target", str(site), "numpy>=2,<3"], capture_output=True, text=True)
+    if done.returncode != 0:
+        pytest.skip(f"numpy 2 could not be installed here: {done.stderr.strip()[-200:]}")
+    (site / "ours.pth").write_text("\n".join(sysconfig.get_path(k) for k in ("purelib", "platlib")) + "\n")
+    return folder / "bin" / "python3"
 
 
 @contextmanager

@@ -6,8 +6,9 @@
 # Steps, in the order `all` runs them (`engine` and `cost` are left out of `all`: `measure` covers more):
 #   check    the host's Python matches the bundled stub; torch sees a GPU; the modules the project
 #            needs import; tritonserver, the backend and the stub find every library; perf_analyzer runs
-#   setup    the bundled numpy<2, tritonclient, protobuf and python-rapidjson into WORK/site, which
-#            (with the project) goes first on PYTHONPATH, ahead of the host's own packages
+#   setup    WORK/venv: a virtualenv of the host's Python holding the bundled numpy<2, tritonclient,
+#            protobuf and python-rapidjson, then the host's own packages (torch...); every step that
+#            serves runs its python3, and so do the backend stubs (below)
 #   models   BERT-base and ResNet-50 with random weights, exported here and sliced for torch on the GPU
 #            in FP16, up to 64 rows (CUDA graphs per shape bucket, captured when a model loads)
 #   test     the GPU tests (CUDA streams and events, graphs, the torch engine, schedules) and the
@@ -53,13 +54,17 @@ done
 [ -d "$PROJECT/backend" ] || { echo "host.sh: no project at $PROJECT (this bundle has none: give --project DIR)" >&2; exit 2; }
 
 WANT_PYTHON="$(sed -n 's/^python //p' "$HERE/BUNDLE.txt")"
-SITE="$WORK/site"
-# The stubs embed libpython and start from the base installation, not the host's virtualenv: they
-# find torch only through PYTHONPATH, which they inherit from tritonserver. So the path holds ours
-# first (numpy<2), then the host Python's own site-packages; and libpython's folder (where a
-# Python not installed by the system keeps it) is on the loader's path.
+# The backend stubs ignore PYTHONPATH (their Python runs with -E) and take their packages from the
+# first python3 on tritonserver's PATH, virtualenv included: on a host whose Python has numpy 2
+# they passed every tensor empty (Triton 24.10's stubs were built for numpy 1; seen on an H200).
+# So the steps that serve run the python3 of WORK/venv, which tools.lib.triton puts first on
+# tritonserver's PATH: the bundled numpy<2 first, then the host's site-packages (a .pth file).
+VENV="$WORK/venv"
+SERVE="$VENV/bin/python3"
+VENV_SITE="$VENV/lib/python$WANT_PYTHON/site-packages"
 HOST_SITE="$("$PY" -c 'import site; print(":".join(site.getsitepackages()))')"
-export PYTHONPATH="$SITE:$PROJECT:$HOST_SITE${PYTHONPATH:+:$PYTHONPATH}"
+export PYTHONPATH="$PROJECT${PYTHONPATH:+:$PYTHONPATH}"
+# libpython's folder (where a Python not installed by the system keeps it) on the loader's path
 LIBPYTHON_DIR="$("$PY" -c 'import sysconfig; print(sysconfig.get_config_var("LIBDIR") or "")')"
 if [ ! -e "$LIBPYTHON_DIR/libpython$WANT_PYTHON.so.1.0" ]; then  # not where sysconfig says: the first found
     found="$(find /usr /opt /root -name "libpython$WANT_PYTHON.so.1.0" 2>/dev/null | head -1 || true)"
@@ -115,14 +120,21 @@ EOF
 }
 
 setup() {
-    run "$PY" -m pip install --quiet --no-index --no-deps --no-cache-dir --upgrade --target "$SITE" "$HERE"/wheels/*.whl
-    run "$PY" -c 'import numpy, tritonclient.grpc, torch, backend.engines.onnx_torch, tools.lib.perf_analyzer as pa; assert numpy.__version__ < "2", numpy.__version__; print("numpy", numpy.__version__, "torch", torch.__version__, "perf_analyzer", pa.binary())'
+    run "$PY" -m venv --without-pip --clear "$VENV"
+    run "$PY" -m pip install --quiet --no-index --no-deps --no-cache-dir --upgrade --target "$VENV_SITE" "$HERE"/wheels/*.whl
+    local dir lines=""
+    for dir in ${HOST_SITE//:/ }; do  # addsitedir: the host's own .pth files count too
+        lines+="import site; site.addsitedir('$dir')"$'\n'
+    done
+    echo "+ $VENV_SITE/host.pth: the host's site-packages after the bundled packages"
+    if [ "$DRY" = 0 ]; then printf '%s' "$lines" > "$VENV_SITE/host.pth"; fi
+    run "$SERVE" -c 'import numpy, tritonclient.grpc, torch, backend.engines.onnx_torch, tools.lib.perf_analyzer as pa; assert numpy.__version__ < "2", numpy.__version__; print("numpy", numpy.__version__, "torch", torch.__version__, "perf_analyzer", pa.binary())'
 }
 
 models() {
-    # The export and the slicer use the host's own packages: its transformers may not import beside
-    # the bundled numpy<2 (seen on an H200 host), which only the stubs need.
-    PYTHONPATH="$PROJECT:$HOST_SITE" run "$PY" -m tools.models bert_base resnet50_tv --target torch --device cuda \
+    # The export and the slicer run the host's own Python: its transformers may not import beside
+    # the bundled numpy<2 (seen on an H200 host), which only what serves needs.
+    run "$PY" -m tools.models bert_base resnet50_tv --target torch --device cuda \
         --precision fp16 --max-batch-size 64 --repository "$REPOSITORY"
     if [ -f "$HERE/tokenizer.json" ]; then
         run cp "$HERE/tokenizer.json" "$DVABATCH_CACHE/sources/bert_base.tokenizer.json"
@@ -130,14 +142,14 @@ models() {
 }
 
 gpu_test() {
-    run sh -c "cd \"$PROJECT\" && DVABATCH_TEST_DEVICE=GPU \"$PY\" -m pytest -q -p no:cacheprovider tests/test_cuda.py tests/test_torch.py"
+    run sh -c "cd \"$PROJECT\" && DVABATCH_TEST_DEVICE=GPU \"$SERVE\" -m pytest -q -p no:cacheprovider tests/test_cuda.py tests/test_torch.py"
 }
 
 engine() {
-    # transformers and torchvision run on the host's own packages (see models)
-    PYTHONPATH="$PROJECT:$HOST_SITE" run "$PY" -m tools.engine_bench "$REPOSITORY/bert_base" --reference bert_base \
+    # in-process (no stub), on the host's own Python and packages (see models)
+    run "$PY" -m tools.engine_bench "$REPOSITORY/bert_base" --reference bert_base \
         --out "$OUT/engine-bert_base"
-    PYTHONPATH="$PROJECT:$HOST_SITE" run "$PY" -m tools.engine_bench "$REPOSITORY/resnet50_tv" --reference resnet50 \
+    run "$PY" -m tools.engine_bench "$REPOSITORY/resnet50_tv" --reference resnet50 \
         --out "$OUT/engine-resnet50"
 }
 
@@ -146,22 +158,22 @@ archive() {
 }
 
 test_step() {
-    run sh -c "cd \"$PROJECT\" && DVABATCH_TEST_DEVICE=GPU \"$PY\" -m pytest -q -p no:cacheprovider tests/test_cuda.py tests/test_torch.py tests/test_schedule.py tests/test_runtime.py tests/test_units.py tests/test_e2e.py"
+    run sh -c "cd \"$PROJECT\" && DVABATCH_TEST_DEVICE=GPU \"$SERVE\" -m pytest -q -p no:cacheprovider tests/test_cuda.py tests/test_torch.py tests/test_schedule.py tests/test_runtime.py tests/test_units.py tests/test_e2e.py"
 }
 
 measure() {
     local tokenizer="$DVABATCH_CACHE/sources/bert_base.tokenizer.json"
     [ "$DRY" = 1 ] || [ -f "$tokenizer" ] || tokenizer="$HERE/tokenizer.json"
     for task in RTE SST-2; do
-        run "$PY" -m tools.compare "$REPOSITORY/bert_base" --dataset "glue:$task" --tokenizer "$tokenizer" \
+        run "$SERVE" -m tools.compare "$REPOSITORY/bert_base" --dataset "glue:$task" --tokenizer "$tokenizer" \
             --rounds 1 --window 5 --out "$OUT/bert-base-$task"
     done
-    run "$PY" -m tools.compare "$REPOSITORY/resnet50_tv" --rounds 1 --window 5 --out "$OUT/resnet50"
+    run "$SERVE" -m tools.compare "$REPOSITORY/resnet50_tv" --rounds 1 --window 5 --out "$OUT/resnet50"
 }
 
 cost() {
     for model in bert_base resnet50_tv; do
-        run "$PY" -m tools.bench_cost "$REPOSITORY/$model" --concurrency 1,16,64 --rounds "${COST_ROUNDS:-2}" \
+        run "$SERVE" -m tools.bench_cost "$REPOSITORY/$model" --concurrency 1,16,64 --rounds "${COST_ROUNDS:-2}" \
             --seconds "${COST_SECONDS:-3}" --out "$OUT/cost-$model" || failed=1  # (a failed peer: the rest measured)
     done
     return "${failed:-0}"
@@ -169,6 +181,7 @@ cost() {
 
 env_step() {
     local name
+    printf 'export PATH=%q\n' "$VENV/bin:$PATH"  # python3: the one the stubs run (see setup)
     for name in PYTHONPATH LD_LIBRARY_PATH DVABATCH_PERF_ANALYZER DVABATCH_TRITON_HOME DVABATCH_GLUE DVABATCH_CACHE; do
         printf 'export %s=%q\n' "$name" "${!name}"
     done

@@ -43,8 +43,19 @@ def _axes(text: str) -> dict:
     return {name: int(axis) for name, _, axis in (item.partition(":") for item in text.split(",") if item)}
 
 
+def _refuse_numpy_this_stub_cannot_pass() -> None:
+    """As the dvabatch backend's ``model.refuse_numpy_this_stub_cannot_pass`` (nothing of it is
+    on this file's path): Triton 24.10's stubs send numpy 2's tensors empty, silently."""
+    if int(np.__version__.split(".")[0]) >= 2:
+        probe = np.arange(6, dtype=np.float32)
+        if not np.array_equal(pb_utils.Tensor.from_dlpack("probe", probe).as_numpy(), probe):
+            raise RuntimeError(f"this Python backend stub passes numpy {np.__version__}'s tensors empty (built for "
+                               "numpy 1): give tritonserver a Python with numpy<2 first on its PATH")
+
+
 class TritonPythonModel:
     def initialize(self, args: dict) -> None:
+        _refuse_numpy_this_stub_cannot_pass()
         config = json.loads(args["model_config"])
         parameters = {k: v["string_value"] for k, v in config.get("parameters", {}).items()}
         folder = Path(args["model_repository"]) / args["model_version"]

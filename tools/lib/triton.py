@@ -73,8 +73,10 @@ class TritonInstall:
 def refuse_numpy_2() -> None:
     """The stubs in nvidia-pytriton 0.7 (Triton 24.10) were built against numpy 1: under numpy 2
     they read every input as garbage (zeros) and send empty outputs, without an error (seen on a
-    GPU machine whose Python had numpy 2.5). The wheel asks for numpy<2; this catches an
-    environment where something upgraded it since."""
+    GPU machine whose Python had numpy 2.5). The stubs run this process's Python unless
+    ``Server.stub_python`` names another; the wheel asks for numpy<2, and this catches an
+    environment where something upgraded it since, before any model loads (a model refuses to
+    load in such a stub too: ``backend/model.py``)."""
     import numpy
 
     if int(numpy.__version__.split(".")[0]) >= 2:
@@ -181,6 +183,9 @@ class Server:
     extra_args: list[str] = field(default_factory=list)
     log: Path | None = None  # server output goes here; None: inherit stdout/stderr
     watch_stubs: bool = True  # reload a model whose stub died (needs explicit model control; see StubWatch)
+    # The Python whose packages the backend stubs import: they ignore PYTHONPATH and start from the
+    # first python3 on tritonserver's PATH (its virtualenv included). None: this process's.
+    stub_python: Path | None = None
     process: subprocess.Popen | None = field(default=None, init=False)
     _watch: StubWatch | None = field(default=None, init=False)
     _folder: Path | None = field(default=None, init=False)
@@ -214,7 +219,7 @@ class Server:
 
     def _env(self) -> dict[str, str]:
         env = dict(os.environ)
-        env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+        env["PATH"] = f"{Path(self.stub_python or sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
         libs = self._install().libs
         if libs:
             env["LD_LIBRARY_PATH"] = os.pathsep.join(p for p in (env.get("LD_LIBRARY_PATH"), str(libs)) if p)
