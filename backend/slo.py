@@ -309,8 +309,8 @@ class _Batching:
             low, high = (middle, high) if serves(middle) else (low, middle - 1)
         batch = self.by_priority(urgent, feasible(low), low)
         while True:  # padded to its longest, the batch must still be in time for each member
-            longest = max((self.lengths[i] for i in batch), key=lambda x: x or 0)
-            served = feasible(int(self.rows[batch].sum()), longest)
+            rows, longest = self.shape(batch)
+            served = feasible(rows, longest)
             if longest is None or all(served[i] for i in batch):
                 return [self.waiting[i] for i in self.or_all(batch, order, room)]
             own = self.lengths[urgent] or 0
@@ -319,11 +319,11 @@ class _Batching:
 
     def or_all(self, batch: list[int], order: np.ndarray, room: int) -> list[int]:
         """``batch`` (its urgent query first), or every query that joins that one (the earliest
-        deadlines, up to ``room`` rows) in one
-        batch where that finishes more of them in time, as expected, than ``batch`` and then the
-        rest in the batch after it (beyond the paper: where a batch pays a large fixed time, the
-        urgent query's small batch and a second one for the rest finished fewer in all: 87 %
-        against 97 % for the work-conserving pipeline on an early-exit profile at 0.9 load)."""
+        deadlines, up to ``room`` rows) in one batch where that finishes more of them in time,
+        as expected, than ``batch`` and then the rest in the batch after it (beyond the paper:
+        where a batch pays a large fixed time, the urgent query's small batch and a second one
+        for the rest finished fewer in all: 87 % against 97 % for the work-conserving pipeline
+        on an early-exit profile at 0.9 load)."""
         urgent, at = batch[0], {id(query): i for i, query in enumerate(self.waiting)}
         ordered = [self.waiting[urgent], *(self.waiting[i] for i in order if i != urgent)]
         everyone = [at[id(query)] for query in take_batch(ordered, room, self.policy.joins)]
@@ -331,15 +331,16 @@ class _Batching:
             return batch
         chosen = set(batch)
         rest = [i for i in everyone if i not in chosen]
-
-        def shape(members: list[int]) -> tuple[int, int | None]:
-            return int(self.rows[members].sum()), max((self.lengths[i] for i in members), key=lambda x: x or 0)
-
-        (k, length), (k_rest, length_rest), (k_all, length_all) = shape(batch), shape(rest), shape(everyone)
+        (k, length), (k_rest, length_rest) = self.shape(batch), self.shape(rest)
+        k_all, length_all = self.shape(everyone)
         after = self.policy._done(k, length, self.free, self.now)
         apart = (self.chances(k, length)[batch].sum()
                  + self.chances(k_rest, length_rest, after)[rest].sum())
         return everyone if self.chances(k_all, length_all)[everyone].sum() > apart else batch
+
+    def shape(self, members: list[int]) -> tuple[int, int | None]:
+        """A batch of ``members``: its rows and the longest tabulated length among them."""
+        return int(self.rows[members].sum()), max((self.lengths[i] for i in members), key=lambda x: x or 0)
 
     def by_priority(self, urgent: int, mask: np.ndarray, k: int) -> list[int]:
         """``urgent`` and the queries of ``mask`` of highest priority in a batch of ``k`` rows."""

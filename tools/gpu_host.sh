@@ -141,8 +141,12 @@ models() {
     fi
 }
 
+gpu_pytest() {  # the project's tests named, on the GPU, with the Python the stubs run
+    run sh -c "cd \"$PROJECT\" && DVABATCH_TEST_DEVICE=GPU \"$SERVE\" -m pytest -q -p no:cacheprovider $*"
+}
+
 gpu_test() {
-    run sh -c "cd \"$PROJECT\" && DVABATCH_TEST_DEVICE=GPU \"$SERVE\" -m pytest -q -p no:cacheprovider tests/test_cuda.py tests/test_torch.py"
+    gpu_pytest tests/test_cuda.py tests/test_torch.py
 }
 
 engine() {
@@ -158,7 +162,8 @@ archive() {
 }
 
 test_step() {
-    run sh -c "cd \"$PROJECT\" && DVABATCH_TEST_DEVICE=GPU \"$SERVE\" -m pytest -q -p no:cacheprovider tests/test_cuda.py tests/test_torch.py tests/test_schedule.py tests/test_runtime.py tests/test_units.py tests/test_e2e.py"
+    gpu_pytest tests/test_cuda.py tests/test_torch.py tests/test_schedule.py tests/test_runtime.py tests/test_units.py \
+        tests/test_e2e.py
 }
 
 measure() {
