@@ -7,7 +7,9 @@ process, so engines that run beside the host (a GPU; timed) add only what launch
 it. A batch's fixed cost and a request's follow from the two sizes. A pipelined request is also
 answered by a ``send()``, a round trip to tritonserver that no run here makes: ``round_trip``
 (the backend's: one call to Triton's process) is timed for it. ``decide.py`` reads the result;
-serving corrects it with what it shows (``decide.ModeSwitch``).
+serving corrects it with what it shows (``decide.ModeSwitch``). Where a policy weighs power
+(``policy: smdp``), the device's energy per batch size is measured too, from its own counter
+(``energy``).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ BUDGET_S = 1.5  # the engines' own time the measurement may take, at most (it ta
 ROUNDS = 30  # runs a size at most
 TRIPS = 50  # round trips timed
 TICK_S = 1 / os.sysconf("SC_CLK_TCK")
+ENERGY_RUN_S = 0.25  # each batch size's runs last this long at least: NVML's counter moves in steps of 10-100 ms
 
 
 def process_cpu_s(pid: int) -> float | None:
@@ -53,14 +56,12 @@ def measure(manifest: Manifest, device: Device, pipeline: Callable[[Sequence[Que
     """``pipeline`` hands queries over (they are answered later, from other threads); ``plain``
     runs and answers them before it returns; both on ``device``."""
     tables = [s.latency for s in manifest.stages]
-    lengths = tables[0].lengths if tables[0] is not None else ()
-    length = lengths[len(lengths) // 2] if lengths else None
+    length, feed = _typical(manifest)
     many = max(2, min(manifest.max_batch_size, 32))
     costs: dict[tuple[str, int], float] = {}
     for rows in (1, many):
         took = sum(t.predict(rows, length) for t in tables) / 1000 if all(tables) else 0.0
         rounds = int(max(1, min(ROUNDS, budget_s / 4 / took))) if took > 0 else ROUNDS
-        feed = feed_at(manifest.inputs, 1, length, manifest.length_axis if length else None, {})
         costs["pipeline", rows] = _cpu_per_batch(lambda qs: _through(pipeline, qs), device, feed, rows, rounds)
         costs["plain", rows] = _cpu_per_batch(plain, device, feed, rows, rounds)
     trip = _round_trip_s(round_trip)
@@ -73,6 +74,35 @@ def measure(manifest: Manifest, device: Device, pipeline: Callable[[Sequence[Que
     return HostCosts(pipeline_batch_s=pipe_batch, pipeline_request_s=pipe_request + trip,
                      plain_batch_s=plain_batch, plain_request_s=plain_request,
                      how=f"measured at load, batches of 1 and {many}" + (f", send {trip * 1e6:.0f} us" if trip else ""))
+
+
+def energy(manifest: Manifest, plain: Callable[[Sequence[Query]], None], counter: Callable[[], float],
+           run_s: float = ENERGY_RUN_S) -> dict[int, float]:
+    """Joules per batch of 1, 2, 4, ... one-row queries up to the largest batch, run by ``plain``
+    (every stage, waited for): ``counter``'s rise (the device's energy so far, ``nvml.py``) over
+    runs of each size repeated for ``run_s``, divided by the runs. What the device draws between
+    two runs counts too: serving has such gaps as well."""
+    _, feed = _typical(manifest)
+    top = manifest.max_batch_size
+    joules = {}
+    for rows in sorted({*(2 ** i for i in range(top.bit_length()) if 2 ** i <= top), top}):
+        def batch() -> list[Query]:
+            return [Query({k: v.copy() for k, v in feed.items()}, _ignore) for _ in range(rows)]
+        plain(batch())  # (warm)
+        runs, began, before = 0, time.monotonic(), counter()
+        while runs < 2 or time.monotonic() - began < run_s:
+            plain(batch())
+            runs += 1
+        joules[rows] = max(counter() - before, 0.0) / runs
+    return joules
+
+
+def _typical(manifest: Manifest) -> tuple[int | None, dict]:
+    """The middle tabulated length, and one query's inputs at it."""
+    table = manifest.stages[0].latency
+    lengths = table.lengths if table is not None else ()
+    length = lengths[len(lengths) // 2] if lengths else None
+    return length, feed_at(manifest.inputs, 1, length, manifest.length_axis if length else None, {})
 
 
 def _cpu_per_batch(serve: Callable[[Sequence[Query]], None], device: Device, feed: dict, rows: int,

@@ -22,10 +22,13 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
+
+from .nvml import NvmlError, energy_counter
 
 
 class Device(Protocol):
@@ -46,6 +49,7 @@ class Device(Protocol):
     def to_host(self, tensor: Any) -> np.ndarray: ...
     def busy(self, seconds: float) -> None: ...
     def empty(self, size: int, like: Any) -> Any: ...
+    def energy_counter(self) -> Callable[[], float]: ...
 
 
 _THREAD = threading.local()  # the CPU stream each host thread runs on, whichever CpuDevice it is given
@@ -131,6 +135,10 @@ class CpuDevice:
     def empty(self, size: int, like: np.ndarray) -> np.ndarray:
         """``size`` elements of ``like``'s type (a buffer's storage, ``Buffer.rows``)."""
         return np.empty(size, like.dtype)
+
+    def energy_counter(self) -> Callable[[], float]:
+        """The energy used so far, in joules (``nvml.py``): a CPU instance has no counter."""
+        raise NvmlError("a CPU instance has no energy counter")
 
 
 class CudaDevice:
@@ -219,6 +227,10 @@ class CudaDevice:
     def empty(self, size: int, like: Any) -> Any:
         """``size`` elements of ``like``'s type on the device (a buffer's storage, ``Buffer.rows``)."""
         return self._torch.empty(size, dtype=like.dtype, device=self.device)
+
+    def energy_counter(self) -> Callable[[], float]:
+        """The energy this GPU has used so far, in joules, from NVML (``nvml.py``)."""
+        return energy_counter(str(self._torch.cuda.get_device_properties(self.device).uuid))
 
 
 def make_device(kind: str, index: int = 0) -> Device:

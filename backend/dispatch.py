@@ -5,11 +5,13 @@ When stage 0 is ready for more queries (the SMDP's decision epoch: the server fi
 or a query arrived while it idled) with ``s`` queries waiting, the solved policy says whether to
 serve ``a`` of them now or to wait for the next arrival. The server is the pipeline: a batch of
 ``b`` takes its slowest stage's time (with the host's measured cost of a stage run) or, where
-longer, the stub's measured work for it, which is how often the pipeline can take one; its
-energy is the engines' busy seconds (every stage's time), the proxy the issue allows where the
-device reports none. ``power_weight`` weighs the
-mean power against the mean response time (seconds of response time per watt; with the proxy,
-per fully busy engine): 0, the default, minimises the response time alone.
+longer, the stub's measured work for it, which is how often the pipeline can take one. Its
+energy, where ``power_weight`` is set on a GPU instance, is the GPU's own per batch, measured
+from NVML's counter when the model loads (``calibrate.energy``); elsewhere (a CPU instance, no
+NVML, a GPU without the counter; the model's log says why) the engines' busy seconds (every
+stage's time), a proxy. ``power_weight`` weighs the mean power against the mean response time
+(seconds of response time per watt; with the proxy, per fully busy engine): 0, the default,
+minimises the response time alone.
 
 The policy is solved per tabulated length (the oldest query's, where the model has a length
 axis) and per arrival rate (the entry's steady rate, over its last ``entry.STEADY`` arrivals:
@@ -30,8 +32,10 @@ from __future__ import annotations
 import logging
 import math
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+
+import numpy as np
 
 from . import smdp
 from .decide import HostCosts, Mode
@@ -53,6 +57,7 @@ class SmdpPolicy(DiversityPolicy):
     power_weight: float = 0.0  # seconds of mean response time one watt (or one busy engine) is worth
     _problems: dict[int | None, smdp.Problem] = field(init=False, repr=False, default_factory=dict)  # by length
     _costs: HostCosts = field(init=False, repr=False, default_factory=HostCosts)
+    _joules: dict[int, float] = field(init=False, repr=False, default_factory=dict)  # measured energy per batch
     _solved: dict[tuple[int | None, int], smdp.Solution] = field(init=False, repr=False, default_factory=dict)
     _wanted: list[tuple[int | None, int]] = field(init=False, repr=False, default_factory=list)
     _solving: tuple[int | None, int] | None = field(init=False, repr=False, default=None)
@@ -73,6 +78,14 @@ class SmdpPolicy(DiversityPolicy):
         self._costs = costs
         self._forget()
 
+    def energy_measured(self, joules: Mapping[int, float]) -> None:
+        """The device's joules per batch of the sizes measured (``calibrate.energy``): the energy
+        the power weight weighs from now on, in place of the engines' busy seconds."""
+        self._joules = dict(joules)
+        self._forget()
+        self.said("smdp energy per batch from the GPU's counter: " + ", ".join(
+            f"{rows} rows {j:.3f} J" for rows, j in sorted(self._joules.items())))
+
     def _forget(self) -> None:
         """The problems and their solutions, made from tables or costs that changed."""
         with self._lock:
@@ -88,10 +101,13 @@ class SmdpPolicy(DiversityPolicy):
         so without it the policy took a load of 0.9 for 0.1."""
         problem = self._problems.get(length)
         if problem is None:
-            periods = [max(max(self._times(b, length)), self._costs.stub_s(Mode.PIPELINE, b))
-                       for b in range(1, self._max + 1)]
-            engines = [sum(t.predict(b, length, self.statistic) for t in self._tables) / 1000
-                       for b in range(1, self._max + 1)]
+            sizes = range(1, self._max + 1)
+            periods = [max(max(self._times(b, length)), self._costs.stub_s(Mode.PIPELINE, b)) for b in sizes]
+            if self._joules:  # the device's own energy per batch (``calibrate.energy``), between sizes measured
+                measured = sorted(self._joules)
+                engines = list(np.interp(sizes, measured, [self._joules[b] for b in measured]))
+            else:
+                engines = [sum(t.predict(b, length, self.statistic) for t in self._tables) / 1000 for b in sizes]
             problem = self._problems[length] = smdp.Problem(tuple(periods), tuple(engines), 0.0, 1.0,
                                                             self.power_weight)
         return replace(problem, arrivals_per_s=arrivals_per_s)

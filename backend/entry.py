@@ -8,12 +8,13 @@ over: the back-pressure that keeps Triton's batcher forming batches in front of 
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 from .batch_table import BatchItem
 from .config import QueuePolicy
@@ -53,6 +54,7 @@ class Entry:
         self._waiting: deque[Query] = deque()
         self._formed: deque[tuple[list[Query], BatchShape]] = deque()
         self._arrivals: deque[float] = deque(maxlen=STEADY)
+        self._counting = True  # whether queries put count in the arrival rate (``unseen``)
         self._changed = threading.Condition()
         self._closed = False
         self._ready = True  # stage 0 is done with its item, or waits here: it takes queries next
@@ -68,7 +70,8 @@ class Entry:
             room = limit - len(self._waiting) if limit > 0 else len(queries)
             accepted, refused = queries[:max(room, 0)], queries[max(room, 0):]
             self._waiting.extend(accepted)
-            self._arrivals.extend(q.arrived for q in accepted)
+            if self._counting:
+                self._arrivals.extend(q.arrived for q in accepted)
             self._changed.notify_all()
         for query in refused:
             query.answer(failure=Failure(f"Exceeds maximum queue size ({limit} queries waiting)", Code.UNAVAILABLE))
@@ -76,8 +79,22 @@ class Entry:
     def arrived(self, queries: Sequence[Query]) -> None:
         """Queries that ran without waiting here (a batch run inline, ``decide.py``) still count
         in the arrival rate the policy's window reads."""
-        with self._changed:
-            self._arrivals.extend(q.arrived for q in queries)
+        if self._counting:
+            with self._changed:
+                self._arrivals.extend(q.arrived for q in queries)
+
+    @contextlib.contextmanager
+    def unseen(self) -> Iterator[None]:
+        """Queries put meanwhile count in no arrival rate: the calibration's, when the model
+        loads (``calibrate.py``). Read as a load, its bursts had ``policy: smdp`` solve for them
+        on the stub's own cores while the serving cost was measured: five times what serving
+        costs, after which the SMDP took the pipeline for one a fifth as fast and ``execute``
+        held Triton's next requests back (docs/results/smdp-dispatch-2core)."""
+        self._counting = False
+        try:
+            yield
+        finally:
+            self._counting = True
 
     def _head(self) -> list[Query]:
         """The oldest ``SCAN`` waiting queries, taken off the queue, less those whose client

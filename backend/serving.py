@@ -28,10 +28,12 @@ from . import calibrate
 from .config import RuntimeConfig
 from .decide import Choice, HostCosts, LoneRuns, Mode, ModeSwitch, Window, capacities, choose, interpreted, waits
 from .device import CpuDevice, Device
+from .dispatch import SmdpPolicy
 from .engines import cpu_cores, describe_graphs, fusable, graph_buckets, load_engines, on_host_cores
 from .executor import Trace
 from .manifest import Manifest
 from .metrics import BATCHES, ENTRY_QUERIES, STAGE_BUSY, Metrics
+from .nvml import NvmlError
 from .padding import Buckets
 from .query import Query
 from .runtime import BACKPRESSURE_MAX_S, Runtime
@@ -113,12 +115,15 @@ def serve(manifest: Manifest, version_dir: Path, config: RuntimeConfig, device: 
     lone = config.lone_inline == "true" or (config.lone_inline == "auto" and config.policy.auto)
     costs = HostCosts()
     if not on_cores or lone:  # (on the host's cores the CPU time measured would be the engines')
-        costs = calibrate.measure(manifest, device, runtime.submit, runtime.plain.run, round_trip)
+        with runtime.entry.unseen():
+            costs = calibrate.measure(manifest, device, runtime.submit, runtime.plain.run, round_trip)
         metrics.clear()  # the calibration's batches are not the model's
         config.policy.measured(costs, len(manifest.stages))
         if choice.switches:
             tables = [s.latency for s in manifest.stages]
             metrics.serving(mode.value, capacities(tables, costs, cores, statistic, interpreted(manifest)))
+    if isinstance(config.policy, SmdpPolicy) and config.policy.power_weight > 0:
+        _measure_energy(config.policy, manifest, device, runtime.plain.run, metrics)
     waited, waits_why = waits(manifest, config.execute_waits, costs)
     runtime.wait_s = BACKPRESSURE_MAX_S if waited else 0.0
     if lone and all(s.latency is not None for s in manifest.stages):
@@ -128,6 +133,20 @@ def serve(manifest: Manifest, version_dir: Path, config: RuntimeConfig, device: 
         runtime.watch = Watch(runtime, switch, metrics, device, len(manifest.stages), server_cpu_s, said)
         runtime.watch.start()
     return replace(decision, waits=waited, waits_why=waits_why, costs=costs), runtime
+
+
+def _measure_energy(policy: SmdpPolicy, manifest: Manifest, device: Device,
+                    plain: Callable[[Sequence[Query]], None], metrics: Metrics) -> None:
+    """The device's energy per batch, for a policy that weighs power, where the device counts it;
+    elsewhere the policy keeps its proxy, and the model's log says why."""
+    try:
+        counter = device.energy_counter()
+    except NvmlError as exc:
+        policy.said(f"smdp energy per batch: the engines' busy seconds, a proxy ({exc})")
+        return
+    joules = calibrate.energy(manifest, plain, counter)
+    metrics.clear()  # the measurement's batches are not the model's
+    policy.energy_measured(joules)
 
 
 def _form_on_cores(config: RuntimeConfig, max_batch_size: int):

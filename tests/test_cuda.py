@@ -258,3 +258,44 @@ def test_the_host_time_spent_waiting_for_the_gpu_is_counted_apart_from_serving()
     device.finish(stream)
     assert device.waited_s - waited >= 0.04
     assert host_cpu_s(device) - cpu < 0.02
+
+
+def test_the_gpus_energy_counter_rises_while_it_computes():
+    """NVML's counter for the instance's GPU, found by its CUDA UUID (``policy: smdp``'s energy
+    per batch): it rises while the GPU spins for half a second. Where the driver has no NVML or
+    the GPU no counter, ``energy_counter`` says why (skipped: the policy keeps its proxy)."""
+    from backend.nvml import NvmlError
+
+    device = CudaDevice(0)
+    try:
+        counter = device.energy_counter()
+    except NvmlError as exc:
+        pytest.skip(str(exc))
+    before = counter()
+    device.busy(0.5)
+    torch.cuda.synchronize()
+    assert counter() - before > 1.0  # joules: an H100 idles at some 70 W
+
+
+def test_policy_smdp_with_a_power_weight_measures_the_gpus_energy_per_batch(tmp_path):
+    """Loading ``policy: smdp`` with a power weight on a GPU instance: every size's batches run
+    through the timed stages, and the policy weighs the joules NVML counted (more for 8 rows,
+    which spin the GPU longer, than for one)."""
+    from backend.config import make_policy
+    from backend.metrics import Metrics
+    from backend.nvml import NvmlError
+    from backend.serving import serve
+
+    try:
+        CudaDevice(0).energy_counter()
+    except NvmlError as exc:
+        pytest.skip(str(exc))
+    manifest = timed_manifest([{"batch_sizes": [1, 8], "mean": [5.0, 20.0]}] * 2, dims=(16,))
+    policy = make_policy("smdp", {"power_weight": "1"})
+    said: list[str] = []
+    _, runtime = serve(manifest, tmp_path, RuntimeConfig(policy=policy), make_device("GPU"), Metrics(),
+                       said=said.append)
+    runtime.close()
+    assert any("from the GPU's counter" in line for line in said), said
+    energy = policy.problem(None, 100.0).energy
+    assert energy[7] > energy[0] > 0, energy

@@ -121,6 +121,66 @@ def test_the_entry_waits_below_the_control_limit_and_serves_what_the_policy_says
     assert policy.stretchable(full, now)  # late queries may still stretch into its batches (Policy III)
 
 
+def test_energy_per_batch_is_the_counters_rise_over_each_sizes_runs():
+    """``calibrate.energy`` on a timed model whose device draws a steady 100 W: each size's joules
+    per batch are 100 W times its runs' time through both stages (waited for); the policy then
+    weighs them, between the sizes measured, in place of the engines' busy seconds."""
+    from backend import calibrate
+    from backend.device import make_device
+    from backend.engines import load_engines
+    from backend.metrics import Metrics
+    from backend.whole import WholeBatch
+
+    table = {"batch_sizes": [1, 2, 4, 8], "mean": [4.0, 5.0, 7.0, 11.0]}
+    manifest = timed_manifest([table] * 2, dims=(8,))
+    device = make_device("CPU")
+    plain = WholeBatch(manifest, load_engines(manifest, ".", device), device, Metrics())
+    joules = calibrate.energy(manifest, plain.run, lambda: 100.0 * time.monotonic(), run_s=0.1)
+    assert sorted(joules) == [1, 2, 4, 8]
+    for rows, ms in zip(table["batch_sizes"], table["mean"]):
+        assert joules[rows] == pytest.approx(100.0 * 2 * ms / 1000, rel=0.2), (rows, joules)
+    policy = make_policy("smdp", {"power_weight": "1"})
+    policy.bind(manifest)
+    assert policy.problem(None, 100.0).energy[7] == pytest.approx(0.022, rel=0.01)  # 8 rows: busy 2 x 11 ms
+    policy.energy_measured({1: 1.0, 8: 8.0})
+    assert policy.problem(None, 100.0).energy[:8] == pytest.approx([1, 2, 3, 4, 5, 6, 7, 8])
+
+
+def test_a_cpu_instance_weighs_the_engines_time_and_says_why(tmp_path):
+    """Loading with a power weight on a CPU instance: no energy counter, the proxy stays, and
+    the model's log says so."""
+    from backend.config import RuntimeConfig
+    from backend.device import make_device
+    from backend.metrics import Metrics
+    from backend.serving import serve
+
+    manifest = timed_manifest([{"batch_sizes": [1, 8], "mean": [1.0, 2.0]}] * 2, dims=(8,))
+    said: list[str] = []
+    config = RuntimeConfig(policy=make_policy("smdp", {"power_weight": "1"}))
+    _, server = serve(manifest, tmp_path, config, make_device("CPU"), Metrics(), said=said.append)
+    server.close()
+    assert any("busy seconds, a proxy (a CPU instance has no energy counter)" in line for line in said), said
+
+
+def test_the_calibrations_queries_are_no_load_to_solve_for(tmp_path):
+    """Loading measures the host's serving cost with bursts of queries (``calibrate.py``); read
+    as arrivals, they had the SMDP solved on the stub's cores meanwhile, which measured five
+    times the cost. They count in no arrival rate: nothing is solved until queries come."""
+    from backend.config import RuntimeConfig
+    from backend.device import make_device
+    from backend.metrics import Metrics
+    from backend.serving import serve
+
+    manifest = timed_manifest([{"batch_sizes": [1, 8], "mean": [1.0, 2.0]}] * 2, dims=(8,))
+    said: list[str] = []
+    decision, server = serve(manifest, tmp_path, RuntimeConfig(policy=make_policy("smdp", {})), make_device("CPU"),
+                             Metrics(), said=said.append)
+    time.sleep(0.3)  # (a solution asked for would be solved by now)
+    server.close()
+    assert decision.costs.measured
+    assert not [line for line in said if line.startswith("smdp at length")], said
+
+
 def test_an_unknown_setting_or_a_negative_weight_is_refused():
     with pytest.raises(Exception, match="power_weight"):
         make_policy("smdp", {"power_weight": "-1"})
