@@ -181,6 +181,17 @@ def test_the_calibrations_queries_are_no_load_to_solve_for(tmp_path):
     assert not [line for line in said if line.startswith("smdp at length")], said
 
 
+def test_the_live_objective_counts_every_batch_at_its_tables_time():
+    """``tools.bench_dispatch``'s power term: the engines' busy ms per query of the batches a
+    window ran. Three batches of 2 through two stages of 4 ms (2 rows) and one of 1 row (3 ms)
+    through both: (3 x 2 x 4 + 2 x 3) / 7 queries."""
+    from tools.lib.timed import engine_ms_per_query
+
+    tables = timed_manifest([{"batch_sizes": [1, 2], "mean": [3.0, 4.0]}] * 2, dims=(8,)).stages
+    batches = {(0, 2): 3, (1, 2): 3, (0, 1): 1, (1, 1): 1}
+    assert engine_ms_per_query(batches, [s.latency for s in tables], 8) == pytest.approx((3 * 2 * 4 + 2 * 3) / 7)
+
+
 def test_an_unknown_setting_or_a_negative_weight_is_refused():
     with pytest.raises(Exception, match="power_weight"):
         make_policy("smdp", {"power_weight": "-1"})

@@ -18,7 +18,11 @@ For each timed profile (default: the slower engine and TensorRT-speed BERT-base 
    the paper's policies as the slicer writes them) and the plain model behind Triton's dynamic
    batcher at delay 0 and at each delay worth trying (``peers.delay_candidates``): its best
    tuned delay is the lowest mean of those at each load. Each load's windows run the models
-   in turn, ``--rounds`` times.
+   in turn, ``--rounds`` times. With a ``--power-weight``, eq. 14 instead of the mean alone, as
+   the policy weighs it: the mean latency plus the weight times the mean power, the engines'
+   busy seconds per second (every batch the window ran, from the backend's counters or Triton's
+   statistics, at its table's time, per query, times the arrival rate), in ms, for every model
+   alike.
 
 ``--out`` keeps the tables (summary.md, live.csv, paper.csv) and tritonserver's log.
 """
@@ -42,7 +46,7 @@ from tools.lib.harness import Bench
 from tools.lib.paths import ROOT
 from tools.lib.peers import Peer, delay_candidates, write_plain
 from tools.lib.perf_analyzer import Load, PerfAnalyzerError
-from tools.lib.timed import from_profile, timed_whole, write_timed
+from tools.lib.timed import engine_ms_per_query, from_profile, summed, timed_whole, write_timed
 from tools.lib.workload import interface_of, synthetic, write_input_data
 
 PROFILES = ROOT / "docs" / "profiles"
@@ -79,6 +83,7 @@ def live_rows(profile: Path, args: argparse.Namespace, console: Console) -> tupl
     try:
         _, manifest, parameters = from_profile(profile)
         tables = [s.latency for s in manifest.stages]
+        whole = manifest.whole or summed(tables)  # what the plain peers' one timed stage takes
         identity = (manifest.source_file, manifest.source_sha256)
         knobs = {k: v for k, v in parameters.items() if k != "policy" and not k.startswith("policy.")}
         ours = {"smdp": {**knobs, "policy": "smdp", "policy.power_weight": str(args.power_weight)},
@@ -103,20 +108,25 @@ def live_rows(profile: Path, args: argparse.Namespace, console: Console) -> tupl
             peak = max(bench.capacity(models[m], data, PEAK_CONCURRENCY, args.seconds) for m in ("pass", "triton 0 us"))
             for fraction in args.loads:
                 load = Load(rate=fraction * peak)
-                means: dict[str, list[float]] = {label: [] for label in models}
+                costs: dict[str, list[float]] = {label: [] for label in models}
                 for _ in range(args.rounds):
                     for label, model in models.items():
+                        plain = [model] if label in triton else []
                         try:
-                            means[label].append(bench.window(model, load, data, args.seconds, args.warmup)
-                                                .window.mean_ms)
+                            measured = bench.window(model, load, data, args.seconds, args.warmup, plain)
                         except PerfAnalyzerError as exc:
                             console.print(f"[red]{profile.stem} {label} {load.label}: {exc}[/red]")
-                mean = {label: sum(v) / len(v) if v else math.nan for label, v in means.items()}
-                tuned = min((mean[label] for label in triton), default=math.nan)
-                others = min(v for label, v in mean.items() if label != "smdp")
+                            continue
+                        # eq. 14's mean power: busy engine-seconds per second, the arrival rate's worth of queries
+                        power = load.rate * engine_ms_per_query(measured.batches, [whole] if plain else tables,
+                                                                args.length) / 1000 if args.power_weight else 0.0
+                        costs[label].append(measured.window.mean_ms + args.power_weight * 1000 * power)
+                cost = {label: sum(v) / len(v) if v else math.nan for label, v in costs.items()}
+                tuned = min((cost[label] for label in triton), default=math.nan)
+                others = min(v for label, v in cost.items() if label != "smdp")
                 rows.append([profile.stem, f"{fraction:g} x {peak:.0f}/s",
-                             *(f"{mean[label]:.2f}" for label in models), f"{tuned:.2f}",
-                             f"{mean['smdp'] / tuned:.2f}x", f"{mean['smdp'] / others:.2f}x"])
+                             *(f"{cost[label]:.2f}" for label in models), f"{tuned:.2f}",
+                             f"{cost['smdp'] / tuned:.2f}x", f"{cost['smdp'] / others:.2f}x"])
         header = ["profile", "Poisson load", *(f"{label} (ms)" for label in models), "Triton tuned (ms)",
                   "smdp / Triton tuned", "smdp / best other"]
         return rows, header
@@ -158,7 +168,9 @@ def main(argv: list[str] | None = None) -> int:
     lines = ["Eq. 14 (the paper's Fig. 5): average cost per second of each policy on the pipeline's tables", "",
              *_markdown(paper_header, paper)]
     if live:
-        lines += ["", f"Live: mean latency (ms) under Poisson loads, power weight {args.power_weight:g}", "",
+        what = ("mean latency (ms)" if not args.power_weight else
+                f"eq. 14 (ms): mean latency + {args.power_weight:g} x mean power (engines' busy ms per second)")
+        lines += ["", f"Live: {what} under Poisson loads, power weight {args.power_weight:g}", "",
                   *_markdown(live_header, live)]
     console.print("\n".join(lines))
     if args.out:

@@ -5,6 +5,7 @@ machine (``python -m tools.simulate``), and the whole-model baseline kept in the
 from __future__ import annotations
 
 import hashlib
+import math
 import json
 from collections.abc import Sequence
 from itertools import combinations
@@ -99,3 +100,10 @@ def groups(costs: list[float], stages: int) -> list[tuple[int, int]]:
             best = (slowest, list(zip(bounds, bounds[1:])))
     return best[1]
 
+
+def engine_ms_per_query(batches: dict[tuple[int, int], float], tables: Sequence[LatencyTable], length: int) -> float:
+    """The engines' busy milliseconds per query (the energy proxy of eq. 14) of the batches a
+    window ran, (stage, rows) -> runs, each taking its stage table's time."""
+    busy = sum(runs * tables[stage].predict(rows, length) for (stage, rows), runs in batches.items())
+    queries = sum(runs * rows for (stage, rows), runs in batches.items() if stage == 0)
+    return busy / queries if queries else math.nan
