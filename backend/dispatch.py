@@ -15,7 +15,8 @@ minimises the response time alone.
 
 The policy is solved per tabulated length (the oldest query's, where the model has a length
 axis) and per arrival rate (the entry's steady rate, over its last ``entry.STEADY`` arrivals:
-Triton hands queries over in batches, so a shorter count reads a burst), rounded to
+Triton hands queries over in batches, so a shorter count reads a burst; none older than
+``entry.STEADY_S`` before the latest, so a pause is no load), rounded to
 ``RATE_STEP`` steps, on a thread of its own and kept:
 stage 0's path only looks a solution up. Until one is solved for the rate seen (a few ms to a
 second), and where the rate is unknown, the entry serves what waits (work-conserving). Late

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
+import math
 import threading
 import time
 from collections import deque
@@ -29,6 +30,10 @@ RECENT = 32  # the recent rate is over this many latest arrivals
 # whose queries arrive within microseconds, so a few dozen arrivals span two or three batches
 # and read twice the offered rate or more (2,700 queries/s offered read as 5,000-20,000).
 STEADY = 512
+# ... and no older than this: at a low rate 512 arrivals span seconds, and where the load paused
+# (between two of a benchmark's windows) the pause read as a load of 7-9 queries/s offered 128
+# (docs/results/smdp-power-weight-2core).
+STEADY_S = 2.0
 SCAN = 64  # waiting queries an admission looks at, from the oldest
 CANCEL_AFTER_S = 0.02  # a waiting query is asked whether it was cancelled once it has waited this long
 CANCELLED = Failure("the request was cancelled", Code.CANCELLED)
@@ -165,7 +170,7 @@ class Entry:
                     continue
                 while True:
                     outlook = Outlook(tuple(self._scheduler.table.flights()), self._arrival_rate(),
-                                      self._arrival_rate(STEADY))
+                                      self._arrival_rate(STEADY, STEADY_S))
                     now = time.monotonic()
                     if self._closed or (left := self._window_end(room, outlook, now) - now) <= 0:
                         break
@@ -231,13 +236,19 @@ class Entry:
         limit, in_flight = self._scheduler.policy.max_in_flight, self._scheduler.table.rows_in_flight()
         return min(self._max, limit - in_flight) if limit > 0 and in_flight else self._max
 
-    def _arrival_rate(self, over: int = RECENT) -> float:
-        """Queries per second over the latest ``over`` arrivals (0 until there are
-        ``RATE_SAMPLES``: two queries that happen to come close together are not a load)."""
+    def _arrival_rate(self, over: int = RECENT, within: float = math.inf) -> float:
+        """Queries per second over the latest ``over`` arrivals, those no more than ``within``
+        seconds before the latest (0 until there are ``RATE_SAMPLES``: two queries that happen
+        to come close together are not a load)."""
         count = min(over, len(self._arrivals))
         if count < RATE_SAMPLES:
             return 0.0
-        span = self._arrivals[-1] - self._arrivals[-count]
+        latest = self._arrivals[-1]
+        if latest - self._arrivals[-count] > within:
+            count = next(n for n in range(1, count + 1) if latest - self._arrivals[-n] > within) - 1
+            if count < RATE_SAMPLES:
+                return 0.0
+        span = latest - self._arrivals[-count]
         return (count - 1) / span if span > 0 else 0.0
 
     def __len__(self) -> int:

@@ -192,6 +192,30 @@ def test_the_live_objective_counts_every_batch_at_its_tables_time():
     assert engine_ms_per_query(batches, [s.latency for s in tables], 8) == pytest.approx((3 * 2 * 4 + 2 * 3) / 7)
 
 
+def test_the_steady_rate_the_smdp_is_solved_for_forgets_a_pause():
+    """The steady rate is over the latest 512 arrivals, none more than 2 s before the latest:
+    40 queries at 100/s after a pause of 10 s read 100/s, not the 7/s that 140 arrivals over 20 s
+    average to (a benchmark's pause between two windows had the SMDP solved for 7.5-9.3/s)."""
+    from backend.config import RuntimeConfig
+    from backend.device import make_device
+    from backend.engines import load_engines
+    from backend.entry import STEADY, STEADY_S
+    from backend.runtime import Runtime
+
+    manifest = timed_manifest([{"batch_sizes": [1, 8], "mean": [1.0, 2.0]}] * 2, dims=(8,))
+    device = make_device("CPU")
+    runtime = Runtime(manifest, load_engines(manifest, ".", device), RuntimeConfig(policy=make_policy("smdp", {})),
+                      device)
+    now = time.monotonic()
+    x = {"x": np.zeros((1, 8), np.float32)}
+    before = [Query(x, None, (), now - 20 + i * 0.1, None) for i in range(100)]  # 10/s, until 10 s ago
+    after = [Query(x, None, (), now - 0.4 + i * 0.01, None) for i in range(40)]
+    runtime.entry.arrived(before + after)
+    steady = runtime.entry._arrival_rate(STEADY, STEADY_S)
+    runtime.close()
+    assert steady == pytest.approx(100, rel=0.05)
+
+
 def test_an_unknown_setting_or_a_negative_weight_is_refused():
     with pytest.raises(Exception, match="power_weight"):
         make_policy("smdp", {"power_weight": "-1"})
