@@ -8,6 +8,7 @@ over: the back-pressure that keeps Triton's batcher forming batches in front of 
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import itertools
 import logging
@@ -243,12 +244,12 @@ class Entry:
         count = min(over, len(self._arrivals))
         if count < RATE_SAMPLES:
             return 0.0
-        latest = self._arrivals[-1]
-        if latest - self._arrivals[-count] > within:
-            count = next(n for n in range(1, count + 1) if latest - self._arrivals[-n] > within) - 1
+        arrivals, latest = self._arrivals, self._arrivals[-1]
+        if latest - arrivals[-count] > within:  # (in arrival order: a bisection, on stage 0's path)
+            count = len(arrivals) - bisect.bisect_left(arrivals, latest - within, len(arrivals) - count)
             if count < RATE_SAMPLES:
                 return 0.0
-        span = latest - self._arrivals[-count]
+        span = latest - arrivals[-count]
         return (count - 1) / span if span > 0 else 0.0
 
     def __len__(self) -> int:

@@ -46,7 +46,7 @@ from tools.lib.harness import Bench
 from tools.lib.paths import ROOT
 from tools.lib.peers import Peer, delay_candidates, write_plain
 from tools.lib.perf_analyzer import Load, PerfAnalyzerError
-from tools.lib.timed import engine_ms_per_query, from_profile, summed, timed_whole, write_timed
+from tools.lib.timed import engine_ms_per_query, from_profile, timed_whole, whole_table, write_timed
 from tools.lib.workload import interface_of, synthetic, write_input_data
 
 PROFILES = ROOT / "docs" / "profiles"
@@ -83,7 +83,7 @@ def live_rows(profile: Path, args: argparse.Namespace, console: Console) -> tupl
     try:
         _, manifest, parameters = from_profile(profile)
         tables = [s.latency for s in manifest.stages]
-        whole = manifest.whole or summed(tables)  # what the plain peers' one timed stage takes
+        whole = whole_table(manifest)  # what the plain peers' one timed stage takes
         identity = (manifest.source_file, manifest.source_sha256)
         knobs = {k: v for k, v in parameters.items() if k != "policy" and not k.startswith("policy.")}
         ours = {"smdp": {**knobs, "policy": "smdp", "policy.power_weight": str(args.power_weight)},
@@ -117,10 +117,10 @@ def live_rows(profile: Path, args: argparse.Namespace, console: Console) -> tupl
                         except PerfAnalyzerError as exc:
                             console.print(f"[red]{profile.stem} {label} {load.label}: {exc}[/red]")
                             continue
-                        # eq. 14's mean power: busy engine-seconds per second, the arrival rate's worth of queries
-                        power = load.rate * engine_ms_per_query(measured.batches, [whole] if plain else tables,
-                                                                args.length) / 1000 if args.power_weight else 0.0
-                        costs[label].append(measured.window.mean_ms + args.power_weight * 1000 * power)
+                        # eq. 14's mean power, in busy engine-ms per second: the arrival rate's worth of queries
+                        power_ms = load.rate * engine_ms_per_query(measured.batches, [whole] if plain else tables,
+                                                                   args.length) if args.power_weight else 0.0
+                        costs[label].append(measured.window.mean_ms + args.power_weight * power_ms)
                 cost = {label: sum(v) / len(v) if v else math.nan for label, v in costs.items()}
                 tuned = min((cost[label] for label in triton), default=math.nan)
                 others = min(v for label, v in cost.items() if label != "smdp")

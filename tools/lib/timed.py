@@ -5,8 +5,8 @@ machine (``python -m tools.simulate``), and the whole-model baseline kept in the
 from __future__ import annotations
 
 import hashlib
-import math
 import json
+import math
 from collections.abc import Sequence
 from itertools import combinations
 from dataclasses import replace
@@ -61,14 +61,16 @@ def write_timed(name: str, inputs: Sequence[TensorSpec], tables: Sequence[Latenc
     return manifest
 
 
+def whole_table(manifest: Manifest) -> LatencyTable:
+    """What a timed ``manifest`` takes as one stage: its ``whole`` table, else its stages' sum."""
+    return manifest.whole or summed([s.latency for s in manifest.stages])
+
+
 def timed_whole(manifest: Manifest) -> Path:
-    """The one-stage timed model of a timed ``manifest`` (its ``whole`` table, else its stages'
-    sum), cached."""
-    tables = [s.latency for s in manifest.stages]
-    lengths = tables[0].lengths or ()
-    out = whole_path(manifest, "timed", lengths)
+    """The one-stage timed model of a timed ``manifest`` (``whole_table``), cached."""
+    out = whole_path(manifest, "timed", manifest.stages[0].latency.lengths or ())
     if not (out / VERSION / "manifest.json").is_file():
-        write_timed(out.name, manifest.inputs, [manifest.whole or summed(tables)], manifest.max_batch_size,
+        write_timed(out.name, manifest.inputs, [whole_table(manifest)], manifest.max_batch_size,
                     manifest.source_file, manifest.source_sha256, out, {})
     return out
 
