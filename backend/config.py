@@ -24,7 +24,7 @@ parameter, so a typo never silently falls back to a default.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 
 from .dispatch import SmdpPolicy
@@ -32,7 +32,6 @@ from .diversity import PRESETS, DiversityPolicy
 from .manifest import Manifest
 from .errors import ConfigError
 from .policy import FixedPolicy, Policy, RandomPolicy
-from .query import Query
 from .slo import SloPolicy
 
 POLICY_PREFIX = "policy."
@@ -64,11 +63,6 @@ class QueuePolicy:
                    default_timeout_us=int(policy.get("default_timeout_microseconds", 0)),
                    allow_timeout_override=bool(policy.get("allow_timeout_override", False)),
                    reject=policy.get("timeout_action", "REJECT") != "DELAY")
-
-    def refusing(self, policy: Policy) -> Callable[[Query, float], bool] | None:
-        """What refuses a query that cannot meet its deadline before it is computed: the policy's
-        ``hopeless`` under the REJECT timeout action, nothing under DELAY."""
-        return policy.hopeless if self.reject else None
 
     def timeout_us(self, requested_us: int) -> int:
         """A request's timeout: its own where the policy allows that (or sets none), else the

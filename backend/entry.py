@@ -116,8 +116,7 @@ class Entry:
                 query.answer(failure=CANCELLED)
             else:
                 kept.append(query)
-        refusing = self._queue.refusing(self._scheduler.policy)
-        return refuse_hopeless(kept, refusing) if refusing is not None else kept
+        return refuse_hopeless(kept, self._scheduler.policy.hopeless) if self._queue.reject else kept
 
     def wake(self) -> None:
         """Rows left the pipeline or moved on in it: there may be room for more, or a window to

@@ -210,7 +210,8 @@ class StageExecutor(threading.Thread):
 
     def _observe(self, row: BatchRow, rows: int, seconds: float) -> None:
         try:
-            self.scheduler.policy.observe(self.spec.index, row, rows, seconds)
+            self.scheduler.policy.observe(range(self.spec.index, self.spec.index + 1), rows, row.shape,
+                                          row.members[0].query if row.members else None, seconds)
         except Exception:  # a policy's bug must not fail the batch
             log.exception("policy %r failed to observe a stage run", self.scheduler.policy.name)
 

@@ -55,15 +55,22 @@ class Policy:
     def measured(self, costs: HostCosts, stages: int) -> None:
         """The host's serving costs, measured where the model serves (``calibrate.py``)."""
 
-    def observe(self, stage: int, batch: BatchRow, rows: int, seconds: float) -> None:
-        """``stage`` computed ``rows`` of ``batch`` in ``seconds`` (for policies that learn how long
-        queries take: ``policy: slo``). Called on the stage's thread: keep it short."""
+    def observe(self, stages: range, rows: int, shape: BatchShape, first: Query | None, seconds: float) -> None:
+        """``stages`` computed ``rows`` of a batch of ``shape`` (``first``: one of its queries) in
+        ``seconds``: a stage of the pipeline, or every stage inside ``execute`` (for policies that
+        learn how long queries take: ``policy: slo``). Called on the serving path: keep it short."""
 
     def hopeless(self, query: Query, now: float) -> bool:
         """Whether ``query`` cannot meet its deadline any more, so that the entry (or ``execute``,
         where the model serves plain) answers it with Triton's timeout error rather than compute
-        it (``policy: slo``; ``QueuePolicy.refusing``). Here: once it expired."""
+        it (``policy: slo``; under Triton's REJECT timeout action). Here: once it expired."""
         return query.expired(now)
+
+    def late_together(self, queries: Sequence[Query], now: float) -> list[Query]:
+        """Of ``queries``, none of them ``hopeless``, which run as one batch inside ``execute`` (a
+        model served plain: each answered when the run ends), those that batch would make miss
+        their deadlines and that are refused too, so that the rest can meet theirs. Here: none."""
+        return []
 
     def window_end(self, waiting: Sequence[Query], rows: int, outlook: Outlook, now: float) -> float:
         """Until when (``time.monotonic()`` seconds) the entry may wait for more queries to batch

@@ -211,10 +211,13 @@ def refuse_invalid(manifest: Manifest, queries: Sequence[Query], limits: Mapping
     return good
 
 
-def refuse_hopeless(queries: Sequence[Query], hopeless: Callable[[Query, float], bool]) -> list[Query]:
+def refuse_hopeless(queries: Sequence[Query], hopeless: Callable[[Query, float], bool],
+                    late_together: Callable[[Sequence[Query], float], list[Query]] | None = None) -> list[Query]:
     """Answer every query that ``hopeless`` says cannot meet its deadline (``Policy.hopeless``: by
-    default, whose timeout expired) with Triton's timeout error; return the others. A policy's
-    bug must not fail them: a query it cannot judge is refused only where it expired."""
+    default, whose timeout expired) with Triton's timeout error, and, where the rest run as one
+    batch now, those ``late_together`` says that batch would make late (``Policy.late_together``);
+    return the others. A policy's bug must not fail them: a query it cannot judge is refused
+    only where it expired."""
     now, kept = time.monotonic(), []
     for query in queries:
         try:
@@ -226,7 +229,17 @@ def refuse_hopeless(queries: Sequence[Query], hopeless: Callable[[Query, float],
             query.answer(failure=EXPIRED)
         else:
             kept.append(query)
-    return kept
+    if late_together is None or not kept:
+        return kept
+    try:
+        late = {id(query) for query in late_together(kept, now)}
+    except Exception:
+        log.exception("the policy failed to say which queries a batch would make late")
+        return kept
+    for query in kept:
+        if id(query) in late:
+            query.answer(failure=EXPIRED)
+    return [query for query in kept if id(query) not in late]
 
 
 def _judge(manifest: Manifest, query: Query, limits: Mapping[str, int] | None) -> tuple:

@@ -91,7 +91,7 @@ class Runtime:
         # Batches run inline: the same engines, one stage after another (``serving.serve`` sets
         # what decides when: ``lone``, and ``mode`` through the ``watch``).
         self.plain = WholeBatch(manifest, engines, self.device, self.metrics, self.pad_values, self.size_limits,
-                                config.policy.form_inline, buckets, config.queue.refusing(config.policy))
+                                config.policy.form_inline, buckets, config.policy, config.queue.reject)
         self.lone: LoneRuns | None = None
         self.mode = Mode.PIPELINE
         self.watch = None  # serving.Watch, where a ModeSwitch decides the mode

@@ -108,8 +108,8 @@ def serve(manifest: Manifest, version_dir: Path, config: RuntimeConfig, device: 
         config.bind(manifest)
         form = together if config.batching == "triton" else _form_on_cores(config, manifest.max_batch_size)
         return decision, WholeBatch(manifest, engines, device, metrics, config.pad_values,
-                                    config.size_limits(manifest), form, buckets,
-                                    config.queue.refusing(config.policy))
+                                    config.size_limits(manifest), form, buckets, config.policy,
+                                    config.queue.reject)
     runtime = Runtime(manifest, engines, config, device, trace=trace, metrics=metrics, on_death=on_death,
                       buckets=buckets)
     lone = config.lone_inline == "true" or (config.lone_inline == "auto" and config.policy.auto)

@@ -47,7 +47,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .batch_table import BatchRow
 from .decide import HostCosts
 from .diversity import DiversityPolicy
 from .errors import ConfigError
@@ -204,10 +203,10 @@ class SloPolicy(DiversityPolicy):
         super().measured(costs, stages)
         self._seen.forget()
 
-    def observe(self, stage: int, batch: BatchRow, rows: int, seconds: float) -> None:
-        """A stage ran ``rows`` of ``batch`` in ``seconds``: one more sample of the ratio."""
-        length = self._length(batch.shape, [batch.members[0].query] if batch.members else ())
-        predicted = self._time(stage, rows, length)
+    def observe(self, stages: range, rows: int, shape: BatchShape, first: Query | None, seconds: float) -> None:
+        """``stages`` ran ``rows`` in ``seconds``: one more sample of the ratio."""
+        length = self._length(shape, [first] if first is not None else ())
+        predicted = sum(self._times(rows, length)[stages.start:stages.stop])
         if predicted > 0:
             self._seen.add(self.tabulated_length(length), rows, seconds / predicted)
 
@@ -233,6 +232,26 @@ class SloPolicy(DiversityPolicy):
         length = self._length(None, [query])
         alone = self._took(query.rows, length) * self._seen.ratios(self.tabulated_length(length)).lowest
         return deadline - now < alone
+
+    def late_together(self, queries: Sequence[Query], now: float) -> list[Query]:
+        """Inside ``execute`` (a model served plain) the queries Triton batched run as one and are
+        answered when it ends: there is no later batch for one this batch makes late, as the
+        pipeline has. So the earliest deadline the batch is not in time for (``FEASIBLE``, at
+        its rows and longest length) is refused, again as it shrinks, until it is in time for
+        all that are left (``rule: orloj``; EDF refuses only expired queries)."""
+        if self.rule != "orloj":
+            return []
+        batch = sorted(queries, key=self._deadline)
+        late: list[Query] = []
+        while batch:
+            rows = sum(q.rows for q in batch)
+            length = self.tabulated_length(self._length(None, batch))
+            # In time or not is monotone in the deadline: the late ones are the first few.
+            ratio = (self._deadline(batch[0]) - now) / max(self._took(rows, length), 1e-9)
+            if self._seen.ratios(length).chance(np.array([ratio]), rows)[0] >= FEASIBLE:
+                return late
+            late.append(batch.pop(0))
+        return late
 
     def form(self, waiting: Sequence[Query], room: int, now: float, outlook: Outlook = Outlook()
              ) -> list[tuple[list[Query], BatchShape]]:

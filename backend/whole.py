@@ -31,7 +31,8 @@ from .engines import Engine, run_stages
 from .manifest import Manifest
 from .metrics import Metrics
 from .padding import Buckets, cut, stack
-from .query import Failure, Judged, Query, each_alone, refuse_hopeless, refuse_invalid, waited
+from .policy import Policy
+from .query import BatchShape, Failure, Judged, Query, each_alone, refuse_hopeless, refuse_invalid, waited
 
 log = logging.getLogger(__name__)
 
@@ -49,20 +50,24 @@ class WholeBatch:
     padded along each named axis to its longest query (none where they agree, the usual case,
     which costs no more than the plain model's concatenation), and on up to a bucket of its CUDA
     graphs where it has them (``buckets``). Its engines' work goes on one stream of its own,
-    waited for once at the end of ``run``. A query the policy finds cannot meet its deadline
-    (``hopeless``: by default, whose timeout expired; ``policy: slo``'s rule) is answered with
-    Triton's timeout error and not run, as the pipeline's entry does."""
+    waited for once at the end of ``run``. With ``reject`` (Triton's REJECT timeout action), a
+    query the policy finds cannot meet its deadline (``Policy.hopeless``: by default, whose
+    timeout expired; ``policy: slo``'s rule), or that running with the others would make late
+    (``Policy.late_together``), is answered with Triton's timeout error and not run. A call
+    that ran one batch tells the policy how long it took (``Policy.observe``: ``policy: slo``
+    learns how long queries take)."""
 
     def __init__(self, manifest: Manifest, engines: Sequence[Engine], device: Device, metrics: Metrics,
                  pad_values: Mapping[str, float] | None = None, size_limits: Mapping[str, int] | None = None,
-                 form: Former = together, buckets: Buckets = Buckets(),
-                 hopeless: Callable[[Query, float], bool] | None = None):
+                 form: Former = together, buckets: Buckets = Buckets(), policy: Policy | None = None,
+                 reject: bool = True):
         self.manifest, self.engines, self.device, self.metrics = manifest, engines, device, metrics
         self.pad_values = pad_values or {}
         self.buckets = buckets
         self.size_limits = size_limits
         self.form = form
-        self.hopeless = hopeless  # a query it says cannot meet its deadline is refused, not run (``Policy.hopeless``)
+        self.policy = policy or Policy()
+        self.reject = reject
         self._judged: Judged = {}
         self._stream = device.stream()
         self._columns = [(spec, itemgetter(spec.name), self.pad_values.get(spec.name, 0)) for spec in manifest.inputs]
@@ -92,25 +97,37 @@ class WholeBatch:
         only the wait reveals (a GPU's asynchronous fault, which leaves its context unusable
         anyway) is raised from here, for the whole call."""
         launched: list[list] = []  # [stage, rows, seconds launching it], in order
+        called = time.monotonic()
         with self.device.running_on(self._stream):
-            self._run_formed(queries, launched)
+            ran = self._run_formed(queries, launched)
         if meanwhile is not None:
             meanwhile()
         began = time.monotonic()
         self.device.finish(self._stream)
+        ended = time.monotonic()
         if launched:  # the wait belongs to the stages launched last, which it saw finish
-            launched[-1][2] += time.monotonic() - began
+            launched[-1][2] += ended - began
         for stage, rows, seconds in launched:
             self.metrics.stage_ran(stage, rows, seconds)
+        if ran is not None:  # one batch, run as one: from the call to the engines' end is its time
+            self._observe(ran, ended - called)
 
-    def _run_formed(self, queries: Sequence[Query], launched: list[list]) -> None:
+    def _observe(self, batch: list[Query], seconds: float) -> None:
+        try:
+            self.policy.observe(range(len(self.engines)), sum(q.rows for q in batch),
+                                BatchShape.of(batch, pads=True), batch[0], seconds)
+        except Exception:  # a policy's bug must not fail the answered batch
+            log.exception("policy %r failed to observe a batch", self.policy.name)
+
+    def _run_formed(self, queries: Sequence[Query], launched: list[list]) -> list[Query] | None:
+        """Run ``queries`` as the former says; the batch, where it ran them as one."""
         pending = refuse_invalid(self.manifest, queries, self.size_limits, self._judged)
-        if self.hopeless is not None:
-            pending = refuse_hopeless(pending, self.hopeless)
+        if self.reject:
+            pending = refuse_hopeless(pending, self.policy.hopeless, self.policy.late_together)
         if not pending:
-            return
+            return None
         admitted, waited_s = len(pending), waited(pending, time.monotonic())
-        batches = 0
+        batches, whole = 0, None
         while pending:
             try:
                 formed = self.form(pending)
@@ -122,20 +139,24 @@ class WholeBatch:
                 formed, taken = together(pending), len(pending)
             batches += len(formed)
             for batch in formed:
-                self._run_or_alone(batch, launched)
+                whole = batch if self._run_or_alone(batch, launched) else None
             if taken < len(pending):
                 chosen = {id(q) for batch in formed for q in batch}
                 pending = [q for q in pending if id(q) not in chosen]
             else:
                 pending = []
         self.metrics.admitted(admitted, waited_s, "new", batches)
+        return whole if batches == 1 else None
 
-    def _run_or_alone(self, queries: list[Query], launched: list[list]) -> None:
+    def _run_or_alone(self, queries: list[Query], launched: list[list]) -> bool:
+        """Whether the batch ran as one (else its queries ran one by one)."""
         try:
             self._run(queries, launched)
+            return True
         except Exception:  # noqa: BLE001 - rerun one by one: only a query that cannot run fails
             each_alone(queries, lambda query: self._run([query], launched),
                        lambda query, exc: query.answer(failure=Failure.of(exc)))
+            return False
 
     def _run(self, queries: Sequence[Query], launched: list[list]) -> None:
         sizes = [q.sizes for q in queries]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import threading
 import time
@@ -15,7 +14,7 @@ from backend.config import RuntimeConfig, make_policy
 from backend.device import CpuDevice
 from backend.engines import OnnxRuntimeEngine, load_engines
 from backend.errors import ConfigError
-from backend.manifest import LatencyTable, Manifest
+from backend.manifest import Manifest
 from backend.metrics import Metrics
 from backend.policy import FixedPolicy, RandomPolicy
 from backend.query import Failure, Handover, Query, refuse_invalid, take_batch, validate
@@ -27,6 +26,7 @@ from backend.sample import sample_inputs
 from slicer.slicing import VERSION
 
 from .conftest import E2E_STAGES, MAX_BATCH
+from .timed import with_tables
 
 
 class Inbox:
@@ -278,12 +278,6 @@ def test_split_parts_leave_one_by_one(repository, sources):
     assert answered[0][0] == 0 and answered[0][1] < len(runs)
     assert sorted(i for i, _ in answered) == [0, 1, 2]
     assert_like_reference(inbox, feeds, OnnxRuntimeEngine(sources["resnet_like"], [o.name for o in manifest.outputs]))
-
-
-def with_tables(manifest: Manifest, tables: list[dict]) -> Manifest:
-    """``manifest`` with its stage latency tables replaced (same batch sizes)."""
-    stages = tuple(dataclasses.replace(s, latency=LatencyTable.from_json(t)) for s, t in zip(manifest.stages, tables))
-    return dataclasses.replace(manifest, stages=stages)
 
 
 def timed_manifest(folder, one_ms: float, full_ms: float, rows: int, stages: int = 2) -> Manifest:

@@ -14,15 +14,19 @@ from backend import slo
 from backend.config import RuntimeConfig, make_policy
 from backend.device import make_device
 from backend.engines import load_engines
-from backend.manifest import LatencyTable, TensorSpec
+from backend.sample import sample_inputs
+from backend.serving import Mode, serve
+from backend.manifest import LatencyTable, Manifest, StageSpec, TensorSpec
 from backend.metrics import Metrics
-from backend.query import Query, refuse_invalid
+from backend.query import BatchShape, Query, refuse_invalid
 from backend.whole import WholeBatch
 from tools.lib.client import infer
 from tools.lib.timed import write_timed
 
 from .conftest import serving
-from .timed import Clock, timed_manifest
+from slicer.slicing import VERSION
+
+from .timed import Clock, timed_manifest, with_tables
 
 # Two stages, each 10 ms for one query and 4 ms more for each further one: a batch of k takes
 # 20 + 8 (k - 1) ms through both (28 for 2, 36 for 3, 76 for 8).
@@ -116,9 +120,8 @@ def test_what_cannot_meet_its_deadline_alone_is_hopeless_and_edf_refuses_only_th
     assert policy.hopeless(tight, now) and not policy.hopeless(fine, now) and policy.hopeless(default, now)
     rng = np.random.default_rng(1)
     batch = policy.form([fine], 8, now)[0][0]
-    row = type("Row", (), {"shape": None, "members": []})()
     for ratio in _bimodal(rng, 400):
-        policy.observe(0, row, 1, 0.010 * ratio)
+        policy.observe(range(1), 1, BatchShape.of([fine]), fine, 0.010 * ratio)
     policy._seen.learn_now()
     assert not policy.hopeless(tight, now) and batch == [fine]
     edf, _ = _policy(rule="edf")
@@ -153,12 +156,92 @@ def test_served_as_a_plain_model_hopeless_queries_are_refused_too():
     the others run together."""
     policy, manifest = _policy()
     device = make_device("CPU")
-    whole = WholeBatch(manifest, load_engines(manifest, ".", device), device, Metrics(), hopeless=policy.hopeless)
+    whole = WholeBatch(manifest, load_engines(manifest, ".", device), device, Metrics(), policy=policy)
     now = time.monotonic()
     queries = _queries(manifest, now, [200.0, 5.0, None])
     whole.run(queries)
     assert [q.reply[1] is None for q in queries] == [True, False, True]
     assert "timeout expired" in queries[1].reply[1].message
+
+
+def test_inside_execute_the_queries_their_batch_would_make_late_are_refused():
+    """Served plain, the queries Triton batched run as one and are answered when it ends. Seven
+    due in 100 ms and one in 40: 8 rows take 76 ms, 7 take 68, so only the one due in 40 (in
+    time alone: 20 ms) is refused. Due in 30 and 45 with three more: 5 rows take 52 ms, 4 take
+    44: the one due in 30 goes, and then the rest are in time. Its timeout error comes at once;
+    the others are computed. EDF refuses only expired queries."""
+    policy, manifest = _policy()
+    now = time.monotonic()
+    queries = _queries(manifest, now, [100.0] * 7 + [40.0])
+    assert policy.late_together(queries, now) == [queries[7]] and policy.late_together(queries[:7], now) == []
+    tight = _queries(manifest, now, [45.0, 100.0, 30.0, 100.0, 100.0])
+    assert policy.late_together(tight, now) == [tight[2]]
+    assert _policy(rule="edf")[0].late_together(tight, now) == []
+    device = make_device("CPU")
+    whole = WholeBatch(manifest, load_engines(manifest, ".", device), device, Metrics(), policy=policy)
+    queries = _queries(manifest, time.monotonic(), [100.0] * 7 + [40.0])
+    whole.run(queries)
+    assert [q.reply[1] is None for q in queries] == [True] * 7 + [False]
+    assert "timeout expired" in queries[7].reply[1].message
+
+
+def _early_exit(tables: list[dict]) -> Manifest:
+    """Timed stages passing ``x`` and ``work`` (the share of its table's time a batch takes)."""
+    specs = (TensorSpec("x", "float32", (8,)), TensorSpec("work", "float32", (1,)))
+    stages = tuple(StageSpec(i, "", "timed", specs, specs, latency=LatencyTable.from_json(table))
+                   for i, table in enumerate(tables))
+    return Manifest("timed.onnx", "", 8, specs, specs, stages)
+
+
+def test_served_plain_the_policy_learns_how_long_queries_take_from_the_batches_it_runs():
+    """Inside ``execute`` every batch run as one is a sample, as a pipeline stage's run is.
+    Queries that need a quarter of the tables' 20 ms: before any ran, one due in 15 ms is
+    hopeless; after thirty lone runs, it is not, and it is answered in time."""
+    policy = make_policy("slo", {})
+    manifest = _early_exit([TABLE] * 2)
+    policy.bind(manifest)
+    device = make_device("CPU")
+    whole = WholeBatch(manifest, load_engines(manifest, ".", device), device, Metrics(), policy=policy)
+
+    def query(deadline_ms: float) -> Query:
+        now = time.monotonic()
+        return Query({"x": np.zeros((1, 8), np.float32), "work": np.full((1, 1), 0.25, np.float32)}, None,
+                     arrived=now, deadline=now + deadline_ms / 1000)
+
+    assert policy.hopeless(query(15.0), time.monotonic())
+    for _ in range(30):
+        whole.run([query(1000.0)])
+    policy._seen.learn_now()
+    tight = query(15.0)
+    whole.run([tight])
+    assert tight.reply[1] is None and time.monotonic() < tight.deadline
+
+
+def test_policy_slo_with_auto_serves_plain_where_auto_does_and_judges_each_batch(repository):
+    """``policy.auto: true`` lets ``auto`` decide how ``policy: slo`` serves: ONNX Runtime stages
+    whose time grows with the rows run as one fused session inside ``execute``, as ``auto``
+    serves them, with the slo rule judging each batch Triton hands over: of four, the one due
+    before four rows' tabulated time (but not one row's) is refused at once, the rest answered;
+    the run is learned from."""
+    version_dir = repository / "bert_like" / VERSION
+    source = Manifest.load(version_dir)
+    sizes = source.stages[0].latency.batch_sizes
+    manifest = with_tables(source, [{"batch_sizes": list(sizes), "mean": [10.0 * b for b in sizes]}]
+                           * len(source.stages))
+    policy = make_policy("slo", {"auto": "true"})
+    decision, server = serve(manifest, version_dir, RuntimeConfig(policy=policy), make_device("CPU"), Metrics())
+    assert decision.mode is Mode.FUSED and isinstance(server, WholeBatch) and server.policy is policy
+    lone_ms = 10.0 * len(source.stages)  # the fused table: one row through every stage
+    now = time.monotonic()
+    feeds = [sample_inputs(manifest.inputs, 1, {"sequence": 4}, seed=i) for i in range(4)]
+    queries = [Query(feed, None, arrived=now, deadline=now + ms / 1000)
+               for feed, ms in zip(feeds, [10_000.0, 2.5 * lone_ms, 10_000.0, 10_000.0])]
+    server.run(queries)
+    assert [q.reply[1] is None for q in queries] == [True, False, True, True]
+    assert "timeout expired" in queries[1].reply[1].message
+    policy._seen.learn_now()
+    assert policy._seen.ratios(None) is not slo.CERTAIN
+    server.close()
 
 
 @pytest.fixture(scope="module")
@@ -167,23 +250,29 @@ def client(server):
         yield client
 
 
-def test_policy_slo_through_tritonserver_learns_and_refuses_by_the_request_timeout(client, repository):
-    """A timed early-exit model (its ``work`` input scales the time) served with ``policy: slo``:
-    requests with generous timeouts get their own rows; one whose timeout no run can meet gets
-    Triton's timeout error at once, and the model goes on serving."""
-    name = "slo_timed"
-    table = LatencyTable.from_json({"batch_sizes": [1, 8], "mean": [5.0, 8.0]})
+@pytest.mark.parametrize("name, parameters", [("slo_timed", {"policy": "slo"}),
+                                              ("slo_plain", {"policy": "slo", "batching": "triton"})])
+def test_policy_slo_through_tritonserver_learns_and_refuses_by_the_request_timeout(client, repository, name,
+                                                                                 parameters):
+    """A timed early-exit model (its ``work`` input scales the time: 100 ms alone at full work)
+    served with ``policy: slo``, pipelined and plain (each batch inside ``execute``): requests
+    with generous timeouts get their own rows, and teach the policy that most need a quarter of
+    the time; then one with a 60 ms timeout is computed in time, one whose timeout no run can
+    meet gets Triton's timeout error at once, and the model goes on serving."""
+    table = LatencyTable.from_json({"batch_sizes": [1, 8], "mean": [50.0, 80.0]})
     inputs = (TensorSpec("x", "float32", (4,)), TensorSpec("work", "float32", (1,)))
-    write_timed(name, inputs, [table] * 2, 8, "timed.onnx", "", repository / name, {"policy": "slo"})
+    write_timed(name, inputs, [table] * 2, 8, "timed.onnx", "", repository / name, parameters)
     with serving(client, repository, name):
         def ask(key: int, work: float, timeout_us: int) -> np.ndarray:
             feed = {"x": np.full((1, 4), key, np.float32), "work": np.full((1, 1), work, np.float32)}
             return infer(client, name, feed, timeout_us=timeout_us)["x_out"]
 
         for key in range(20):
-            assert ask(key, 0.25 if key % 3 else 1.0, 500_000)[0, 0] == key
+            assert ask(key, 0.25 if key % 3 else 1.0, 5_000_000)[0, 0] == key
+        time.sleep(2 * slo.REFRESH_S)  # learned
+        assert ask(50, 0.25, 60_000)[0, 0] == 50
         began = time.monotonic()
         with pytest.raises(InferenceServerException, match="timeout expired"):
             ask(99, 1.0, 1_000)
         assert time.monotonic() - began < 0.5
-        assert ask(100, 1.0, 500_000)[0, 0] == 100
+        assert ask(100, 1.0, 5_000_000)[0, 0] == 100

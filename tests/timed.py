@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import threading
 import time
@@ -26,6 +27,12 @@ def timed_manifest(tables: list[dict], dims: tuple = ("sequence",), max_batch_si
     stages = tuple(StageSpec(i, "", "timed", x, x, latency=LatencyTable.from_json(table))
                    for i, table in enumerate(tables))
     return Manifest("timed.onnx", "", max_batch_size, x, x, stages)
+
+
+def with_tables(manifest: Manifest, tables: list[dict]) -> Manifest:
+    """``manifest`` with its stage latency tables replaced (same batch sizes)."""
+    stages = tuple(dataclasses.replace(s, latency=LatencyTable.from_json(t)) for s, t in zip(manifest.stages, tables))
+    return dataclasses.replace(manifest, stages=stages)
 
 
 def flat(ms: float) -> dict:
