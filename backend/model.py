@@ -36,6 +36,7 @@ if not __package__:
     importlib.import_module(_HERE.name)
     __package__ = _HERE.name
 
+from .arrival import TritonQueue
 from .config import QueuePolicy, RuntimeConfig, triton_parameters
 from .device import make_device
 from .manifest import Manifest
@@ -145,6 +146,8 @@ class TritonPythonModel:
                 f"{self._manifest.max_batch_size} the model was sliced for"
             )
         self._queue = QueuePolicy.from_model_config(config)
+        delay_us = config.get("dynamic_batching", {}).get("max_queue_delay_microseconds", 0)
+        self._reached = TritonQueue(max(config.get("max_batch_size", 0), 1), int(delay_us) / 1e6)
         runtime_config = dataclasses.replace(RuntimeConfig.from_parameters(triton_parameters(config)),
                                              queue=self._queue)
         device = make_device(args.get("model_instance_kind", "CPU"), int(args.get("model_instance_device_id", 0)))
@@ -183,26 +186,37 @@ class TritonPythonModel:
         return self._server.ready
 
     def execute(self, requests: list) -> list | None:
-        if self._trace is None:
-            return self._execute(requests)
         began = time.monotonic()
         try:
             return self._execute(requests)
         finally:
-            self._trace.write(f"execute\t{began:.6f}\t{time.monotonic():.6f}\t{len(requests)}\n")
+            ended = time.monotonic()
+            self._reached.ended(ended)
+            if self._trace is not None:
+                self._trace.write(f"execute\t{began:.6f}\t{ended:.6f}\t{len(requests)}\n")
 
     def _execute(self, requests: list) -> list | None:
         if self._server.runs_inline():
             # Every query is answered, its reply kept on it, before the engines are done: the
             # responses are built meanwhile, on arrays filled by the time run returns.
-            queries = [self._query(request) for request in requests]
+            queries = self._from_triton([self._query(request) for request in requests])
             responses: list = []
             self._server.run(queries, lambda: responses.extend([self._response_of(q.reply) for q in queries]))
             return responses
         handover = Handover([self._sender(request) for request in requests])
-        self._server.submit([self._query(request, lambda outputs, failure, i=i: handover.deliver(
-            i, self._response_of((outputs, failure)))) for i, request in enumerate(requests)])
+        self._server.submit(self._from_triton([self._query(request, lambda outputs, failure, i=i: handover.deliver(
+            i, self._response_of((outputs, failure)))) for i, request in enumerate(requests)]))
         return handover.close()
+
+    def _from_triton(self, queries: list[Query]) -> list[Query]:
+        """Each deadline counted from when its request is taken to have reached Triton (it may
+        have waited in Triton's queue while this instance was busy: ``arrival.py``)."""
+        now = time.monotonic()
+        reached = self._reached.arrivals([len(next(iter(q.inputs.values()), ())) or 1 for q in queries], now)
+        for query, at in zip(queries, reached):
+            if query.deadline is not None:
+                query.deadline -= max(query.arrived - at, 0.0)
+        return queries
 
     def finalize(self) -> None:
         self._server.close()

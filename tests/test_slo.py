@@ -11,6 +11,7 @@ import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
 from backend import slo
+from backend.arrival import TritonQueue
 from backend.config import RuntimeConfig, make_policy
 from backend.device import make_device
 from backend.engines import load_engines
@@ -183,6 +184,21 @@ def test_inside_execute_the_queries_their_batch_would_make_late_are_refused():
     whole.run(queries)
     assert [q.reply[1] is None for q in queries] == [True] * 7 + [False]
     assert "timeout expired" in queries[7].reply[1].message
+
+
+def test_a_deadline_counts_the_wait_in_tritons_queue_while_the_instance_was_busy():
+    """``execute`` is not told when a request reached Triton. Called on an idle instance, its
+    requests came within the batcher's delay; called right after a call that took fewer rows
+    than the largest batch (Triton's queue emptied then), they came since that call began,
+    evenly spread in order; right after a full call, since that call's last one came."""
+    queue = TritonQueue(max_rows=8, delay_s=0.002)
+    assert queue.arrivals([1], 10.0) == [pytest.approx(9.999)]
+    queue.ended(10.100)  # a 100 ms call of one row: Triton's queue was empty at 10.0
+    assert queue.arrivals([1, 2, 1, 4], 10.1002) == pytest.approx([10.0125, 10.0376, 10.0626, 10.0877], abs=1e-4)
+    queue.ended(10.200)  # that call was full (8 rows): the next came after its last, at 10.0877
+    assert queue.arrivals([1], 10.2001) == [pytest.approx((10.0877 + 10.2001) / 2, abs=1e-4)]
+    queue.ended(10.300)
+    assert queue.arrivals([1], 11.0) == [pytest.approx(10.999)]  # idle since 10.3: the batcher's delay only
 
 
 def _early_exit(tables: list[dict]) -> Manifest:

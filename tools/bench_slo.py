@@ -1,7 +1,8 @@
 """python -m tools.bench_slo: Orloj's SLO-aware batching (``policy: slo``) as its paper measures it.
 
     python -m tools.bench_slo [--workloads rte,bimodal] [--slos 2,5] [--loads 0.3,0.6] [--seconds 10]
-                              [--warmup 3] [--rounds 1] [--profile P.json] [--out docs/results/RUN]
+                              [--warmup 3] [--rounds 1] [--models M,...] [--peak-of M,...]
+                              [--profile P.json] [--out docs/results/RUN]
 
 The measure is the paper's **finish rate**: the share of requests answered within their SLO.
 Every request carries its SLO as its Triton timeout (gRPC ``timeout``, what a client sets), sent
@@ -21,10 +22,14 @@ One timed profile (default ``docs/profiles/early_exit_2stages.json``: an early-e
 Models, one tritonserver: ``triton`` (the whole model as a plain model behind Triton's dynamic
 batcher, its queue policy refusing what waited past its timeout), ``slo`` (ours: Orloj's rule),
 ``edf`` (ours: ``policy: slo`` with ``rule: edf``), ``pass`` and ``auto`` (ours, the policies
-without deadlines but the entry's refusal of expired queries). The Poisson rates are ``--loads``
-times the best closed-loop throughput of ``triton``, ``pass`` and ``auto`` at 64 in flight (which no SLO
-bounds: under a tight one far less finishes in time). ``--out``
-keeps summary.md, finish.csv and tritonserver's log.
+without deadlines but the entry's refusal of expired queries), ``slo-plain`` (``policy: slo``
+served plain, ``batching: triton``: Triton's batcher forms each batch, as for ``triton``, and
+the slo rule refuses inside ``execute`` what the batch would make late) and ``slo-auto``
+(``policy: slo`` with ``policy.auto: true``: served as ``auto`` decides). ``--models`` measures
+some of them. The Poisson rates are ``--loads`` times the best closed-loop throughput at 64 in
+flight (which no SLO bounds: under a tight one far less finishes in time) of ``--peak-of``'s
+models (default ``triton``, ``pass`` and ``auto``; ``triton`` alone to load a model served plain
+within what it can serve). ``--out`` keeps summary.md, finish.csv and tritonserver's log.
 """
 
 from __future__ import annotations
@@ -57,6 +62,10 @@ PROFILE = ROOT / "docs" / "profiles" / "early_exit_2stages.json"
 PEAK_CONCURRENCY = 64
 SHORT, SHORT_SHARE = 0.25, 0.7  # the bimodal workload: this share of the rows needs this share of the time
 QUEUE_DEFAULT_US = 60_000_000  # the plain model's queue policy default (a request's own timeout is shorter)
+MODELS = ("triton", "slo", "edf", "pass", "auto", "slo-plain", "slo-auto")
+# The finish rates compared: slo against Triton and against our best other policy ("ours"); served plain,
+# against Triton's batcher that forms its batches too.
+RATIOS = (("slo", "triton"), ("slo", "ours"), ("slo-plain", "triton"))
 
 
 @dataclass(frozen=True)
@@ -151,25 +160,28 @@ def run(args: argparse.Namespace, console: Console) -> tuple[list[list[str]], li
         identity = (manifest.source_file, manifest.source_sha256)
         knobs = {k: v for k, v in parameters.items() if k != "policy" and not k.startswith("policy.")}
         ours = {"slo": {**knobs, "policy": "slo"}, "edf": {**knobs, "policy": "slo", "policy.rule": "edf"},
-                "pass": {**knobs, "policy": "pass"}, "auto": parameters}
+                "pass": {**knobs, "policy": "pass"}, "auto": parameters,
+                "slo-plain": {**knobs, "policy": "slo", "batching": "triton"},
+                "slo-auto": {**parameters, "policy": "slo", "policy.auto": "true"}}
         for name, settings in ours.items():
             written = write_timed(name, manifest.inputs, tables, manifest.max_batch_size, *identity, folder / name,
                                   settings, manifest.whole)
         timed_whole(written)
         write_plain(folder / "auto", folder, "triton", Peer(ragged=manifest.length_axis is not None,
                                                             timeout_us=QUEUE_DEFAULT_US))
-        models = ["triton", *ours]
+        models = [m for m in ("triton", *ours) if m in args.models]
+        loaded = [*args.peak_of, *(m for m in models if m not in args.peak_of)]
         log = args.out / "tritonserver.log" if args.out else folder / "triton.log"
         rows, details = [], []
         with Bench(folder, log=log) as bench:
-            for model in models:
+            for model in loaded:
                 bench.load(model)
             for name in args.workloads:
                 requests = workload(name, folder / "auto")
                 data = write_input_data(requests, folder / f"{name}.json")
-                for model in models:
+                for model in loaded:
                     bench.capacity(model, data, PEAK_CONCURRENCY, 1.0)  # warm up
-                peak = max(bench.capacity(m, data, PEAK_CONCURRENCY, args.seconds) for m in ("triton", "pass", "auto"))
+                peak = max(bench.capacity(m, data, PEAK_CONCURRENCY, args.seconds) for m in args.peak_of)
                 lone = lone_s(manifest, requests)
                 for load, factor in ((load, factor) for load in args.loads for factor in args.slos):
                     rate = load * peak
@@ -182,7 +194,7 @@ def run(args: argparse.Namespace, console: Console) -> tuple[list[list[str]], li
                                                              slo_s, seed=round_))
                     finish = {m: sum(o.finished for o in v) / max(sum(o.sent for o in v), 1)
                               for m, v in outcomes.items()}
-                    best_ours = max(finish[m] for m in ("edf", "pass", "auto"))
+                    finish["ours"] = max((finish[m] for m in ("edf", "pass", "auto") if m in finish), default=math.nan)
                     said = f"{name} at {load:g} of the peak, SLO {factor:g}x: " + ", ".join(
                         f"{m} {finish[m]:.1%} (of {sum(o.sent for o in v)}: refused {sum(o.refused for o in v)}, "
                         f"late {sum(o.late for o in v)}, failed {sum(o.failed for o in v)})"
@@ -191,15 +203,17 @@ def run(args: argparse.Namespace, console: Console) -> tuple[list[list[str]], li
                     details.append(said)
                     rows.append([name, f"{factor:g}x = {slo_s * 1000:.0f} ms", f"{load:g} x {peak:.0f}/s",
                                  *(f"{finish[m]:.1%}" for m in models),
-                                 _ratio(finish["slo"], finish["triton"]), _ratio(finish["slo"], best_ours)])
-        header = ["workload", "SLO", "Poisson", *(f"{m} finish" for m in models), "slo / triton",
-                  "slo / best other of ours"]
+                                 *(_ratio(finish.get(a, math.nan), finish.get(b, math.nan)) for a, b in RATIOS)])
+        header = ["workload", "SLO", "Poisson", *(f"{m} finish" for m in models),
+                  *(f"{a} / {b}" for a, b in RATIOS)]
         return rows, header, details
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 
 
 def _ratio(a: float, b: float) -> str:
+    if math.isnan(a) or math.isnan(b):
+        return "-"
     return f"{a / b:.2f}x" if b > 0 else ("inf" if a > 0 else "-")
 
 
@@ -212,11 +226,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=10.0, help="measured seconds per window (default 10)")
     parser.add_argument("--warmup", type=float, default=3.0, help="unmeasured seconds before each (default 3)")
     parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--models", default=",".join(MODELS), help=f"of {', '.join(MODELS)} (default all)")
+    parser.add_argument("--peak-of", default="triton,pass,auto",
+                        help="the models whose best peak the loads are shares of (default triton,pass,auto)")
     parser.add_argument("--out", type=Path, help="write summary.md and finish.csv here")
     args = parser.parse_args(argv)
     args.workloads = args.workloads.split(",")
     args.slos = [float(v) for v in args.slos.split(",")]
     args.loads = [float(v) for v in args.loads.split(",")]
+    args.models, args.peak_of = args.models.split(","), args.peak_of.split(",")
+    unknown = sorted(set(args.models + args.peak_of) - set(MODELS))
+    if unknown:
+        parser.error(f"unknown models: {', '.join(unknown)}; known: {', '.join(MODELS)}")
     console = Console()
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,49 @@
+"""When the requests of an ``execute`` call reached Triton, as far as the model can tell.
+
+A deadline counts from when its request reached the server, but the Python backend is not told
+when that was: ``execute`` sees a request once Triton's dynamic batcher hands it over, after it
+waited in Triton's queue for as long as the model's instance was busy (a model served plain,
+whose ``execute`` runs every batch; a pipeline's ``execute`` waiting on stage 0). Counted from
+``execute``, a request that waited 150 ms of its 160 ms timeout looks fresh, and one that cannot
+be answered in time is computed anyway (late) while the queue behind it grows.
+
+What the calls show bounds it. Triton hands requests over in the order they came, and at once
+to an idle instance (after its batcher's own delay): a call that begins well after the previous
+one ended got requests that arrived within that delay. While the instance is busy the requests
+wait: a call that took fewer rows than the largest batch left Triton's queue empty, so the next
+call's requests all arrived after it began; a full one did not, and the next call's arrived
+after its own. Within those bounds the requests are taken to have arrived evenly spread, in
+order (their expected times under Poisson arrivals). Under a load the instance cannot keep up
+with, full calls take the oldest requests and the spread reaches past them: the waits are
+underestimated there, never invented. Nothing here imports Triton.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+IDLE_S = 0.001  # a call beginning this long after the previous one ended found the instance idle
+
+
+@dataclass
+class TritonQueue:
+    max_rows: int  # the largest batch Triton forms (config.pbtxt's max_batch_size)
+    delay_s: float = 0.0  # the batcher's max_queue_delay
+    _since: float | None = None  # the next call's requests arrived after this (Triton's queue was empty then)
+    _ended: float | None = None  # when the last call ended
+
+    def arrivals(self, rows: Sequence[int], now: float) -> list[float]:
+        """When each of the requests of a call beginning ``now`` (with ``rows`` rows each, in the
+        order Triton handed them over) is taken to have reached Triton."""
+        since = now - self.delay_s
+        if self._since is not None and self._ended is not None and now - self._ended < IDLE_S:
+            since = min(since, self._since)  # the instance was busy: they waited since then
+        count = len(rows)
+        arrived = [since + (now - since) * (i + 0.5) / count for i in range(count)]
+        self._since = now if sum(rows) < self.max_rows else arrived[-1]
+        return arrived
+
+    def ended(self, now: float) -> None:
+        """The call ended at ``now``."""
+        self._ended = now
