@@ -45,6 +45,8 @@ class TritonQueue:
         if self._since is not None and self._ended is not None and now - self._ended < IDLE_S:
             since = min(since, self._since)  # the instance was busy: they waited since then
         count = len(rows)
+        if not count:
+            return []
         arrived = [since + (now - since) * (i + 0.5) / count for i in range(count)]
         self._since = now if sum(rows) < self.max_rows else arrived[-1]
         return arrived

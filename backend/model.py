@@ -68,6 +68,13 @@ def refuse_numpy_this_stub_cannot_pass() -> None:
             "(the stub ignores PYTHONPATH and takes the first python3 on PATH; tools/gpu_host.sh makes one)")
 
 
+def _rows(query: Query) -> int:
+    """A request's rows as Triton counts them toward a batch (1 where it cannot tell: validation
+    answers a malformed request later, on its own)."""
+    shape = getattr(next(iter(query.inputs.values()), None), "shape", ())
+    return int(shape[0]) if shape else 1
+
+
 class MetricsExporter(threading.Thread):
     """Copies the runtime's counters into Triton's custom metrics about once a second (and once
     more when the model unloads), so the hot path never waits on the Triton process."""
@@ -212,7 +219,7 @@ class TritonPythonModel:
         """Each deadline counted from when its request is taken to have reached Triton (it may
         have waited in Triton's queue while this instance was busy: ``arrival.py``)."""
         now = time.monotonic()
-        reached = self._reached.arrivals([len(next(iter(q.inputs.values()), ())) or 1 for q in queries], now)
+        reached = self._reached.arrivals([_rows(query) for query in queries], now)
         for query, at in zip(queries, reached):
             if query.deadline is not None:
                 query.deadline -= max(query.arrived - at, 0.0)

@@ -7,6 +7,7 @@ import ast
 import csv
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -477,6 +478,27 @@ def test_stub_cost_times_ours_and_the_plain_model_inside_one_stub(run, tokenizer
     refused = run("tools.stub_cost", str(tmp_path / "trt"), *workload, "--batch-sizes", "1", "--rounds", "1",
                   "--parameter", "policy=pass")
     assert refused.returncode == 1 and "pipelines here" in refused.stdout, refused.stdout[-2000:]
+
+
+def test_slo_benchmark_sorts_what_became_of_every_request(run, tmp_path):
+    """``tools.bench_slo`` briefly, on the bimodal load: Triton's batcher, ``policy: slo``
+    pipelined and served plain. Every request sent is counted once, as finished, refused, late
+    or failed, and the finish rates and their ratios are in its CSV."""
+    out = tmp_path / "slo"
+    done = run("tools.bench_slo", "--workloads", "bimodal", "--slos", "5", "--loads", "0.5", "--seconds", "1",
+               "--warmup", "0.5", "--models", "triton,slo,slo-plain", "--peak-of", "triton", "--out", str(out))
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    [row] = list(csv.DictReader((out / "finish.csv").read_text().splitlines()))
+    for model in ("triton", "slo", "slo-plain"):
+        assert 0.0 <= float(row[f"{model} finish"].rstrip("%")) <= 100.0
+    assert row["slo / ours"] == "-" and row["slo-plain / triton"] != "-"
+    counts = re.findall(r"(\d+\.\d)% \(of (\d+): refused (\d+), late (\d+), failed (\d+)\)",
+                        (out / "summary.md").read_text())
+    assert len(counts) == 3, (out / "summary.md").read_text()
+    for rate, *numbers in counts:
+        sent, refused, late, failed = map(int, numbers)
+        assert sent > 0 and failed == 0
+        assert abs(float(rate) / 100 * sent + refused + late - sent) <= 0.001 * sent + 0.5
 
 
 def test_cost_benchmark_measures_four_ways_and_the_trace_shows_the_pipeline(run, tmp_path):
