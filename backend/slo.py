@@ -19,7 +19,10 @@ When stage 0 asks for work (the paper's lazy batch creation), ``rule: orloj`` (t
    at ``k`` rows is ``F^k``). The query with the earliest deadline goes in the largest batch
    feasible for it that enough waiting queries can fill; beyond the paper, everyone waiting goes
    in one batch instead where that finishes more in time, as expected, than this batch and then
-   the rest in the next (``_Batching.or_all``).
+   the rest in the next (``_Batching.or_all``). Also beyond the paper, the batch keeps up with
+   the load: where the entry's steady rate needs batches of at least ``k`` rows for the pipeline
+   to drain it, the query with the earliest deadline a batch of ``k`` is in time for goes first,
+   in a batch of at least ``k`` (``_Batching.keeps_up``).
 2. **Batch-aware priority** (eq. 1-2): the batch is filled with the queries of highest priority
    among those it is feasible for, the priority being the expected cost a query saves by running
    in this batch rather than after an anticipated delay (exponential, rate one over a lone
@@ -258,7 +261,8 @@ class SloPolicy(DiversityPolicy):
         deadlines = np.array([self._deadline(q) for q in waiting])
         order = np.lexsort((np.arange(len(waiting)), deadlines))  # earliest deadline, then oldest
         if self.rule == "orloj" and not math.isinf(deadlines[order[0]]):
-            batch = _Batching(self, waiting, deadlines - now, self._free_at(outlook.ahead, now), now).form(order, room)
+            batch = _Batching(self, waiting, deadlines - now, self._free_at(outlook.ahead, now), now,
+                              outlook.steady_per_s).form(order, room)
             if batch:
                 return [(batch, BatchShape.of(batch, pads=True))]
         batch = take_batch([waiting[i] for i in order], room, self.joins)  # EDF, and where none is in time
@@ -285,8 +289,10 @@ class _Batching:
     tabulated one each is predicted at: the next up, which never predicts short), and the
     stages' free times, asked about batch sizes."""
 
-    def __init__(self, policy: SloPolicy, waiting: Sequence[Query], slack: np.ndarray, free: list[float], now: float):
+    def __init__(self, policy: SloPolicy, waiting: Sequence[Query], slack: np.ndarray, free: list[float], now: float,
+                 arrivals_per_s: float = 0.0):
         self.policy, self.waiting, self.slack, self.free, self.now = policy, waiting, slack, free, now
+        self.arrivals_per_s = arrivals_per_s
         self.lengths = [policy.tabulated_length(policy._length(None, [q])) for q in waiting]
         self.rows = np.array([q.rows for q in waiting])
 
@@ -303,13 +309,27 @@ class _Batching:
         return chance
 
     def form(self, order: np.ndarray, room: int) -> list[Query]:
-        """The batch for the earliest deadline some batch is in time for: the largest batch in
-        time for it that the queries it is in time for can fill, filled by priority; empty
-        where none is in time for anyone (the queries will be refused as ``hopeless``)."""
+        """The batch for the earliest deadline some batch is in time for (where the load needs
+        batches of at least ``keeps_up`` rows, the earliest such a batch is in time for): the
+        largest batch in time for it that the queries it is in time for can fill, filled by
+        priority; empty where none is in time for anyone (the queries will be refused as
+        ``hopeless``)."""
         alone = self.chances(1) >= FEASIBLE
         urgent = next((int(i) for i in order if alone[i]), None)
         if urgent is None:
             return []
+        least, most = 1, min(room, int(self.rows.sum()))
+        needs: dict[int | None, int] = {}  # by tabulated length
+        in_time: dict[int, np.ndarray] = {}  # by rows
+        for i in (int(i) for i in order if alone[i]):  # the first a batch that keeps up is in time for
+            if self.lengths[i] not in needs:
+                needs[self.lengths[i]] = self.keeps_up(self.lengths[i], most)
+            need = needs[self.lengths[i]]
+            if need not in in_time:
+                in_time[need] = self.chances(need) >= FEASIBLE
+            if in_time[need][i]:
+                urgent, least = i, need
+                break
         first = self.waiting[urgent]
         fits = np.array([self.policy.joins(first, q) for q in self.waiting])
 
@@ -321,6 +341,8 @@ class _Batching:
             return bool(mask[urgent]) and int(self.rows[mask].sum()) >= k
 
         low, high = first.rows, min(room, int(self.rows[fits].sum()))
+        if least > low and least <= high and serves(least):
+            low = least
         if low > high or not serves(low):
             return []
         while low < high:  # the largest k that serves: serves(k) holds up to it and not beyond
@@ -356,6 +378,25 @@ class _Batching:
         apart = (self.chances(k, length)[batch].sum()
                  + self.chances(k_rest, length_rest, after)[rest].sum())
         return everyone if self.chances(k_all, length_all)[everyone].sum() > apart else batch
+
+    def occupies(self, k: int, length: int | None) -> float:
+        """Seconds a batch of ``k`` rows of ``length`` holds the pipeline's slowest stage, as
+        expected: the tables' time times the expected ratio of such a run."""
+        grid, mass = self.policy._seen.ratios(length).masses(k)
+        return max(max(self.policy._times(k, length)) * float(grid @ mass), 1e-9)
+
+    def keeps_up(self, length: int | None, most: int) -> int:
+        """The fewest rows (up to ``most``) a batch of ``length`` needs for batches that size to
+        drain the pipeline as fast as the load comes (the entry's steady rate): 1 where any
+        does or the rate is not known yet."""
+        rows_per_s = self.arrivals_per_s * float(self.rows.mean())
+        if rows_per_s * self.occupies(1, length) <= 1 or most <= 1:
+            return 1
+        low, high = 2, most
+        while low < high:
+            middle = (low + high) // 2
+            low, high = (low, middle) if rows_per_s * self.occupies(middle, length) <= middle else (middle + 1, high)
+        return low
 
     def shape(self, members: list[int]) -> tuple[int, int | None]:
         """A batch of ``members``: its rows and the longest tabulated length among them."""

@@ -19,6 +19,7 @@ from backend.sample import sample_inputs
 from backend.serving import Mode, serve
 from backend.manifest import LatencyTable, Manifest, StageSpec, TensorSpec
 from backend.metrics import Metrics
+from backend.policy import Outlook
 from backend.query import BatchShape, Query, refuse_invalid
 from backend.whole import WholeBatch
 from tools.lib.client import infer
@@ -78,6 +79,21 @@ def test_the_earliest_deadline_goes_in_the_largest_batch_in_time_for_it():
     mixed = _queries(manifest, now, [500.0, 500.0, 60.0, 500.0, 30.0, 500.0])
     (batch, _), = policy.form(mixed, 8, now)
     assert batch == [mixed[4], mixed[2]]
+
+
+def test_under_a_load_that_needs_larger_batches_the_batch_keeps_up():
+    """A batch of k holds a stage 10 + 4 (k - 1) ms: at 200 queries a second the pipeline keeps
+    up only with batches of 6 or more (60 ms for 6 rows through both stages). The query due in
+    30 ms is in time only in a batch of 2: at no load it gets one (as Orloj's rule has it); at
+    200 a second the seven due in 100 ms go first, in one batch (7 rows: 68 ms), and the tight
+    one waits, or it would shrink every batch and the backlog would grow."""
+    policy, manifest = _policy()
+    now = time.monotonic()
+    mixed = _queries(manifest, now, [100.0, 100.0, 30.0, 100.0, 100.0, 100.0, 100.0, 100.0])
+    (batch, _), = policy.form(mixed, 8, now)
+    assert len(batch) == 2 and batch[0] is mixed[2]
+    (batch, _), = policy.form(mixed, 8, now, Outlook(steady_per_s=200.0))
+    assert len(batch) == 7 and mixed[2] not in batch
 
 
 def test_everyone_goes_together_where_a_second_batch_would_be_late():
