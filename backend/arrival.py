@@ -21,7 +21,7 @@ underestimated there, never invented. Nothing here imports Triton.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 # A call beginning within this of the previous one's end is taken to have had requests waiting:
 # an upper bound on Triton's hand-off from one call to the next (0.5-2 ms, median 1.6, on this
@@ -35,8 +35,8 @@ IDLE_S = 0.005
 class TritonQueue:
     max_rows: int  # the largest batch Triton forms (config.pbtxt's max_batch_size)
     delay_s: float = 0.0  # the batcher's max_queue_delay
-    _since: float | None = None  # the next call's requests arrived after this (Triton's queue was empty then)
-    _ended: float | None = None  # when the last call ended
+    _since: float | None = field(default=None, init=False)  # the next call's requests arrived after this
+    _ended: float | None = field(default=None, init=False)  # when the last call ended
 
     def arrivals(self, rows: Sequence[int], now: float) -> list[float]:
         """When each of the requests of a call beginning ``now`` (with ``rows`` rows each, in the

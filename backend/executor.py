@@ -189,7 +189,7 @@ class StageExecutor(threading.Thread):
             if target is not None:
                 self.device.record(target.event, self.stream)
         self.device.finish(self.stream)  # the table must say where the batch really is
-        if whole:
+        if whole and self.scheduler.policy.learns:
             self._observe(row, item.num, time.monotonic() - began)
         # From the table's update to the hand-over nothing can fail: the claims on the output
         # buffer always match the items and held rows the table says read it.

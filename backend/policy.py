@@ -45,6 +45,7 @@ class Policy:
     name = "pass"
     auto = False  # ``decide.py`` may serve the model plain or run lone batches inline (``policy: auto``)
     split_serially = False  # split parts enter the next stage as soon as it is free
+    learns = False  # it hears how long each run took (``observe``): only then is it told
     max_in_flight = 0  # rows admitted and not yet answered, at most (0: no limit but the batch size)
     # Where a policy says what it decided while serving (``serving.serve`` points it at the model's log).
     said: Callable[[str], None] = staticmethod(log.info)
@@ -58,7 +59,8 @@ class Policy:
     def observe(self, stages: range, rows: int, shape: BatchShape, first: Query | None, seconds: float) -> None:
         """``stages`` computed ``rows`` of a batch of ``shape`` (``first``: one of its queries) in
         ``seconds``: a stage of the pipeline, or every stage inside ``execute`` (for policies that
-        learn how long queries take: ``policy: slo``). Called on the serving path: keep it short."""
+        learn how long queries take: ``policy: slo``), where ``learns``. Called on the serving path: keep
+        it short."""
 
     def hopeless(self, query: Query, now: float) -> bool:
         """Whether ``query`` cannot meet its deadline any more, so that the entry (or ``execute``,

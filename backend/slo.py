@@ -188,6 +188,7 @@ class SloPolicy(DiversityPolicy):
     """Orloj's rule (or EDF) at the entry, with the execution times it learns (module docstring)."""
 
     name = "slo"
+    learns = True
     rule: str = "orloj"  # orloj | edf
     _seen: ExecTimes = field(init=False, repr=False)
 
@@ -315,13 +316,13 @@ class _Batching:
         priority; empty where none is in time for anyone (the queries will be refused as
         ``hopeless``)."""
         alone = self.chances(1) >= FEASIBLE
-        urgent = next((int(i) for i in order if alone[i]), None)
-        if urgent is None:
+        candidates = [int(i) for i in order if alone[i]]
+        if not candidates:
             return []
-        least, most = 1, min(room, int(self.rows.sum()))
+        urgent, least, most = candidates[0], 1, min(room, int(self.rows.sum()))
         needs: dict[int | None, int] = {}  # by tabulated length
         in_time: dict[int, np.ndarray] = {}  # by rows
-        for i in (int(i) for i in order if alone[i]):  # the first a batch that keeps up is in time for
+        for i in candidates:  # the first a batch that keeps up is in time for
             if self.lengths[i] not in needs:
                 needs[self.lengths[i]] = self.keeps_up(self.lengths[i], most)
             need = needs[self.lengths[i]]

@@ -54,8 +54,8 @@ class WholeBatch:
     query the policy finds cannot meet its deadline (``Policy.hopeless``: by default, whose
     timeout expired; ``policy: slo``'s rule), or that running with the others would make late
     (``Policy.late_together``), is answered with Triton's timeout error and not run. A call
-    that ran one batch tells the policy how long it took (``Policy.observe``: ``policy: slo``
-    learns how long queries take)."""
+    that ran one batch tells a policy that learns how long it took (``Policy.observe``:
+    ``policy: slo`` learns how long queries take)."""
 
     def __init__(self, manifest: Manifest, engines: Sequence[Engine], device: Device, metrics: Metrics,
                  pad_values: Mapping[str, float] | None = None, size_limits: Mapping[str, int] | None = None,
@@ -109,7 +109,7 @@ class WholeBatch:
             launched[-1][2] += ended - began
         for stage, rows, seconds in launched:
             self.metrics.stage_ran(stage, rows, seconds)
-        if ran is not None:  # one batch, run as one: from the call to the engines' end is its time
+        if ran is not None and self.policy.learns:  # one batch run as one: from the call to the engines' end
             self._observe(ran, ended - called)
 
     def _observe(self, batch: list[Query], seconds: float) -> None:
