@@ -6,7 +6,10 @@ batch and at many, on the model's own engines and inputs shaped like its own: CP
 process, so engines that run beside the host (a GPU; timed) add only what launching them costs
 it. A batch's fixed cost and a request's follow from the two sizes. A pipelined request is also
 answered by a ``send()``, a round trip to tritonserver that no run here makes: ``round_trip``
-(the backend's: one call to Triton's process) is timed for it. ``decide.py`` reads the result;
+(the backend's: one call to Triton's process) is timed for it. A lone batch's wall time each
+way is timed too: what the pipeline adds to it beyond its CPU is the hand-offs' latency (threads
+woken on other cores), which the CPU does not show (a lent H200's 16 cores: the forced pipeline
+answered one request in flight in 2.42 ms where the plain model took 1.43). ``decide.py`` reads the result;
 serving corrects it with what it shows (``decide.ModeSwitch``). Where a policy weighs power
 (``policy: smdp``), the device's energy per batch size is measured too, from its own counter
 (``energy``).
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import os
+import statistics
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -59,12 +63,14 @@ def measure(manifest: Manifest, device: Device, pipeline: Callable[[Sequence[Que
     length, feed = _typical(manifest)
     many = max(2, min(manifest.max_batch_size, 32))
     costs: dict[tuple[str, int], float] = {}
+    walls: dict[tuple[str, int], float] = {}
     for rows in (1, many):
         took = sum(t.predict(rows, length) for t in tables) / 1000 if all(tables) else 0.0
         rounds = int(max(1, min(ROUNDS, budget_s / 4 / took))) if took > 0 else ROUNDS
-        costs["pipeline", rows] = _cpu_per_batch(lambda qs: _through(pipeline, qs), device, feed, rows, rounds)
-        costs["plain", rows] = _cpu_per_batch(plain, device, feed, rows, rounds)
+        for way, serve in (("pipeline", lambda qs: _through(pipeline, qs)), ("plain", plain)):
+            costs[way, rows], walls[way, rows] = _per_batch(serve, device, feed, rows, rounds)
     trip = _round_trip_s(round_trip)
+    handoff = max(0.0, walls["pipeline", 1] - walls["plain", 1] - (costs["pipeline", 1] - costs["plain", 1]))
 
     def line(way: str) -> tuple[float, float]:
         per_request = max(0.0, (costs[way, many] - costs[way, 1]) / (many - 1))
@@ -72,7 +78,7 @@ def measure(manifest: Manifest, device: Device, pipeline: Callable[[Sequence[Que
 
     (pipe_batch, pipe_request), (plain_batch, plain_request) = line("pipeline"), line("plain")
     return HostCosts(pipeline_batch_s=pipe_batch, pipeline_request_s=pipe_request + trip,
-                     plain_batch_s=plain_batch, plain_request_s=plain_request,
+                     plain_batch_s=plain_batch, plain_request_s=plain_request, handoff_s=handoff,
                      how=f"measured at load, batches of 1 and {many}" + (f", send {trip * 1e6:.0f} us" if trip else ""))
 
 
@@ -105,17 +111,20 @@ def _typical(manifest: Manifest) -> tuple[int | None, dict]:
     return length, feed_at(manifest.inputs, 1, length, manifest.length_axis if length else None, {})
 
 
-def _cpu_per_batch(serve: Callable[[Sequence[Query]], None], device: Device, feed: dict, rows: int,
-                   rounds: int) -> float:
-    """This process's CPU seconds per batch of ``rows`` one-row queries (after one run to warm up)."""
-    spent = 0.0
+def _per_batch(serve: Callable[[Sequence[Query]], None], device: Device, feed: dict, rows: int,
+               rounds: int) -> tuple[float, float]:
+    """This process's CPU seconds and the wall seconds per batch of ``rows`` one-row queries (after
+    one run to warm up); the wall time is the median run's (a run the scheduler delayed says
+    nothing of the way)."""
+    spent, walls = 0.0, []
     for round_ in range(rounds + 1):
         queries = [Query({k: v.copy() for k, v in feed.items()}, _ignore) for _ in range(rows)]
-        began = host_cpu_s(device)
+        began, started = host_cpu_s(device), time.perf_counter()
         serve(queries)
         if round_:
             spent += host_cpu_s(device) - began
-    return spent / rounds
+            walls.append(time.perf_counter() - started)
+    return spent / rounds, statistics.median(walls)
 
 
 def _through(pipeline: Callable[[Sequence[Query]], None], queries: Sequence[Query]) -> None:

@@ -57,13 +57,16 @@ class HostCosts:
     serving (``pipeline``: handed to the stage executors, answered by ``send()``; ``plain``: run
     inside ``execute``, answered in its list), and tritonserver's own per request where serving
     showed it. The stub is one Python interpreter: its work runs on one core's worth of time
-    whatever the host has, which is what caps serving at engine speed."""
+    whatever the host has, which is what caps serving at engine speed. ``handoff_s``: the wall
+    seconds the pipeline's hand-offs add to a lone batch beyond that CPU (threads woken, on other
+    cores where the host has them): latency, which occupies nothing."""
 
     pipeline_batch_s: float = 0.0
     pipeline_request_s: float = 0.0
     plain_batch_s: float = 0.0
     plain_request_s: float = 0.0
     server_request_s: float = 0.0
+    handoff_s: float = 0.0
     how: str = "not measured"
 
     def stub_s(self, mode: Mode, rows: float) -> float:
@@ -84,7 +87,8 @@ class HostCosts:
 
     def describe(self) -> str:
         return (f"stub {self.pipeline_batch_s * 1e6:.0f} us a batch + {self.pipeline_request_s * 1e6:.0f} a request "
-                f"pipelined, {self.plain_batch_s * 1e6:.0f} + {self.plain_request_s * 1e6:.0f} plain ({self.how})")
+                f"pipelined (+ {self.handoff_s * 1e6:.0f} us of hand-offs), {self.plain_batch_s * 1e6:.0f} + "
+                f"{self.plain_request_s * 1e6:.0f} plain ({self.how})")
 
 
 @dataclass(frozen=True)
@@ -221,7 +225,8 @@ class LoneRuns:
 
     Alone in the pipeline, a query pays for what overlapping batches would hide: the hand-offs
     between the executor threads and a ``send()`` of its answer (``saved_s``, measured at load:
-    the pipeline's cost of a lone batch less the plain path's). Inside ``execute`` it is answered
+    the pipeline's CPU for a lone batch less the plain path's, and the hand-offs' latency beyond
+    it). Inside ``execute`` it is answered
     in its list, as a plain model answers; but meanwhile ``execute`` holds Triton's instance: a
     request arriving during the run waits unseen in Triton's queue until the run ends, where the
     pipeline would have let it into stage 0 once that was free (``extra_s``: what it waits more,
@@ -258,7 +263,8 @@ class LoneRuns:
         times = [s.latency.predict(1, middle_length([s.latency])) / 1000 for s in manifest.stages]
         total = sum(times)
         extra = (total ** 2 - times[0] ** 2) / (2 * total) if total > 0 else 0.0
-        return cls(saved_s=costs.stub_s(Mode.PIPELINE, 1) - costs.stub_s(Mode.IN_TURN, 1), extra_s=extra)
+        return cls(saved_s=costs.stub_s(Mode.PIPELINE, 1) - costs.stub_s(Mode.IN_TURN, 1) + costs.handoff_s,
+                   extra_s=extra)
 
     def pays(self) -> bool:
         return self.share * self.extra_s < self.saved_s
@@ -301,25 +307,25 @@ class Window:
 @dataclass
 class ModeSwitch:
     """Serves pipelined or plain, whichever answers the load seen sooner (auto on engines that
-    overlap). Each window it reads the utilisation of every limit serving has in the way it
-    serves now (the stub's interpreter, the host's cores with tritonserver, the engines: the
-    bottleneck stage pipelined, all stages plain), and predicts the other way's at the same load,
-    scaling the stub's time by the two ways' measured costs at the batch size seen and reading
-    the engines' from the tables. From each way's utilisation ``u`` it predicts a request's mean
-    latency: a batch's own time through the stages and the stub, plus the wait for the limit
-    ahead of it, a queue's ``s u / (2 (1 - u))`` for a limit that serves a batch in ``s`` (the
-    whole batch's time plain, the bottleneck's pipelined: the pipeline's multi-entry lets a
-    request into stage 0 while another runs). It switches when the other way's prediction is
-    ``SWITCH_GAIN`` below the current one's. At light load both ways predict about a batch's own
-    time and the mode stays (the lone batches of a pipeline run inline where ``LoneRuns`` says
-    so); where both would be overloaded, the one nearer its capacity gives way. (Switching back
-    to the pipeline whenever both had room once cost the next load its first second: the
-    near-zero profile's pipeline carries about half of what its plain path does;
-    docs/results/check-auto-2core-noslack.) A window with hardly any answers changes nothing
-    (when a load stops and starts again, as a benchmark's windows do, it is served as it was).
-    The stub's measured costs are corrected by what each window shows against them (``costs``;
-    at most ``MAX_CORRECTION`` either way from what loading measured), and tritonserver's cost
-    per request is learnt where it can be read."""
+    overlap). Each window it reads the utilisation of every limit serving has in the way it serves
+    now (the stub's interpreter, the host's cores with tritonserver, the engines: the bottleneck
+    stage pipelined, all stages plain), and predicts the other way's at the same load, scaling the
+    stub's time by the two ways' measured costs at the batch size seen and reading the engines' from
+    the tables. From each way's utilisation ``u`` it predicts a request's mean latency: a batch's
+    own time through the stages and the stub (pipelined, with the hand-offs' latency:
+    ``HostCosts.handoff_s``), plus the wait for the limit ahead of it, a queue's
+    ``s u / (2 (1 - u))`` for a limit that serves a batch in ``s`` (the whole batch's time plain, the bottleneck's
+    pipelined: the pipeline's multi-entry lets a request into stage 0 while another runs). It
+    switches when the other way's prediction is ``SWITCH_GAIN`` below the current one's. At light
+    load both ways predict about a batch's own time, unless the hand-offs' latency weighs in it, and
+    the mode stays (the lone batches of a pipeline run inline where ``LoneRuns`` says so); where
+    both would be overloaded, the one nearer its capacity gives way. (Switching back to the pipeline
+    whenever both had room once cost the next load its first second: the near-zero profile's
+    pipeline carries about half of what its plain path does; docs/results/check-auto-2core-noslack.)
+    A window with hardly any answers changes nothing (when a load stops and starts again, as a
+    benchmark's windows do, it is served as it was). The stub's measured costs are corrected by what
+    each window shows against them (``costs``; at most ``MAX_CORRECTION`` either way from what
+    loading measured), and tritonserver's cost per request is learnt where it can be read."""
 
     tables: Sequence[LatencyTable]
     costs: HostCosts
@@ -370,8 +376,9 @@ class ModeSwitch:
             return math.inf
         stub = self.costs.stub_s(mode, rows)
         own = self._device_s(Mode.IN_TURN, rows) + stub
-        service = own if mode is not Mode.PIPELINE else max(self._device_s(mode, rows), stub)
-        return own + service * busy / (2 * (1 - busy))
+        if mode is not Mode.PIPELINE:
+            return own + own * busy / (2 * (1 - busy))
+        return own + self.costs.handoff_s + max(self._device_s(mode, rows), stub) * busy / (2 * (1 - busy))
 
     def _switch(self, mode: Mode) -> Mode | None:
         if mode is self.mode:

@@ -104,6 +104,17 @@ def test_windows_of_each_load(server, rte, tmp_path):
     assert burst.load.offered() == pytest.approx(8 / 0.207) and burst.requests >= 16
 
 
+def _served(repository, server, tmp_path, name: str, nodes: list, inputs: list, outputs: list, weights: list):
+    """A one-request-a-row ONNX model sliced in two and loaded, with perf_analyzer's input data."""
+    graph = helper.make_graph(nodes, name, inputs, outputs, weights)
+    source = tmp_path / f"{name}.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), str(source))
+    slice_model(source, repository / name, replace(FAST, stages=2, calibration_rounds=0, policy_defaults=False))
+    with grpcclient.InferenceServerClient(server.url) as client:
+        client.load_model(name)
+    return write_input_data(synthetic(interface_of(repository / name), 1, {}, count=4), tmp_path / f"{name}.json")
+
+
 def test_requests_of_large_images_go_through_shared_memory_and_every_window_ends(server, repository, tmp_path):
     """A model taking 224x224 images (600 kB a request): perf_analyzer's export would hold every
     input as JSON text (gigabytes at 16 in flight; it never finished writing them), so such
@@ -113,17 +124,28 @@ def test_requests_of_large_images_go_through_shared_memory_and_every_window_ends
              helper.make_node("Relu", ["c"], ["r"], name="relu"),
              helper.make_node("GlobalAveragePool", ["r"], ["p"], name="pool"),
              helper.make_node("Flatten", ["p"], ["scores"], name="flatten")]
-    graph = helper.make_graph(nodes, "images", [helper.make_tensor_value_info("image", TensorProto.FLOAT,
-                                                                              ["batch", 3, 224, 224])],
-                              [helper.make_tensor_value_info("scores", TensorProto.FLOAT, ["batch", 4])], [weights])
-    source = tmp_path / "images.onnx"
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), str(source))
-    slice_model(source, repository / "images", replace(FAST, stages=2, calibration_rounds=0, policy_defaults=False))
-    with grpcclient.InferenceServerClient(server.url) as client:
-        client.load_model("images")
-    data = write_input_data(synthetic(interface_of(repository / "images"), 1, {}, count=4), tmp_path / "images.json")
+    data = _served(repository, server, tmp_path, "images", nodes,
+                   [helper.make_tensor_value_info("image", TensorProto.FLOAT, ["batch", 3, 224, 224])],
+                   [helper.make_tensor_value_info("scores", TensorProto.FLOAT, ["batch", 4])], [weights])
     assert transport("images", server.url, str(data))[:2] == ("--shared-memory", "system")
     window = measure("images", server.url, Load(concurrency=16), data, seconds=1.0, warmup_s=0.3, timeout_s=60)
+    assert window.requests > 16 and window.throughput > 0
+
+
+def test_large_answers_go_through_shared_memory_and_every_window_ends(server, repository, tmp_path):
+    """Small requests, large answers (BERT-base's 64 x 768 floats are 197 kB): the export would
+    hold every answer as JSON text, and perf_analyzer hung on every window of BERT-base on a lent
+    H200, so answers past the bound go through shared memory too."""
+    weights = [numpy_helper.from_array(np.full((4, 8, 1024), 0.5, np.float32), "w"),
+               numpy_helper.from_array(np.array([-1, 4, 1, 1], np.int64), "column")]
+    nodes = [helper.make_node("Reshape", ["x", "column"], ["c"], name="column"),
+             helper.make_node("Relu", ["c"], ["r"], name="relu"),
+             helper.make_node("Mul", ["r", "w"], ["big"], name="spread")]  # 128 kB an answer
+    data = _served(repository, server, tmp_path, "answers", nodes,
+                   [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])],
+                   [helper.make_tensor_value_info("big", TensorProto.FLOAT, ["batch", 4, 8, 1024])], weights)
+    assert transport("answers", server.url, str(data))[:2] == ("--shared-memory", "system")
+    window = measure("answers", server.url, Load(concurrency=16), data, seconds=1.0, warmup_s=0.3, timeout_s=60)
     assert window.requests > 16 and window.throughput > 0
 
 

@@ -453,6 +453,44 @@ def test_the_mode_switch_pipelines_where_the_engines_are_the_nearer_limit():
     assert switch.observe(_window(0.06, (0.9, 0.9), answered=1400)) is None and switch.mode is Mode.PIPELINE
 
 
+def test_the_mode_switch_serves_plain_where_the_pipelines_hand_offs_outweigh_its_multi_entry():
+    """Two stages of 0.3 ms (TensorRT speed), a fast host's stub (150 us a request pipelined, 30
+    plain), 500 answers/s one row a run: by CPU alone both ways answer in about 0.77 ms and the
+    mode stays. On a lent H200's 16 cores the forced pipeline answered one request in flight in
+    2.42 ms where the plain model took 1.43 (threads woken on other cores: latency, not CPU), and
+    `auto` kept pipelining (0.78x the plain model): with the hand-offs' 0.8 ms measured at load
+    (``HostCosts.handoff_s``) the switch serves plain."""
+    manifest = timed_manifest([flat(0.3)] * 2)
+    window = Window(1.0, 500, 500 * 150e-6, None, (0.15, 0.15), 1.0)
+    for handoff_s, switched in ((0.0, None), (0.8e-3, Mode.IN_TURN)):
+        costs = HostCosts(pipeline_request_s=150e-6, plain_request_s=30e-6, handoff_s=handoff_s)
+        assert ModeSwitch([s.latency for s in manifest.stages], costs, cores=16).observe(window) is switched
+    lone = LoneRuns.of(manifest, HostCosts(pipeline_request_s=150e-6, plain_request_s=30e-6, handoff_s=0.8e-3))
+    assert lone.saved_s == pytest.approx(0.92e-3)  # what a lone batch inline saves: CPU and hand-offs
+
+
+def test_loading_measures_the_latency_the_pipelines_hand_offs_add_beyond_their_cpu():
+    """``calibrate.measure`` with a pipeline that answers 3 ms after it is handed a batch, on
+    another thread, spending no CPU meanwhile, and a plain path that answers at once: the
+    hand-offs' latency is those 3 ms (the CPU shows none of it)."""
+    import threading
+
+    from backend import calibrate
+    from backend.device import make_device
+
+    def pipeline(queries) -> None:
+        threading.Timer(3e-3, lambda: [q.respond({}, None) for q in queries]).start()
+
+    def plain(queries) -> None:
+        for query in queries:
+            query.respond({}, None)
+
+    manifest = timed_manifest([flat(0.1)] * 2)
+    costs = calibrate.measure(manifest, make_device("CPU"), pipeline, plain, budget_s=0.2)
+    assert 2.5e-3 < costs.handoff_s < 10e-3, costs
+    assert "hand-offs" in costs.describe()
+
+
 def test_a_lone_batch_runs_inline_only_once_looks_show_arrivals_are_rare_enough_for_what_it_saves():
     """Nothing seen yet, every lone batch enters the pipeline (multi-entry). Where running one
     inline saves 0.3 ms and an arrival during a run would wait 1 ms longer, inline pays once

@@ -11,7 +11,7 @@ A window is one perf_analyzer run against one model, with a warm-up it does not 
   recorded burst), also a fixed number of requests.
 
 Each request's send and answer times come from perf_analyzer's profile export (read here, then
-deleted: it also holds every input and output, so requests of large inputs, such as images, go
+deleted: it also holds every input and output, so large requests (images) and answers (hidden states) go
 through system shared memory instead of gRPC: ``transport``); its CSV gives Triton's
 server-side columns.
 perf_analyzer stops at the first failed request; a window that did raises ``PerfAnalyzerError``
@@ -39,6 +39,7 @@ from typing import TypeVar
 
 import numpy as np
 import tritonclient.grpc as grpcclient
+from tritonclient.utils import InferenceServerException
 
 
 DELAYED = re.compile(r"(\d+(?:\.\d+)?)% of the requests were delayed")
@@ -194,7 +195,7 @@ def read_csv(path: Path) -> dict[str, float]:
     return {k: float(v) for k, v in rows[-1].items() if k and v not in (None, "")}
 
 
-SHARED_MEMORY_BYTES = 1 << 16  # a request whose inputs pass this sends them through shared memory (see transport)
+SHARED_MEMORY_BYTES = 1 << 16  # requests or answers past this travel through shared memory (see transport)
 
 
 def _largest_request(data: Path) -> tuple[int, dict]:
@@ -213,16 +214,18 @@ def _largest_request(data: Path) -> tuple[int, dict]:
 def transport(model: str, url: str, data: str) -> tuple[str, ...]:
     """perf_analyzer's flags for how the tensors of ``model``'s requests travel. Its profile export
     writes every request's inputs and outputs as JSON text: a 224x224 image's 600 kB a request ran
-    to gigabytes, and perf_analyzer never finished writing them (a ResNet at 16 in flight). Where
-    a request's inputs pass ``SHARED_MEMORY_BYTES`` (4-byte values counted), inputs and outputs go
-    through system shared memory, which the export does not copy: every configuration of a
-    comparison is sent the same way. The output regions are sized by answering the largest
-    request once over gRPC first. Elsewhere (and for ``random`` / ``zero`` data) gRPC carries them."""
+    to gigabytes, and perf_analyzer never finished writing them (a ResNet at 16 in flight); so did
+    BERT-base's answers (64 x 768 floats, 197 kB each: every window on a lent H200 hung, and a model
+    answering as much hangs perf_analyzer even at one in flight on this CPU). Where a request's
+    inputs or its answer pass ``SHARED_MEMORY_BYTES``, inputs and outputs go through system shared
+    memory, which the export does not copy: every configuration of a comparison is sent the same
+    way. The largest request is answered once over gRPC first, which sizes the output regions.
+    Elsewhere (and for ``random`` / ``zero`` data, or data of several streams) gRPC carries them."""
     path = Path(data)
     if not path.is_file():
         return ()
     values, entry = _largest_request(path)
-    if 4 * values <= SHARED_MEMORY_BYTES:
+    if not entry:
         return ()
     with grpcclient.InferenceServerClient(url) as client:
         types = {t["name"]: t["datatype"] for t in client.get_model_metadata(model, as_json=True)["inputs"]}
@@ -231,9 +234,14 @@ def transport(model: str, url: str, data: str) -> tuple[str, ...]:
             array = np.asarray(tensor["content"]).reshape(tensor["shape"])[None]
             inputs.append(grpcclient.InferInput(name, list(array.shape), types[name]))
             inputs[-1].set_data_from_numpy(array.astype(grpcclient.triton_to_np_dtype(types[name])))
-        result = client.infer(model, inputs).get_response(as_json=True)
-    largest = max(np.prod([int(d) for d in o["shape"]]) * 8 for o in result["outputs"])  # 8: any dtype's bytes
-    return "--shared-memory", "system", "--output-shared-memory-size", str(int(largest))
+        try:
+            result = client.infer(model, inputs).get_response(as_json=True)
+        except InferenceServerException:  # perf_analyzer meets it too, and says so in its own words
+            return ()
+    answer = max(int(np.prod([int(d) for d in o["shape"]])) for o in result["outputs"])
+    if 4 * max(values, answer) <= SHARED_MEMORY_BYTES:
+        return ()
+    return "--shared-memory", "system", "--output-shared-memory-size", str(8 * answer)  # 8: any dtype's bytes
 
 
 def command(model: str, url: str, load: Load, data: str | Path, seconds: float, warmup_s: float,
