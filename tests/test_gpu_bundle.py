@@ -60,12 +60,13 @@ def test_the_bundle_holds_what_the_host_needs_and_fits(bundle):
 
 def test_the_host_script_dry_run_checks_and_plans_every_step(bundle):
     _, _, top = bundle
-    done = subprocess.run([str(top / "host.sh"), "--dry-run", "all", "cost"], capture_output=True, text=True,
+    done = subprocess.run([str(top / "host.sh"), "--dry-run", "all", "cost", "auto"], capture_output=True, text=True,
                           env={**os.environ, "PYTHON": sys.executable}, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     for said in ("matches the bundled stub", "every library found", "perf_analyzer 2.51.0 runs",
                  "tools.models bert_base resnet50_tv --target torch --device cuda", "tests/test_cuda.py",
-                 "tools.compare", "glue:RTE", "glue:SST-2", "tools.bench_cost"):
+                 "tools.compare", "glue:RTE", "glue:SST-2", "tools.bench_cost",
+                 "tools.check_auto --concurrency 1,16,64"):
         assert said in done.stdout, said
     exports = subprocess.run([str(top / "host.sh"), "env"], capture_output=True, text=True,
                              env={**os.environ, "PYTHON": sys.executable}, timeout=60)
@@ -86,7 +87,7 @@ def test_one_short_lease_runs_every_gpu_step_on_a_checkout_beside_the_bundle(bun
                            "gpu"], capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     steps = [line[3:] for line in done.stdout.splitlines() if line.startswith("== ")]
-    assert steps == ["check", "setup", "models", "engine", "gpu_test", "cost", "archive"]
+    assert steps == ["check", "setup", "models", "gpu_test", "cost", "engine", "archive"]
     for said in ("--precision fp16 --max-batch-size 64", "tools.engine_bench", "--reference bert_base",
                  "--reference resnet50", "tools.bench_cost", "--rounds 1", "--seconds 2",
                  f"tar czf {tmp_path / 'r'}.tar.gz",

@@ -19,8 +19,11 @@
 #            (transformers' BertModel, torchvision's ResNet-50; FP16, CUDA graph), outputs under --out
 #   cost     tools.bench_cost of each model (closed loops at 1, 16 and 64 in flight: the plain model,
 #            the ensemble, the forced pipeline and auto, with CPU per request), outputs under --out
-#   gpu      (not in `all`) what one short lease does, in under 8 minutes: check setup models engine,
-#            the GPU tests, cost (one round of 2 s windows), then one archive of --out (OUT.tar.gz)
+#   auto     (not in `all`) tools.check_auto on the host's CPU: auto against the better of the plain
+#            model and the forced pipeline on the three timed profiles (about 5 minutes), under --out
+#   gpu      (not in `all`) what one short lease does, in under 8 minutes: check setup models, the GPU
+#            tests, cost (one round of 2 s windows), engine, then one archive of --out (OUT.tar.gz,
+#            beside OUT: a lent machine returns a handful of files, so copy that one back)
 #   env      (not in `all`) print the environment as export lines, for commands of your own:
 #            eval "$(dvabatch-gpu/host.sh env)"; cd dvabatch-gpu/project && python3 -m tools.bench_cost ...
 # --project: the repository to run (default: the bundle's project/; a bundle built with --no-project
@@ -42,15 +45,15 @@ while [ $# -gt 0 ]; do
         --out) OUT="$2"; shift ;;
         --project) PROJECT="$(cd "$2" && pwd)"; shift ;;
         all) STEPS+=(check setup models test measure) ;;
-        gpu) STEPS+=(check setup models engine gpu_test cost archive)
+        gpu) STEPS+=(check setup models gpu_test cost engine archive)
              COST_ROUNDS="${COST_ROUNDS:-1}" COST_SECONDS="${COST_SECONDS:-2}" ;;
-        check|setup|models|test|measure|engine|cost|env) STEPS+=("$1") ;;
-        -h|--help) sed -n '2,30p' "$0"; exit 0 ;;
+        check|setup|models|test|measure|engine|cost|auto|env) STEPS+=("$1") ;;
+        -h|--help) sed -n '2,31p' "$0"; exit 0 ;;
         *) echo "host.sh: unknown step or option '$1' (see --help)" >&2; exit 2 ;;
     esac
     shift
 done
-[ ${#STEPS[@]} -gt 0 ] || { sed -n '2,30p' "$0"; exit 2; }
+[ ${#STEPS[@]} -gt 0 ] || { sed -n '2,31p' "$0"; exit 2; }
 [ -d "$PROJECT/backend" ] || { echo "host.sh: no project at $PROJECT (this bundle has none: give --project DIR)" >&2; exit 2; }
 
 WANT_PYTHON="$(sed -n 's/^python //p' "$HERE/BUNDLE.txt")"
@@ -182,6 +185,11 @@ cost() {
             --seconds "${COST_SECONDS:-3}" --out "$OUT/cost-$model" || failed=1  # (a failed peer: the rest measured)
     done
     return "${failed:-0}"
+}
+
+auto() {  # no model of its own: timed profiles, the host's CPU and the stub's interpreter
+    run sh -c "cd \"$PROJECT\" && \"$SERVE\" -m tools.check_auto --concurrency 1,16,64 --loads 0.3,0.6,0.9 \
+        --seconds ${AUTO_SECONDS:-2} --warmup 1 --out \"$OUT/check-auto\"" || true  # (a cell outside: exit 1)
 }
 
 env_step() {
