@@ -224,21 +224,21 @@ class LoneRuns:
     """Whether a batch that finds the pipeline empty runs through every stage inside ``execute``.
 
     Alone in the pipeline, a query pays for what overlapping batches would hide: the hand-offs
-    between the executor threads and a ``send()`` of its answer (``saved_s``, measured at load:
-    the pipeline's CPU for a lone batch less the plain path's, and the hand-offs' latency beyond
-    it). Inside ``execute`` it is answered
-    in its list, as a plain model answers; but meanwhile ``execute`` holds Triton's instance: a
-    request arriving during the run waits unseen in Triton's queue until the run ends, where the
-    pipeline would have let it into stage 0 once that was free (``extra_s``: what it waits more,
-    on average, by the tables). Inline pays while ``share * extra_s < saved_s``, ``share`` being
-    the part of lone batches during which a request arrived.
+    between the executor threads and a ``send()`` of its answer (``saved_s``, measured at load: the
+    pipeline's CPU for a lone batch less the plain path's, and the hand-offs' latency beyond it).
+    Inside ``execute`` it is answered in its list, as a plain model answers; but meanwhile
+    ``execute`` holds Triton's instance: a request arriving during the run waits unseen in Triton's
+    queue until the run ends, where the pipeline would have let it into stage 0 once that was free
+    (``extra_s``: what it waits more, on average, by the tables). Inline pays while
+    ``share * extra_s < saved_s``, ``share`` being the part of lone batches during which a request
+    arrived.
 
     Only the pipeline shows whether a request arrived during a lone batch: the next ``execute``
-    finds it still busy; inline, nothing tells. So a lone batch enters the pipeline to look
-    whenever inline does not pay, and, while it does, after ``every`` inline runs, twice as many
-    after each look that saw nothing (up to ``longest``), ``every`` again once one saw an
-    arrival. ``share`` starts at 1 (nothing seen yet: the pipeline's multi-entry until the looks
-    show that arrivals are rare), and each look weighs ``weight`` in it."""
+    finds it still busy; inline, nothing tells. So a lone batch enters the pipeline to look whenever
+    inline does not pay, and, while it does, after ``every`` inline runs, twice as many after each
+    look that saw nothing (up to ``longest``), ``every`` again once one saw an arrival. ``share``
+    starts at 1 (nothing seen yet: the pipeline's multi-entry until the looks show that arrivals are
+    rare), and each look weighs ``weight`` in it."""
 
     saved_s: float
     extra_s: float
@@ -314,8 +314,9 @@ class ModeSwitch:
     the tables. From each way's utilisation ``u`` it predicts a request's mean latency: a batch's
     own time through the stages and the stub (pipelined, with the hand-offs' latency:
     ``HostCosts.handoff_s``), plus the wait for the limit ahead of it, a queue's
-    ``s u / (2 (1 - u))`` for a limit that serves a batch in ``s`` (the whole batch's time plain, the bottleneck's
-    pipelined: the pipeline's multi-entry lets a request into stage 0 while another runs). It
+    ``s u / (2 (1 - u))`` for a limit that serves a batch in ``s`` (the whole batch's time plain,
+    the bottleneck's pipelined: the pipeline's multi-entry lets a request into stage 0 while
+    another runs). It
     switches when the other way's prediction is ``SWITCH_GAIN`` below the current one's. At light
     load both ways predict about a batch's own time, unless the hand-offs' latency weighs in it, and
     the mode stays (the lone batches of a pipeline run inline where ``LoneRuns`` says so); where

@@ -11,8 +11,8 @@ A window is one perf_analyzer run against one model, with a warm-up it does not 
   recorded burst), also a fixed number of requests.
 
 Each request's send and answer times come from perf_analyzer's profile export (read here, then
-deleted: it also holds every input and output, so large requests (images) and answers (hidden states) go
-through system shared memory instead of gRPC: ``transport``); its CSV gives Triton's
+deleted: it also holds every input and output, so large requests (images) and answers (hidden
+states) go through system shared memory instead of gRPC: ``transport``); its CSV gives Triton's
 server-side columns.
 perf_analyzer stops at the first failed request; a window that did raises ``PerfAnalyzerError``
 with perf_analyzer's own words (one that hung, ended without a word or left its export cut short
