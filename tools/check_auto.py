@@ -18,7 +18,8 @@ and ``auto`` (what the slicer writes; ``tools.lib.peers.write_ways``). Each cell
 
 Every window starts with ``--warmup`` seconds unmeasured, in which ``auto`` sees the load (its
 mode switch looks each second). The table says per cell the three figures, ``auto`` over the
-better one and whether it is within the margin; ``--out`` keeps it (summary.md, check.csv).
+better one and whether it is within the margin; ``--out`` keeps it (summary.md, check.csv),
+rewritten after each profile, so that a run cut short keeps what it measured.
 A window that fails (perf_analyzer hangs now and then, more often with every process on one core)
 leaves its figure out; a cell without one fails. The exit status is 1 where a cell is outside the
 margin or failed.
@@ -146,27 +147,33 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for profile in args.profiles:
             cells += run_profile(profile, args, console)
+            if args.out:  # each profile's cells kept as soon as measured: a run cut short keeps them
+                write(args.out, cells, args.margin)
     except (PerfAnalyzerError, InferenceServerException) as exc:
         console.print(f"[red]error:[/red] {exc}")
         return 1
     table = Table(title=f"auto against the better of plain and the forced pipeline (margin {args.margin:.0%})")
     for title in HEADER:
         table.add_column(title, justify="left" if title in ("profile", "load") else "right")
-    rows = [row(cell, args.margin) for cell in cells]
-    for line in rows:
+    for line in (row(cell, args.margin) for cell in cells):
         table.add_row(*line)
     console.print(table)
     failing = sum(not cell.within(args.margin) for cell in cells)
     console.print(f"{len(cells) - failing} of {len(cells)} cells within {args.margin:.0%}")
-    if args.out:
-        args.out.mkdir(parents=True, exist_ok=True)
-        with (args.out / "check.csv").open("w", newline="") as f:
-            csv.writer(f).writerows([HEADER, *rows])
-        lines = ["| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER),
-                 *("| " + " | ".join(line) + " |" for line in rows), "",
-                 f"{len(cells) - failing} of {len(cells)} cells within {args.margin:.0%}."]
-        (args.out / "summary.md").write_text("\n".join(lines) + "\n")
     return 1 if failing else 0
+
+
+def write(out: Path, cells: list[Cell], margin: float) -> None:
+    """summary.md and check.csv of ``cells``."""
+    out.mkdir(parents=True, exist_ok=True)
+    rows = [row(cell, margin) for cell in cells]
+    with (out / "check.csv").open("w", newline="") as f:
+        csv.writer(f).writerows([HEADER, *rows])
+    failing = sum(not cell.within(margin) for cell in cells)
+    lines = ["| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER),
+             *("| " + " | ".join(line) + " |" for line in rows), "",
+             f"{len(cells) - failing} of {len(cells)} cells within {margin:.0%}."]
+    (out / "summary.md").write_text("\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":
