@@ -291,7 +291,7 @@ class _Batching:
     stages' free times, asked about batch sizes."""
 
     def __init__(self, policy: SloPolicy, waiting: Sequence[Query], slack: np.ndarray, free: list[float], now: float,
-                 arrivals_per_s: float = 0.0):
+                 arrivals_per_s: float):
         self.policy, self.waiting, self.slack, self.free, self.now = policy, waiting, slack, free, now
         self.arrivals_per_s = arrivals_per_s
         self.lengths = [policy.tabulated_length(policy._length(None, [q])) for q in waiting]

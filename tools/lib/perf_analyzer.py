@@ -216,7 +216,7 @@ def transport(model: str, url: str, data: str) -> tuple[str, ...]:
     writes every request's inputs and outputs as JSON text: a 224x224 image's 600 kB a request ran
     to gigabytes, and perf_analyzer never finished writing them (a ResNet at 16 in flight); so did
     BERT-base's answers (64 x 768 floats, 197 kB each: every window on a lent H200 hung, and a model
-    answering as much hangs perf_analyzer even at one in flight on this CPU). Where a request's
+    answering as much hung perf_analyzer even at one in flight on a 2-core CPU). Where a request's
     inputs or its answer pass ``SHARED_MEMORY_BYTES``, inputs and outputs go through system shared
     memory, which the export does not copy: every configuration of a comparison is sent the same
     way. The largest request is answered once over gRPC first, which sizes the output regions.
