@@ -316,17 +316,17 @@ class ModeSwitch:
     ``HostCosts.handoff_s``), plus the wait for the limit ahead of it, a queue's
     ``s u / (2 (1 - u))`` for a limit that serves a batch in ``s`` (the whole batch's time plain,
     the bottleneck's pipelined: the pipeline's multi-entry lets a request into stage 0 while
-    another runs). It switches when the
-    other way's prediction is ``SWITCH_GAIN`` below the current one's. At light load both ways
-    predict about a batch's own time, unless the hand-offs' latency weighs in it, and the mode stays
-    (the lone batches of a pipeline run inline where ``LoneRuns`` says so); where both would be
-    overloaded, the one nearer its capacity gives way. (Switching back to the pipeline whenever both
-    had room once cost the next load its first second: the near-zero profile's pipeline carries
-    about half of what its plain path does; docs/results/check-auto-2core-noslack.) A window with
-    hardly any answers changes nothing (when a load stops and starts again, as a benchmark's windows
-    do, it is served as it was). The stub's measured costs are corrected by what each window shows
-    against them (``costs``; at most ``MAX_CORRECTION`` either way from what loading measured), and
-    tritonserver's cost per request is learnt where it can be read."""
+    another runs). It switches when the other way's prediction is ``SWITCH_GAIN`` below the current
+    one's. At light load both ways predict about a batch's own time, unless the hand-offs' latency
+    weighs in it, and the mode stays (the lone batches of a pipeline run inline where ``LoneRuns``
+    says so); where both would be overloaded, the one nearer its capacity gives way. (Switching back
+    to the pipeline whenever both had room once cost the next load its first second: the near-zero
+    profile's pipeline carries about half of what its plain path does;
+    docs/results/check-auto-2core-noslack.) A window with hardly any answers changes nothing (when a
+    load stops and starts again, as a benchmark's windows do, it is served as it was). The stub's
+    measured costs are corrected by what each window shows against them (``costs``; at most
+    ``MAX_CORRECTION`` either way from what loading measured), and tritonserver's cost per request
+    is learnt where it can be read."""
 
     tables: Sequence[LatencyTable]
     costs: HostCosts
