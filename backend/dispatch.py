@@ -23,7 +23,9 @@ second), and where the rate is unknown, the entry serves what waits (work-conser
 queries still stretch a running batch (Policy III, as ``policy: load``): the meta operations
 compose with the dispatch rule. A wait is bounded: where the queries the control limit waits
 for do not come (the load stopped), the oldest waits at most twice the time they take on
-average at the measured rate.
+average at the measured rate. With ``static`` set, the entry serves exactly that many instead
+(waiting as long, bounded alike) and no late query stretches them: the paper's static
+benchmark, served as the policy is.
 
 Nothing here imports Triton.
 """
@@ -56,10 +58,11 @@ class SmdpPolicy(DiversityPolicy):
     name = "smdp"
     load: bool = True  # Policy III's stretch: late queries join a running batch
     power_weight: float = 0.0  # seconds of mean response time one watt (or one busy engine) is worth
+    static: int = 0  # > 0: serve exactly this many, none stretched in (the paper's static benchmark), not the SMDP's
     _problems: dict[int | None, smdp.Problem] = field(init=False, repr=False, default_factory=dict)  # by length
     _costs: HostCosts = field(init=False, repr=False, default_factory=HostCosts)
     _joules: dict[int, float] = field(init=False, repr=False, default_factory=dict)  # measured energy per batch
-    _solved: dict[tuple[int | None, int], smdp.Solution] = field(init=False, repr=False, default_factory=dict)
+    _solved: dict[tuple[int | None, int | None], smdp.Solution] = field(init=False, repr=False, default_factory=dict)
     _wanted: list[tuple[int | None, int]] = field(init=False, repr=False, default_factory=list)
     _solving: tuple[int | None, int] | None = field(init=False, repr=False, default=None)
     _lock: threading.Condition = field(init=False, repr=False, default_factory=threading.Condition)
@@ -69,9 +72,14 @@ class SmdpPolicy(DiversityPolicy):
         super().__post_init__()
         if self.power_weight < 0:
             raise ConfigError(f"parameter 'policy.power_weight' must be >= 0, got {self.power_weight}")
+        if self.static:
+            self.load = False  # a static batch is that many: no late query stretches it
 
     def bind(self, manifest: Manifest) -> None:
         super().bind(manifest)
+        if not 0 <= self.static <= manifest.max_batch_size:
+            raise ConfigError(f"parameter 'policy.static' must lie in 0..{manifest.max_batch_size} (max_batch_size), "
+                              f"got {self.static}")
         self._forget()
 
     def measured(self, costs: HostCosts, stages: int) -> None:
@@ -121,6 +129,13 @@ class SmdpPolicy(DiversityPolicy):
         length = self.tabulated_length(self._length(None, queries[:1]))
         if length not in self._problems:
             self.problem(length, arrivals_per_s)
+        if self.static:  # one rule at every rate
+            with self._lock:
+                solution = self._solved.get((length, None))
+                if solution is None:
+                    solution = self._solved[(length, None)] = smdp.unsolved(self._problems[length],
+                                                                             smdp.static(self.static))
+            return solution
         rate = min(arrivals_per_s, MAX_LOAD * self._problems[length].capacity)
         step = round(math.log(rate) / math.log(RATE_STEP))
         key = (length, step)

@@ -335,3 +335,10 @@ def work_conserving(max_batch: int) -> Callable[[int], int]:
 def static(batch: int) -> Callable[[int], int]:
     """Always serve exactly ``batch``; wait until there are that many."""
     return lambda s: batch if s >= batch else 0
+
+
+def unsolved(problem: Problem, rule: Callable[[int], int]) -> Solution:
+    """A benchmark's ``rule`` as the stationary policy it is, to serve by (``policy.static``): not
+    evaluated, its costs NaN."""
+    actions = tuple(min(max(rule(s), 0), s, problem.max_batch) for s in range(problem.max_batch + 2))
+    return Solution(problem, actions, math.nan, math.nan, problem.max_batch)

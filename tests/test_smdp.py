@@ -216,6 +216,27 @@ def test_the_steady_rate_the_smdp_is_solved_for_forgets_a_pause():
     assert steady == pytest.approx(100, rel=0.05)
 
 
+def test_a_static_batch_size_waits_for_exactly_that_many_and_serves_them():
+    """``policy.static: 4`` (the paper's static benchmark, served as the policy is): with 3
+    waiting the window stays open (bounded as the solved policy's), with 6 it closes and serves
+    the oldest 4, which no late query stretches; nothing is solved for it. A size past max_batch_size is refused."""
+    manifest = timed_manifest([{"batch_sizes": [1, 8], "mean": [10.0, 10.0]}] * 2, dims=(8,))
+    policy = make_policy("smdp", {"static": "4"})
+    policy.bind(manifest)
+    now = time.monotonic()
+    few, many = _queries(3, now), _queries(6, now)
+    for queries in (few, many):
+        refuse_invalid(manifest, queries)
+    outlook = Outlook((), 400.0, 400.0)
+    assert policy.window_end(few, 3, outlook, now) == pytest.approx(now + 2 * 4 / 400.0)
+    assert policy.window_end(many, 6, outlook, now) == now
+    assert [batch for batch, _ in policy.form(many, 8, now, outlook)] == [many[:4]]
+    assert policy._solver is None  # nothing solved
+    assert not policy.stretchable(many[:4], now)  # a static batch is that many
+    with pytest.raises(Exception, match="'policy.static' must lie in 0..8"):
+        make_policy("smdp", {"static": "9"}).bind(manifest)
+
+
 def test_an_unknown_setting_or_a_negative_weight_is_refused():
     with pytest.raises(Exception, match="power_weight"):
         make_policy("smdp", {"power_weight": "-1"})

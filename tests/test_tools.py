@@ -119,6 +119,35 @@ def test_plain_peer_pads_ragged_batches_and_answers_each_query_its_own(run, clie
     client.unload_model("bert_like_plain")
 
 
+def test_a_plain_peer_with_a_preferred_size_sends_a_batch_once_that_many_wait(run, client, server, repository,
+                                                                             sources):
+    """--preferred 4 beside a 20 s delay: four queries sent together leave as one batch of four
+    once the fourth comes, long before the delay ends; the ensemble's later steps wait for
+    nothing. A size past max_batch_size is refused."""
+    import shutil
+
+    shutil.copytree(repository / "bert_like", repository / "bert_preferred")
+    done = run("tools.baselines", str(repository / "bert_preferred"), "--source", str(sources["bert_like"]),
+               "--delay-us", "20000000", "--preferred", "4")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "max_queue_delay_microseconds: 20000000 preferred_batch_size: [ 4 ] }" in \
+        (repository / "bert_preferred_plain" / "config.pbtxt").read_text()
+    assert "max_queue_delay_microseconds: 0 }" in \
+        (repository / "bert_preferred_ensemble_s1" / "config.pbtxt").read_text()
+    client.load_model("bert_preferred_plain")
+    manifest = Manifest.load(repository / "bert_preferred" / VERSION)
+    began = time.monotonic()
+    feeds = [sample_inputs(manifest.inputs, 1, {"sequence": 6}, seed=n) for n in range(4)]
+    assert_answers_are_the_unsliced_models(client, "bert_preferred_plain", manifest, sources["bert_like"], feeds)
+    assert time.monotonic() - began < 10
+    stats = client.get_inference_statistics("bert_preferred_plain", as_json=True)["model_stats"][0]["batch_stats"]
+    assert [(int(b["batch_size"]), int(b["compute_infer"]["count"])) for b in stats] == [(4, 1)]
+    client.unload_model("bert_preferred_plain")
+    bad = run("tools.baselines", str(repository / "bert_preferred"), "--preferred", "9", "--source",
+              str(sources["bert_like"]))
+    assert bad.returncode == 2 and "preferred batch sizes [9] must lie in 1..8" in bad.stderr
+
+
 def test_peers_of_a_model_sliced_for_torch_run_torch(client, server, repository, sources):
     """A model sliced with --target torch gets peers on the same engine: the plain model (the
     optimised whole graph) and every ensemble step run their ONNX file with the torch interpreter

@@ -1,7 +1,7 @@
 """python -m tools.baselines: the plain model and the ensemble a Triton user would deploy instead.
 
-    python -m tools.baselines MODEL_DIR [--delay-us 0] [--ragged] [--no-spinning] [--threads N]
-        [--backend python|onnxruntime|tensorrt] [--source SRC.onnx] [--repository DIR]
+    python -m tools.baselines MODEL_DIR [--delay-us 0] [--preferred 8,16] [--ragged] [--no-spinning]
+        [--threads N] [--backend python|onnxruntime|tensorrt] [--source SRC.onnx] [--repository DIR]
 
 Writes, beside the sliced model (or into ``--repository``):
 
@@ -9,7 +9,8 @@ Writes, beside the sliced model (or into ``--repository``):
 - ``<name>_ensemble`` with ``<name>_ensemble_s0`` ...: the sliced model's stages, each its own plain
   model with its own dynamic batcher, wired by Triton's ensemble scheduler.
 
-``--delay-us`` is the batcher's ``max_queue_delay_microseconds`` (the ensemble's first step's);
+``--delay-us`` is the batcher's ``max_queue_delay_microseconds`` and ``--preferred`` its
+``preferred_batch_size`` (the ensemble's first step's);
 ``--ragged`` lets the plain model batch queries of different lengths, padded to the longest.
 The source is found by the sha256 the manifest records (``--source`` to point at it).
 """
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from slicer.errors import SliceError
@@ -29,6 +31,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("model_dir", type=Path, help="a model directory written by python -m slicer")
     parser.add_argument("--source", type=Path, help="the unsliced ONNX model (default: found by its sha256)")
     parser.add_argument("--delay-us", type=int, default=0, help="the dynamic batcher's delay (default 0)")
+    parser.add_argument("--preferred", default="",
+                        help="the dynamic batcher's preferred batch sizes, comma-separated (default none)")
     parser.add_argument("--ragged", action="store_true",
                         help="plain model: queries of different lengths share a batch, padded to the longest")
     parser.add_argument("--no-spinning", action="store_true", help="ONNX Runtime's idle threads sleep")
@@ -39,7 +43,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     repository = args.repository or args.model_dir.parent
     name = args.model_dir.name
-    peer = Peer(args.delay_us, not args.no_spinning, args.ragged, args.backend, args.threads)
+    try:
+        preferred = tuple(int(size) for size in args.preferred.split(",") if size)
+    except ValueError:
+        print(f"error: --preferred {args.preferred!r}: batch sizes, comma-separated", file=sys.stderr)
+        return 2
+    peer = Peer(args.delay_us, not args.no_spinning, args.ragged, args.backend, args.threads, preferred=preferred)
     try:
         if args.backend == "tensorrt":
             print("no plain model: a plain TensorRT model is the whole model as one engine "
@@ -48,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
             plain = write_plain(args.model_dir, repository, f"{name}_plain", peer, args.source)
             print(f"wrote {plain}: the unsliced model behind Triton's batcher (delay {args.delay_us} us)")
         *steps, ensemble = write_ensemble(args.model_dir, repository, f"{name}_ensemble",
-                                          Peer(args.delay_us, peer.spinning, False, args.backend, args.threads))
+                                          replace(peer, ragged=False))
         print(f"wrote {ensemble}: an ensemble of {len(steps)} steps ({', '.join(s.name for s in steps)})")
     except (SliceError, FileNotFoundError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)

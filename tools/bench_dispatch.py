@@ -1,6 +1,7 @@
 """python -m tools.bench_dispatch: SMDP dispatch (``policy: smdp``) as its paper measures it, and live.
 
     python -m tools.bench_dispatch [PROFILE.json ...] [--loads 0.1,0.5,0.9] [--power-weight 0]
+                                   [--policies input,operator,load] [--static 8,16,32,64]
                                    [--seconds 5] [--warmup 3] [--rounds 2] [--length 64]
                                    [--out docs/results/RUN]
 
@@ -15,14 +16,17 @@ For each timed profile (default: the slower engine and TensorRT-speed BERT-base 
 2. **Live**, through one tritonserver and perf_analyzer's Poisson loads at each fraction of the
    peak (the better of the two below at 64 in flight): mean latency of ``smdp`` (ours, ``policy:
    smdp`` with ``--power-weight``), ``pass`` (ours, the work-conserving pipeline), ``auto`` (ours,
-   the paper's policies as the slicer writes them) and the plain model behind Triton's dynamic
-   batcher at delay 0 and at each delay worth trying (``peers.delay_candidates``): its best
-   tuned delay is the lowest mean of those at each load. Each load's windows run the models
-   in turn, ``--rounds`` times. With a ``--power-weight``, eq. 14 instead of the mean alone, as
-   the policy weighs it: the mean latency plus the weight times the mean power, the engines'
-   busy seconds per second (every batch the window ran, from the backend's counters or Triton's
-   statistics, at its table's time, per query, times the arrival rate), in ms, for every model
-   alike.
+   the paper's policies as the slicer writes them), each of ``--policies`` (ours, the paper's
+   Policies one by one) and the plain model behind Triton's dynamic batcher at delay 0 and at
+   each delay worth trying (``peers.delay_candidates``): its best tuned delay is the lowest mean
+   of those at each load; and the SMDP paper's static batch sizes (``--static``: ours, ``policy:
+   smdp`` with ``policy.static``, each batch exactly that size; Triton's batcher has none: with
+   a preferred size and a long delay it still grows a batch that waits for the instance). Each
+   load's windows run the models in turn, ``--rounds`` times. With a ``--power-weight``, eq. 14
+   instead of the mean alone, as the policy weighs it: the mean latency plus the weight times
+   the mean power, the engines' busy seconds per second (every batch the window ran, from the
+   backend's counters or Triton's statistics, at its table's time, per query, times the
+   arrival rate), in ms, for every model alike.
 
 ``--out`` keeps the tables (summary.md, live.csv, paper.csv) and tritonserver's log.
 """
@@ -54,6 +58,11 @@ DEFAULT_PROFILES = (PROFILES / "slow_2stages.json", PROFILES / "bert_base_trt_a1
 PEAK_CONCURRENCY = 64
 
 
+def static_sizes(max_batch: int) -> list[int]:
+    """The static batch sizes compared (the paper's benchmarks): 8, 16, 32 and the largest."""
+    return sorted({b for b in (8, 16, 32) if b < max_batch} | {max_batch})
+
+
 def paper_rows(profile: Path, loads: tuple[float, ...], length: int) -> tuple[list[list[str]], list[str]]:
     """Eq. 14's average cost per second of each policy at each load and power weight."""
     _, manifest, _ = from_profile(profile)
@@ -61,7 +70,7 @@ def paper_rows(profile: Path, loads: tuple[float, ...], length: int) -> tuple[li
     policy.bind(manifest)
     base = policy.problem(policy.tabulated_length(length), 1.0)
     top = base.max_batch
-    statics = sorted({8, 16, 32, top} - {b for b in (8, 16, 32) if b > top})
+    statics = static_sizes(top)
     rows = []
     for weight in (0.0, 1.0):
         for load in loads:
@@ -87,19 +96,21 @@ def live_rows(profile: Path, args: argparse.Namespace, console: Console) -> tupl
         identity = (manifest.source_file, manifest.source_sha256)
         knobs = {k: v for k, v in parameters.items() if k != "policy" and not k.startswith("policy.")}
         ours = {"smdp": {**knobs, "policy": "smdp", "policy.power_weight": str(args.power_weight)},
-                "pass": {**knobs, "policy": "pass"}, "auto": parameters}
-        for name, settings in ours.items():
-            written = write_timed(name, manifest.inputs, tables, manifest.max_batch_size, *identity, folder / name,
-                                  settings, manifest.whole)
+                "pass": {**knobs, "policy": "pass"}, "auto": parameters,
+                **{policy: {**knobs, "policy": policy} for policy in args.policies},
+                **{f"static {b}": {**knobs, "policy": "smdp", "policy.static": str(b)}
+                   for b in (args.static or static_sizes(manifest.max_batch_size))}}
+        for label, settings in ours.items():
+            written = write_timed(_model(label), manifest.inputs, tables, manifest.max_batch_size, *identity,
+                                  folder / _model(label), settings, manifest.whole)
         timed_whole(written)
-        delays = [0, *delay_candidates(written)]
-        triton = {f"triton {d} us": f"triton_{d}" for d in delays}
-        for name in triton.values():
-            write_plain(folder / "auto", folder, name, Peer(delay_us=int(name.split("_")[1])))
+        triton = {f"triton {d} us": Peer(delay_us=d) for d in [0, *delay_candidates(written)]}
+        for label, peer in triton.items():
+            write_plain(folder / "auto", folder, _model(label), peer)
         data = write_input_data(synthetic(interface_of(folder / "auto"), 1, {}, lengths=(args.length,)),
                                 folder / "data.json")
         log = args.out / f"tritonserver-{profile.stem}.log" if args.out else folder / "triton.log"
-        models = {**{name: name for name in ours}, **triton}
+        models = {label: _model(label) for label in (*ours, *triton)}
         rows = []
         with Bench(folder, log=log) as bench:
             for model in models.values():
@@ -134,6 +145,11 @@ def live_rows(profile: Path, args: argparse.Namespace, console: Console) -> tupl
         shutil.rmtree(folder, ignore_errors=True)
 
 
+def _model(label: str) -> str:
+    """A Triton model's name for a column's label."""
+    return label.replace("triton ", "triton_").replace(" us", "").replace(" ", "_").replace("+", "_")
+
+
 def _markdown(header: list[str], rows: list[list[str]]) -> list[str]:
     return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header), *("| " + " | ".join(r) + " |" for r in rows)]
 
@@ -147,10 +163,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=float, default=3.0, help="unmeasured seconds before each window (default 3)")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--length", type=int, default=64, help="tokens per query (default 64)")
+    parser.add_argument("--policies", default="input,operator,load",
+                        help="the paper's policies served live beside smdp, pass and auto "
+                             "(default input,operator,load)")
+    parser.add_argument("--static", default="",
+                        help="static batch sizes served live (ours, policy smdp with policy.static; "
+                             "default 8,16,32 and the largest)")
     parser.add_argument("--paper-only", action="store_true", help="eq. 14's comparison alone, no server")
     parser.add_argument("--out", type=Path, help="write summary.md, paper.csv and live.csv here")
     args = parser.parse_args(argv)
     args.loads = tuple(float(f) for f in args.loads.split(","))
+    args.policies = tuple(p for p in args.policies.split(",") if p)
+    args.static = tuple(int(b) for b in args.static.split(",") if b)
     console = Console()
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)

@@ -28,7 +28,7 @@ import os
 import re
 import shutil
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from backend.engines import graph_buckets
@@ -59,6 +59,9 @@ class Peer:
     # where shorter) or this many microseconds (REJECT, allow_timeout_override: Triton reads a
     # request's timeout only below a default it has).
     timeout_us: int = 0
+    # Triton's preferred batch sizes: with a long ``delay_us``, a batch of one of them leaves once
+    # that many requests wait (the SMDP paper's static batch size, as a Triton user sets it).
+    preferred: tuple[int, ...] = ()
 
 
 def find_source(manifest: Manifest, given: Path | None, among: Sequence[Path] = ()) -> Path:
@@ -190,6 +193,8 @@ def _check(peer: Peer, manifest: Manifest) -> None:
         raise ValueError("a simulated model's peers are timed plain models: backend python")
     if peer.backend == "tensorrt" and any(s.engine != "tensorrt" for s in manifest.stages):
         raise ValueError("the tensorrt backend needs a model sliced with --target tensorrt")
+    if any(not 0 < size <= manifest.max_batch_size for size in peer.preferred):
+        raise ValueError(f"preferred batch sizes {list(peer.preferred)} must lie in 1..{manifest.max_batch_size}")
     if peer.ragged and peer.backend != "python":
         raise ValueError("ragged batches are padded by the Python plain model: backend python")
 
@@ -238,7 +243,7 @@ def write_plain(model_dir: Path, repository: Path, name: str, peer: Peer = Peer(
         raise ValueError(f"{model_dir.name} has no length axis to pad along")
     note = ("# Peer: the unsliced model as one plain model behind Triton's dynamic batcher"
             + (f"; requests of different '{axis}' padded to the longest" if peer.ragged else "") + ".\n")
-    (out / "config.pbtxt").write_text(_config(name, peer, manifest.max_batch_size, inputs, outputs, peer.delay_us,
+    (out / "config.pbtxt").write_text(_config(name, peer, manifest.max_batch_size, inputs, outputs,
                                               _parameters(peer, manifest, length_inputs, length_outputs, whole=True),
                                               note, on_gpu(manifest, peer),
                                               ragged=set(length_inputs) if peer.ragged else set()))
@@ -249,18 +254,22 @@ def _tensors(specs, ragged: set[str] = frozenset()) -> str:
     return ",\n".join(triton_config.tensor_line(s, s.name in ragged) for s in specs)
 
 
-def _config(name: str, peer: Peer, max_batch_size: int, inputs, outputs, delay_us: int,
-            parameters: dict[str, str], note: str, gpu: bool, ragged: set[str] = frozenset()) -> str:
+def _config(name: str, peer: Peer, max_batch_size: int, inputs, outputs, parameters: dict[str, str], note: str,
+            gpu: bool, ragged: set[str] = frozenset()) -> str:
     engine = {"python": 'backend: "python"', "onnxruntime": 'platform: "onnxruntime_onnx"',
               "tensorrt": 'platform: "tensorrt_plan"'}[peer.backend]
     kind = "KIND_GPU" if gpu else "KIND_CPU"
     return (
         f'name: "{name}"\n{engine}\nmax_batch_size: {max_batch_size}\n'
         f"input [\n{_tensors(inputs, ragged)}\n]\noutput [\n{_tensors(outputs)}\n]\n"
-        f"dynamic_batching {{ max_queue_delay_microseconds: {delay_us}{_queue_policy(peer)} }}\n"
+        f"dynamic_batching {{ max_queue_delay_microseconds: {peer.delay_us}{_preferred(peer)}{_queue_policy(peer)} }}\n"
         f"instance_group [ {{ kind: {kind} count: 1 }} ]\n" + note
         + "".join(f'parameters: {{ key: "{k}" value: {{ string_value: "{v}" }} }}\n' for k, v in parameters.items())
     )
+
+
+def _preferred(peer: Peer) -> str:
+    return f" preferred_batch_size: [ {', '.join(map(str, peer.preferred))} ]" if peer.preferred else ""
 
 
 def _queue_policy(peer: Peer) -> str:
@@ -315,7 +324,8 @@ def write_ensemble(model_dir: Path, repository: Path, name: str, peer: Peer = Pe
 
 
 def _step(model_dir: Path, repository: Path, name: str, stage: StageSpec, manifest: Manifest, peer: Peer) -> Path:
-    """One stage as a plain model; later steps take their batches without waiting (delay 0)."""
+    """One stage as a plain model; later steps take their batches without waiting (delay 0, no
+    preferred size)."""
     out = repository / name
     shutil.rmtree(out, ignore_errors=True)
     (out / VERSION).mkdir(parents=True)
@@ -323,8 +333,9 @@ def _step(model_dir: Path, repository: Path, name: str, stage: StageSpec, manife
         _timed_files(stage.latency, stage.inputs, manifest.max_batch_size, out / VERSION)
     else:
         _engine_files(peer, model_dir / VERSION / stage.file, out / VERSION, manifest)
-    delay = peer.delay_us if stage.index == 0 else 0
-    (out / "config.pbtxt").write_text(_config(name, peer, manifest.max_batch_size, stage.inputs, stage.outputs, delay,
+    if stage.index:
+        peer = replace(peer, delay_us=0, preferred=())
+    (out / "config.pbtxt").write_text(_config(name, peer, manifest.max_batch_size, stage.inputs, stage.outputs,
                                               _parameters(peer, manifest),
                                               f"# Step {stage.index} of the ensemble of {model_dir.name}.\n",
                                               on_gpu(manifest, peer)))
