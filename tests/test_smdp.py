@@ -97,6 +97,19 @@ def _solved(policy, queries, rate: float):
     return solution
 
 
+def _waiting(settings: dict[str, str], *counts: int):
+    """``policy: smdp`` with ``settings`` bound to two stages of 10 ms at any batch size (max
+    batch 8), the model, now, and validated queries waiting in groups of ``counts``."""
+    manifest = timed_manifest([{"batch_sizes": [1, 8], "mean": [10.0, 10.0]}] * 2, dims=(8,))
+    policy = make_policy("smdp", settings)
+    policy.bind(manifest)
+    now = time.monotonic()
+    groups = [_queries(count, now) for count in counts]
+    for queries in groups:
+        refuse_invalid(manifest, queries)
+    return policy, manifest, now, groups
+
+
 def test_the_entry_waits_below_the_control_limit_and_serves_what_the_policy_says():
     """Two stages of 10 ms at any batch size, power weighed heavily (every batch costs the
     engines 20 ms, whatever its size): at 400 queries/s the solved policy waits for a full
@@ -104,13 +117,7 @@ def test_the_entry_waits_below_the_control_limit_and_serves_what_the_policy_says
     arrivals take (2 * 8 / 400 s after the oldest); with 8 it closes and forms them; with no
     arrival rate known yet it serves what waits (work-conserving). Its batches stay open to
     late queries (Policy III's stretch)."""
-    manifest = timed_manifest([{"batch_sizes": [1, 8], "mean": [10.0, 10.0]}] * 2, dims=(8,))
-    policy = make_policy("smdp", {"power_weight": "100"})
-    policy.bind(manifest)
-    now = time.monotonic()
-    few, full = _queries(3, now), _queries(8, now)
-    for queries in (few, full):
-        refuse_invalid(manifest, queries)
+    policy, _, now, (few, full) = _waiting({"power_weight": "100"}, 3, 8)
     outlook = Outlook((), 400.0, 400.0)
     solution = _solved(policy, few, 400.0)
     assert solution.control_limit == 8 and solution.has_control_limit
@@ -219,14 +226,9 @@ def test_the_steady_rate_the_smdp_is_solved_for_forgets_a_pause():
 def test_a_static_batch_size_waits_for_exactly_that_many_and_serves_them():
     """``policy.static: 4`` (the paper's static benchmark, served as the policy is): with 3
     waiting the window stays open (bounded as the solved policy's), with 6 it closes and serves
-    the oldest 4, which no late query stretches; nothing is solved for it. A size past max_batch_size is refused."""
-    manifest = timed_manifest([{"batch_sizes": [1, 8], "mean": [10.0, 10.0]}] * 2, dims=(8,))
-    policy = make_policy("smdp", {"static": "4"})
-    policy.bind(manifest)
-    now = time.monotonic()
-    few, many = _queries(3, now), _queries(6, now)
-    for queries in (few, many):
-        refuse_invalid(manifest, queries)
+    the oldest 4, which no late query stretches; nothing is solved for it. A size past
+    max_batch_size is refused."""
+    policy, manifest, now, (few, many) = _waiting({"static": "4"}, 3, 6)
     outlook = Outlook((), 400.0, 400.0)
     assert policy.window_end(few, 3, outlook, now) == pytest.approx(now + 2 * 4 / 400.0)
     assert policy.window_end(many, 6, outlook, now) == now
