@@ -252,17 +252,18 @@ def client(server):
         yield client
 
 
-def test_policy_smdp_serves_every_request_its_own_rows_through_tritonserver(client, repository):
-    """A timed model of two 5 ms stages served with ``policy: smdp`` (power weighed, so it
-    waits for fuller batches while the load lasts): 200 requests from 16 clients at once, each
-    answered with its own rows; then one alone, answered although the arrivals the control
-    limit waits for never come."""
+@pytest.mark.parametrize("setting", [("power_weight", "10"), ("static", "4")])
+def test_policy_smdp_serves_every_request_its_own_rows_through_tritonserver(client, repository, setting):
+    """A timed model of two 5 ms stages served with ``policy: smdp``, power weighed (so it
+    waits for fuller batches while the load lasts) or with a static batch of 4: 200 requests
+    from 16 clients at once, each answered with its own rows; then one alone, answered although
+    the arrivals the control limit (the static size) waits for never come."""
     from backend.manifest import LatencyTable, TensorSpec
 
-    name = "smdp_timed"
+    name = f"smdp_{setting[0]}"
     table = LatencyTable.from_json({"batch_sizes": [1, 8], "mean": [5.0, 6.0]})
     write_timed(name, (TensorSpec("x", "float32", (4,)),), [table] * 2, 8, "timed.onnx", "",
-                repository / name, {"policy": "smdp", "policy.power_weight": "10"})
+                repository / name, {"policy": "smdp", f"policy.{setting[0]}": setting[1]})
     with serving(client, repository, name):
         def ask(key: int) -> bool:
             x = np.full((1, 4), key, np.float32)
