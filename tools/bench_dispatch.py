@@ -36,6 +36,7 @@ from __future__ import annotations
 import argparse
 import csv
 import math
+import re
 import shutil
 import tempfile
 from dataclasses import replace
@@ -146,8 +147,8 @@ def live_rows(profile: Path, args: argparse.Namespace, console: Console) -> tupl
 
 
 def _model(label: str) -> str:
-    """A Triton model's name for a column's label."""
-    return label.replace("triton ", "triton_").replace(" us", "").replace(" ", "_").replace("+", "_")
+    """A Triton model's name for a column's label ("triton 0 us": triton_0_us, "input+load": input_load)."""
+    return re.sub(r"[^A-Za-z0-9]+", "_", label)
 
 
 def _markdown(header: list[str], rows: list[list[str]]) -> list[str]:

@@ -59,8 +59,8 @@ class Peer:
     # where shorter) or this many microseconds (REJECT, allow_timeout_override: Triton reads a
     # request's timeout only below a default it has).
     timeout_us: int = 0
-    # Triton's preferred batch sizes: with a long ``delay_us``, a batch of one of them leaves once
-    # that many requests wait (the SMDP paper's static batch size, as a Triton user sets it).
+    # Triton's preferred batch sizes: with a long ``delay_us``, a batch leaves once that many
+    # requests wait. No static size: Triton grows a batch that waits for the instance past it.
     preferred: tuple[int, ...] = ()
 
 
