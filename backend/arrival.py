@@ -20,7 +20,6 @@ underestimated there, never invented. Nothing here imports Triton.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 # A call beginning within this of the previous one's end is taken to have had requests waiting:
@@ -38,18 +37,17 @@ class TritonQueue:
     _since: float | None = field(default=None, init=False)  # the next call's requests arrived after this
     _ended: float | None = field(default=None, init=False)  # when the last call ended
 
-    def arrivals(self, rows: Sequence[int], now: float) -> list[float]:
-        """When each of the requests of a call beginning ``now`` (with ``rows`` rows each, in the
-        order Triton handed them over) is taken to have reached Triton."""
+    def spread(self, count: int, rows: int, now: float) -> tuple[float, float]:
+        """``(since, step)``: the i-th of the ``count`` requests (``rows`` rows in all, in the order
+        Triton handed them over) of a call beginning ``now`` is taken to have reached Triton at
+        ``since + step * (i + 0.5)``. Two numbers, not a list: a call whose requests have no
+        deadline reads neither, and a model served plain pays this on every ``execute``."""
         since = now - self.delay_s
         if self._since is not None and self._ended is not None and now - self._ended < IDLE_S:
             since = min(since, self._since)  # the instance was busy: they waited since then
-        count = len(rows)
-        if not count:
-            return []
-        arrived = [since + (now - since) * (i + 0.5) / count for i in range(count)]
-        self._since = now if sum(rows) < self.max_rows else arrived[-1]
-        return arrived
+        step = (now - since) / count
+        self._since = now if rows < self.max_rows else since + step * (count - 0.5)
+        return since, step
 
     def ended(self, now: float) -> None:
         """The call ended at ``now``."""

@@ -243,11 +243,12 @@ class DiversityPolicy(Policy):
         axis = self._axis
         if not self.input or axis is None or len(queries) < 2 or len({q.rigid for q in queries}) > 1:
             return [list(queries)]
+        lengths = [q.sizes[axis] for q in queries]
+        if min(lengths) == max(lengths):
+            return [list(queries)]
         ordered = sorted(queries, key=lambda q: q.sizes[axis])
-        lengths = [q.sizes[axis] for q in ordered]
+        lengths.sort()
         longest = lengths[-1]
-        if lengths[0] == longest:
-            return [ordered]
         rows = [q.rows for q in ordered]
         total = sum(rows)
         best, cut = self._took(total, longest), len(ordered)

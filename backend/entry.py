@@ -116,7 +116,8 @@ class Entry:
                 query.answer(failure=CANCELLED)
             else:
                 kept.append(query)
-        return refuse_hopeless(kept, self._scheduler.policy.hopeless) if self._queue.reject else kept
+        policy = self._scheduler.policy
+        return refuse_hopeless(kept, policy.hopeless) if self._queue.reject and policy.may_refuse(kept) else kept
 
     def wake(self) -> None:
         """Rows left the pipeline or moved on in it: there may be room for more, or a window to

@@ -23,6 +23,7 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import triton_python_backend_utils as pb_utils
@@ -68,10 +69,10 @@ def refuse_numpy_this_stub_cannot_pass() -> None:
             "(the stub ignores PYTHONPATH and takes the first python3 on PATH; tools/gpu_host.sh makes one)")
 
 
-def _rows(query: Query) -> int:
+def _rows(inputs: dict) -> int:
     """A request's rows as Triton counts them toward a batch (1 where it cannot tell: validation
     answers a malformed request later, on its own)."""
-    shape = getattr(next(iter(query.inputs.values()), None), "shape", ())
+    shape = getattr(next(iter(inputs.values()), None), "shape", ())
     return int(shape[0]) if shape else 1
 
 
@@ -206,23 +207,39 @@ class TritonPythonModel:
         if self._server.runs_inline():
             # Every query is answered, its reply kept on it, before the engines are done: the
             # responses are built meanwhile, on arrays filled by the time run returns.
-            queries = self._from_triton([self._query(request) for request in requests])
+            queries = self._queries(requests)
             responses: list = []
             self._server.run(queries, lambda: responses.extend([self._response_of(q.reply) for q in queries]))
             return responses
         handover = Handover([self._sender(request) for request in requests])
-        self._server.submit(self._from_triton([self._query(request, lambda outputs, failure, i=i: handover.deliver(
-            i, self._response_of((outputs, failure)))) for i, request in enumerate(requests)]))
+        self._server.submit(self._queries(requests, lambda i: lambda outputs, failure: handover.deliver(
+            i, self._response_of((outputs, failure)))))
         return handover.close()
 
-    def _from_triton(self, queries: list[Query]) -> list[Query]:
-        """Each deadline counted from when its request is taken to have reached Triton (it may
-        have waited in Triton's queue while this instance was busy: ``arrival.py``)."""
+    def _queries(self, requests: list, respond: Callable[[int], Responder] | None = None) -> list[Query]:
+        """The requests as Queries, the i-th answered through ``respond(i)`` or, without it,
+        keeping its reply. A deadline counts from when its request is taken to have reached
+        Triton: it may have waited in Triton's queue while this instance was busy (``arrival.py``).
+        One pass over each request's tensors (Triton admits only the inputs config.pbtxt names;
+        a missing one is left out, for validation to name): get_input_tensor_by_name walks them
+        again for every input. A model served plain pays all of this on every ``execute``."""
+        if respond is None:
+            inputs = [{tensor.name(): tensor.as_numpy() for tensor in request.inputs()} for request in requests]
+        else:  # out of Triton's shared memory: the pipeline runs them after execute() returned
+            inputs = [{tensor.name(): tensor.as_numpy().copy() for tensor in request.inputs()} for request in requests]
+        count = len(requests)
+        if not count:
+            return []
         now = time.monotonic()
-        reached = self._reached.arrivals([_rows(query) for query in queries], now)
-        for query, at in zip(queries, reached):
-            if query.deadline is not None:
-                query.deadline -= max(query.arrived - at, 0.0)
+        # Each request has a row at least: only a call of fewer requests than a full batch counts them.
+        rows = count if count >= self._reached.max_rows else sum(map(_rows, inputs))
+        since, step = self._reached.spread(count, rows, now)
+        queries = []
+        for i, (request, tensors) in enumerate(zip(requests, inputs)):
+            timeout_us = self._queue.timeout_us(request.timeout())  # 0: none
+            deadline = min(now, since + step * (i + 0.5)) + timeout_us / 1e6 if timeout_us else None
+            queries.append(Query(tensors, None if respond is None else respond(i),
+                                 tuple(request.requested_output_names()), now, deadline, request.is_cancelled))
         return queries
 
     def finalize(self) -> None:
@@ -235,20 +252,6 @@ class TritonPythonModel:
     def _sender(request):
         return lambda response: request.get_response_sender().send(
             response, flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
-
-    def _query(self, request, respond: Responder | None = None) -> Query:
-        """The request as a Query answered through ``respond``, or, without one, keeping its reply."""
-        # One pass over the request's tensors (Triton admits only the inputs config.pbtxt names;
-        # a missing one is left out, for validation to name): get_input_tensor_by_name walks
-        # them again for every input.
-        if respond is None:
-            inputs = {tensor.name(): tensor.as_numpy() for tensor in request.inputs()}
-        else:  # out of Triton's shared memory: the pipeline runs it after execute() returned
-            inputs = {tensor.name(): tensor.as_numpy().copy() for tensor in request.inputs()}
-        arrived = time.monotonic()
-        timeout_us = self._queue.timeout_us(request.timeout())  # 0: none
-        return Query(inputs, respond, tuple(request.requested_output_names()), arrived,
-                     arrived + timeout_us / 1e6 if timeout_us else None, request.is_cancelled)
 
     @staticmethod
     def _response_of(reply: tuple | None):

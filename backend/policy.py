@@ -62,6 +62,12 @@ class Policy:
         learn how long queries take: ``policy: slo``), where ``learns``. Called on the serving path: keep
         it short."""
 
+    def may_refuse(self, queries: Sequence[Query]) -> bool:
+        """Whether ``hopeless`` or ``late_together`` could refuse any of ``queries``, asked first so
+        that a batch without deadlines costs a model served plain no judgement. Here: only where
+        one has a deadline of its own (its request's timeout)."""
+        return any(query.deadline is not None for query in queries)
+
     def hopeless(self, query: Query, now: float) -> bool:
         """Whether ``query`` cannot meet its deadline any more, so that the entry (or ``execute``,
         where the model serves plain) answers it with Triton's timeout error rather than compute

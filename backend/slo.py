@@ -222,6 +222,10 @@ class SloPolicy(DiversityPolicy):
         """No window: a batch is created when stage 0 can take it (the paper's lazy creation)."""
         return now
 
+    def may_refuse(self, queries: Sequence[Query]) -> bool:
+        """Also every query where the model gives one without a timeout a deadline (``deadline_ms``)."""
+        return self.deadline_ms > 0 or super().may_refuse(queries)
+
     def hopeless(self, query: Query, now: float) -> bool:
         """Whether ``query`` cannot meet its deadline even alone on an empty pipeline at the
         shortest time its length was seen to take (``rule: orloj``; EDF refuses only expired

@@ -122,11 +122,14 @@ class WholeBatch:
     def _run_formed(self, queries: Sequence[Query], launched: list[list]) -> list[Query] | None:
         """Run ``queries`` as the former says; the batch, where it ran them as one."""
         pending = refuse_invalid(self.manifest, queries, self.size_limits, self._judged)
-        if self.reject:
+        if self.reject and self.policy.may_refuse(pending):
             pending = refuse_hopeless(pending, self.policy.hopeless, self.policy.late_together)
         if not pending:
             return None
         admitted, waited_s = len(pending), waited(pending, time.monotonic())
+        if admitted == 1:  # whatever a former says, a lone query runs alone
+            self.metrics.admitted(1, waited_s, "new")
+            return pending if self._run_or_alone(pending, launched) else None
         batches, whole = 0, None
         while pending:
             try:

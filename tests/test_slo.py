@@ -170,7 +170,7 @@ def test_the_pipeline_refuses_hopeless_queries_at_once_and_answers_the_rest():
 def test_served_as_a_plain_model_hopeless_queries_are_refused_too():
     """Inside ``execute`` (a model served plain, or ``batching: triton``) the policy judges the
     queries Triton hands over as the entry would: the hopeless one gets Triton's timeout error,
-    the others run together."""
+    the others run together; with ``deadline_ms``, queries whose requests set no timeout too."""
     policy, manifest = _policy()
     device = make_device("CPU")
     whole = WholeBatch(manifest, load_engines(manifest, ".", device), device, Metrics(), policy=policy)
@@ -179,6 +179,12 @@ def test_served_as_a_plain_model_hopeless_queries_are_refused_too():
     whole.run(queries)
     assert [q.reply[1] is None for q in queries] == [True, False, True]
     assert "timeout expired" in queries[1].reply[1].message
+    # ``deadline_ms`` gives requests that set no timeout one: a lone run takes 20 ms, so 5 is hopeless.
+    strict, _ = _policy(deadline_ms="5")
+    whole = WholeBatch(manifest, whole.engines, device, Metrics(), policy=strict)
+    queries = _queries(manifest, time.monotonic(), [None, None])
+    whole.run(queries)
+    assert all("timeout expired" in q.reply[1].message for q in queries)
 
 
 def test_inside_execute_the_queries_their_batch_would_make_late_are_refused():
@@ -208,13 +214,17 @@ def test_a_deadline_counts_the_wait_in_tritons_queue_while_the_instance_was_busy
     than the largest batch (Triton's queue emptied then), they came since that call began,
     evenly spread in order; right after a full call, since that call's last one came."""
     queue = TritonQueue(max_rows=8, delay_s=0.002)
-    assert queue.arrivals([1], 10.0) == [pytest.approx(9.999)]
+
+    def arrivals(rows: list[int], now: float) -> list[float]:
+        since, step = queue.spread(len(rows), sum(rows), now)
+        return [since + step * (i + 0.5) for i in range(len(rows))]
+    assert arrivals([1], 10.0) == [pytest.approx(9.999)]
     queue.ended(10.100)  # a 100 ms call of one row: Triton's queue was empty at 10.0
-    assert queue.arrivals([1, 2, 1, 4], 10.1002) == pytest.approx([10.0125, 10.0376, 10.0626, 10.0877], abs=1e-4)
+    assert arrivals([1, 2, 1, 4], 10.1002) == pytest.approx([10.0125, 10.0376, 10.0626, 10.0877], abs=1e-4)
     queue.ended(10.200)  # that call was full (8 rows): the next came after its last, at 10.0877
-    assert queue.arrivals([1], 10.2001) == [pytest.approx((10.0877 + 10.2001) / 2, abs=1e-4)]
+    assert arrivals([1], 10.2001) == [pytest.approx((10.0877 + 10.2001) / 2, abs=1e-4)]
     queue.ended(10.300)
-    assert queue.arrivals([1], 11.0) == [pytest.approx(10.999)]  # idle since 10.3: the batcher's delay only
+    assert arrivals([1], 11.0) == [pytest.approx(10.999)]  # idle since 10.3: the batcher's delay only
 
 
 def _early_exit(tables: list[dict]) -> Manifest:

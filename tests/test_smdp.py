@@ -121,7 +121,7 @@ def test_the_entry_waits_below_the_control_limit_and_serves_what_the_policy_says
     outlook = Outlook((), 400.0, 400.0)
     solution = _solved(policy, few, 400.0)
     assert solution.control_limit == 8 and solution.has_control_limit
-    assert policy.window_end(few, 3, outlook, now) == pytest.approx(now + 2 * 8 / solution.problem.arrivals_per_s)
+    assert policy.window_end(few, 3, outlook, now) == pytest.approx(now + 2 * 8 / 400.0, abs=1e-9)
     assert policy.window_end(full, 8, outlook, now) == now
     assert [len(batch) for batch, _ in policy.form(full, 8, now, outlook)] == [8]
     assert policy.window_end(few, 3, Outlook(), now) == now
