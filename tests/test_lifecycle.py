@@ -48,14 +48,16 @@ def client(server):
 
 def lifecycle_model(repository, name: str, parameters: dict[str, str], max_batch_size: int = 8) -> str:
     """Three stages of T_MS at every batch size, passing ``x`` through, with Triton's queue
-    policy honouring each request's own timeout."""
+    policy honouring each request's own timeout (in Triton's queue too: Triton 24.10 takes a
+    request's timeout there only where it is shorter than a default, and without one, none)."""
     sizes = [b for b in (1, 2, 4, 8) if b <= max_batch_size]
     table = LatencyTable.from_json({"batch_sizes": sizes, "mean": [T_MS] * len(sizes)})
     write_timed(name, (TensorSpec("x", "float32", ("sequence",)),), [table] * STAGES, max_batch_size,
                 "timed.onnx", "", repository / name, parameters)
     config = repository / name / "config.pbtxt"
     config.write_text(config.read_text().replace(
-        "dynamic_batching { }", "dynamic_batching { default_queue_policy { allow_timeout_override: true } }"))
+        "dynamic_batching { }", "dynamic_batching { default_queue_policy { allow_timeout_override: true "
+        "default_timeout_microseconds: 10000000 } }"))
     return name
 
 
@@ -101,19 +103,22 @@ def error_text(answer) -> str:
 @pytest.mark.parametrize("path", list(PATHS))
 def test_timeouts_while_waiting_and_in_the_pipeline(client, repository, path):
     """0: no timeout, runs at once. 1: 100 ms, sent while 0 runs: in the pipeline it waits at the
-    entry (the first stage is busy) and expires there. 2: 500 ms and 3: none, sent together
-    while 0 runs: they enter together after 0's first stage; 2 expires between stages and is
-    answered there, 3 goes on to its result. On the plain path Triton's batcher has put 1, 2 and
-    3 in the instance's next batch before they expire (it forms it while the instance is busy,
-    and checks timeouts only in its queue), so they may run to their results, as a plain
-    model's would: what is asserted there is one answer each."""
+    entry (the first stage is busy) and expires there. 2: 450 ms and 3: none, sent together
+    while 0 runs: they enter together after 0's first stage; 2 expires between stages (due
+    100 ms after the first boundary it passes, 100 ms before the second) and is answered there,
+    3 goes on to its result. Triton 24.10's batcher now and then holds 2 and 3 for 500 ms (a
+    lost wake-up with a queue policy: docs/backend.md, 1 run in 8 here); 2 then expires in
+    Triton's queue and gets the same timeout error, 3 its result later. On the plain path
+    Triton's batcher has put 1, 2 and 3 in the instance's next batch before they expire (it forms
+    it while the instance is busy, and checks timeouts only in its queue), so they may run to
+    their results, as a plain model's would: what is asserted there is one answer each."""
     name = lifecycle_model(repository, f"timeouts_{path}", PATHS[path])
     with serving(client, repository, name):
         answers = Answers(4)
         send(client, name, 0, answers)
         time.sleep(T_MS / 4000)
         send(client, name, 1, answers, timeout_us=int(T_MS * 500))
-        send(client, name, 2, answers, timeout_us=int(T_MS * 2500))
+        send(client, name, 2, answers, timeout_us=int(T_MS * 2250))
         send(client, name, 3, answers)
         got = answers.wait()
         assert got[0] is True and got[3] is True, got
