@@ -65,11 +65,13 @@ class QueuePolicy:
                    reject=policy.get("timeout_action", "REJECT") != "DELAY")
 
     def timeout_us(self, requested_us: int) -> int:
-        """A request's timeout: its own where the policy allows that (or sets none), else the
-        policy's default; 0: none."""
-        if requested_us and (self.allow_timeout_override or not self.default_timeout_us):
-            return requested_us
-        return self.default_timeout_us
+        """A request's timeout: its own where the policy allows an override and it is the shorter
+        (Triton's queue takes it so: core ``PolicyQueue::Enqueue``), or where the policy sets no
+        default (Triton's queue then keeps the request without one, but a client's deadline is
+        still its deadline here), else the policy's default; 0: none."""
+        if not requested_us or not self.default_timeout_us:
+            return requested_us or self.default_timeout_us
+        return min(requested_us, self.default_timeout_us) if self.allow_timeout_override else self.default_timeout_us
 
 
 @dataclass(frozen=True)

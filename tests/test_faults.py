@@ -311,6 +311,7 @@ def test_queue_policy_reads_triton_config_json():
     policy = QueuePolicy.from_model_config(config)
     assert policy == QueuePolicy(max_queue_size=4, default_timeout_us=1000, allow_timeout_override=True, reject=False)
     assert policy.timeout_us(0) == 1000 and policy.timeout_us(50) == 50
+    assert policy.timeout_us(5000) == 1000  # an override only shortens the default, as Triton's queue takes it
     strict = QueuePolicy(default_timeout_us=1000)
     assert strict.timeout_us(50) == 1000  # no override allowed
     assert QueuePolicy().timeout_us(50) == 50 and QueuePolicy().timeout_us(0) == 0
