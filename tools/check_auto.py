@@ -17,9 +17,13 @@ and ``auto`` (what the slicer writes; ``tools.lib.peers.write_ways``). Each cell
   lower of the other two.
 
 Every window starts with ``--warmup`` seconds unmeasured, in which ``auto`` sees the load (its
-mode switch looks each second). The table says per cell the three figures, ``auto`` over the
-better one and whether it is within the margin; ``--out`` keeps it (summary.md, check.csv),
-rewritten after each profile, so that a run cut short keeps what it measured.
+mode switch looks each second). The table says per cell the three figures (each the mean of
+its rounds), ``auto`` over the better one and whether it is within the margin, then ``auto`` over
+the better one in each round (their windows side by side, so a round the host slowed counts
+against both) and how far the better one's own rounds lie apart: on a host whose windows move
+by more than the margin, a verdict is only as good as that spread. ``--out`` keeps the table
+(summary.md, check.csv), rewritten after each profile, so that a run cut short keeps what it
+measured.
 A window that fails (perf_analyzer hangs now and then, more often with every process on one core)
 leaves its figure out; a cell without one fails. The exit status is 1 where a cell is outside the
 margin or failed.
@@ -31,6 +35,7 @@ import argparse
 import csv
 import math
 import shutil
+import statistics
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,22 +58,39 @@ MODELS = ("plain", "pipeline", "auto")
 
 @dataclass(frozen=True)
 class Cell:
-    """One load of one profile: each model's figure (answers/s closed, mean ms open)."""
+    """One load of one profile: each model's figure (answers/s closed, mean ms open) in each
+    round (NaN where its window failed); a model's figure is the mean of its rounds'."""
 
     profile: str
     load: str
     closed: bool
-    figures: dict[str, float]
+    rounds: dict[str, list[float]]
+
+    @property
+    def figures(self) -> dict[str, float]:
+        return {m: statistics.fmean(found) if (found := [v for v in values if not math.isnan(v)]) else math.nan
+                for m, values in self.rounds.items()}
 
     @property
     def best(self) -> str:
-        peers = {m: self.figures[m] for m in ("plain", "pipeline") if not math.isnan(self.figures[m])} \
-            or {"plain": math.nan}
+        figures = self.figures
+        peers = {m: figures[m] for m in ("plain", "pipeline") if not math.isnan(figures[m])} or {"plain": math.nan}
         return max(peers, key=peers.get) if self.closed else min(peers, key=peers.get)
 
     @property
     def ratio(self) -> float:
         return self.figures["auto"] / self.figures[self.best]
+
+    def paired(self) -> list[float]:
+        """``auto`` over the better way in each round, where both windows ran: side by side, so
+        that what the host's load does to one round does it to both."""
+        return [a / b for a, b in zip(self.rounds["auto"], self.rounds[self.best]) if b and not math.isnan(a / b)]
+
+    def spread(self) -> float:
+        """How far the better way's own rounds lie apart (largest over smallest, less one): a
+        verdict within the margin means little where this is larger."""
+        found = [v for v in self.rounds[self.best] if not math.isnan(v)]
+        return max(found) / min(found) - 1 if len(found) > 1 else math.nan
 
     def within(self, margin: float) -> bool:
         """False where a window failed (NaN compares false)."""
@@ -89,39 +111,43 @@ def run_profile(profile: Path, args: argparse.Namespace, console: Console) -> li
                 bench.load(model)
                 bench.capacity(model, data, max(args.concurrency), 1.0)  # warm up
 
-            def figures(load: Load) -> dict[str, float]:
-                """Each model's figure; NaN where its windows failed (perf_analyzer hung: the
-                cell is said to fail, the others are measured)."""
-                found = {m: [] for m in MODELS}
+            def rounds(load: Load) -> dict[str, list[float]]:
+                """Each model's figure in each round; NaN where its window failed (perf_analyzer
+                hung: the cell is said to fail, the others are measured)."""
+                found: dict[str, list[float]] = {m: [] for m in MODELS}
                 for _ in range(args.rounds):
                     for model in MODELS:
                         try:
                             window = bench.window(model, load, data, args.seconds, args.warmup).window
                         except PerfAnalyzerError as exc:
                             console.print(f"[red]{profile.stem} {model} {load.label}: {exc}[/red]")
+                            found[model].append(math.nan)
                             continue
                         found[model].append(window.throughput if load.closed else window.mean_ms)
-                return {m: sum(v) / len(v) if v else math.nan for m, v in found.items()}
+                return found
 
-            cells = [Cell(profile.stem, f"{c} in flight", True, figures(Load(concurrency=c)))
+            cells = [Cell(profile.stem, f"{c} in flight", True, rounds(Load(concurrency=c)))
                      for c in args.concurrency]
             top = cells[-1]
             peak = max(top.figures["plain"], top.figures["pipeline"])
-            cells += [Cell(profile.stem, f"Poisson {f:g} x {peak:.0f}/s", False, figures(Load(rate=f * peak)))
+            cells += [Cell(profile.stem, f"Poisson {f:g} x {peak:.0f}/s", False, rounds(Load(rate=f * peak)))
                       for f in args.loads]
         return cells
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-HEADER = ("profile", "load", "plain", "pipeline", "auto", "auto / better", "within")
+HEADER = ("profile", "load", "plain", "pipeline", "auto", "auto / better", "within", "each round", "better's spread")
 
 
 def row(cell: Cell, margin: float) -> list[str]:
     unit = "/s" if cell.closed else " ms"
     fmt = (lambda v: f"{v:.0f}{unit}") if cell.closed else (lambda v: f"{v:.2f}{unit}")
-    return [cell.profile, cell.load, *(fmt(cell.figures[m]) for m in MODELS),
-            f"{cell.ratio:.2f}x ({cell.best})", "yes" if cell.within(margin) else "NO"]
+    figures, spread = cell.figures, cell.spread()
+    return [cell.profile, cell.load, *(fmt(figures[m]) for m in MODELS),
+            f"{cell.ratio:.2f}x ({cell.best})", "yes" if cell.within(margin) else "NO",
+            " / ".join(f"{r:.2f}x" for r in cell.paired()) or "-",
+            "-" if math.isnan(spread) else f"{spread:.0%}"]
 
 
 def main(argv: list[str] | None = None) -> int:
