@@ -127,13 +127,10 @@ class WholeBatch:
         if not pending:
             return None
         admitted, waited_s = len(pending), waited(pending, time.monotonic())
-        if admitted == 1:  # whatever a former says, a lone query runs alone
-            self.metrics.admitted(1, waited_s, "new")
-            return pending if self._run_or_alone(pending, launched) else None
         batches, whole = 0, None
         while pending:
-            try:
-                formed = self.form(pending)
+            try:  # whatever a former says, a lone query runs alone
+                formed = [pending] if len(pending) == 1 else self.form(pending)
             except Exception:  # a policy's bug must not fail the batch: pad them together
                 log.exception("forming batches failed; running them padded to the longest")
                 formed = []
