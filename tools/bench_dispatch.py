@@ -15,7 +15,9 @@ For each timed profile (default: the slower engine and TensorRT-speed BERT-base 
    weights 0 and 1. Exact (the embedded chain's stationary distribution), no server.
 2. **Live**, through one tritonserver and perf_analyzer's Poisson loads at each fraction of the
    peak (the better of the two below at 64 in flight): mean latency of ``smdp`` (ours, ``policy:
-   smdp`` with ``--power-weight``), ``pass`` (ours, the work-conserving pipeline), ``auto`` (ours,
+   smdp`` with ``--power-weight``), ``smdp auto`` (the same with ``policy.auto: true``: served as a
+   plain model where the pipeline cannot pay, Triton's batcher then dispatching), ``pass`` (ours,
+   the work-conserving pipeline), ``auto`` (ours,
    the paper's policies as the slicer writes them), each of ``--policies`` (ours, the paper's
    Policies one by one) and the plain model behind Triton's dynamic batcher at delay 0 and at
    each delay worth trying (``peers.delay_candidates``): its best tuned delay is the lowest mean
@@ -57,6 +59,7 @@ from tools.lib.workload import interface_of, synthetic, write_input_data
 PROFILES = ROOT / "docs" / "profiles"
 DEFAULT_PROFILES = (PROFILES / "slow_2stages.json", PROFILES / "bert_base_trt_a100_2stages.json")
 PEAK_CONCURRENCY = 64
+SMDP_WAYS = ("smdp", "smdp auto")  # policy smdp pipelined, and with policy.auto (plain where the pipeline cannot pay)
 
 
 def static_sizes(max_batch: int) -> list[int]:
@@ -96,7 +99,8 @@ def live_rows(profile: Path, args: argparse.Namespace, console: Console) -> tupl
         whole = whole_table(manifest)  # what the plain peers' one timed stage takes
         identity = (manifest.source_file, manifest.source_sha256)
         knobs = {k: v for k, v in parameters.items() if k != "policy" and not k.startswith("policy.")}
-        ours = {"smdp": {**knobs, "policy": "smdp", "policy.power_weight": str(args.power_weight)},
+        smdp_settings = {**knobs, "policy": "smdp", "policy.power_weight": str(args.power_weight)}
+        ours = {"smdp": smdp_settings, "smdp auto": {**smdp_settings, "policy.auto": "true"},
                 "pass": {**knobs, "policy": "pass"}, "auto": parameters,
                 **{policy: {**knobs, "policy": policy} for policy in args.policies},
                 **{f"static {b}": {**knobs, "policy": "smdp", "policy.static": str(b)}
@@ -135,12 +139,14 @@ def live_rows(profile: Path, args: argparse.Namespace, console: Console) -> tupl
                         costs[label].append(measured.window.mean_ms + args.power_weight * power_ms)
                 cost = {label: sum(v) / len(v) if v else math.nan for label, v in costs.items()}
                 tuned = min((cost[label] for label in triton), default=math.nan)
-                others = min(v for label, v in cost.items() if label != "smdp")
+                others = min(v for label, v in cost.items() if not label.startswith("smdp"))
                 rows.append([profile.stem, f"{fraction:g} x {peak:.0f}/s",
                              *(f"{cost[label]:.2f}" for label in models), f"{tuned:.2f}",
-                             f"{cost['smdp'] / tuned:.2f}x", f"{cost['smdp'] / others:.2f}x"])
+                             *(f"{cost[label] / tuned:.2f}x" for label in SMDP_WAYS),
+                             *(f"{cost[label] / others:.2f}x" for label in SMDP_WAYS)])
         header = ["profile", "Poisson load", *(f"{label} (ms)" for label in models), "Triton tuned (ms)",
-                  "smdp / Triton tuned", "smdp / best other"]
+                  *(f"{label} / Triton tuned" for label in SMDP_WAYS),
+                  *(f"{label} / best other" for label in SMDP_WAYS)]
         return rows, header
     finally:
         shutil.rmtree(folder, ignore_errors=True)
