@@ -129,6 +129,9 @@ def serve(manifest: Manifest, version_dir: Path, config: RuntimeConfig, device: 
     if lone and all(s.latency is not None for s in manifest.stages):
         runtime.lone = LoneRuns.of(manifest, costs)
     if choice.switches:
+        if isinstance(config.policy, SmdpPolicy) and config.policy.power_weight > 0:
+            config.policy.said("smdp: while the switch serves plain, Triton's batcher dispatches and waits for no "
+                               "control limit: the power weight acts only while the model pipelines")
         switch = ModeSwitch([s.latency for s in manifest.stages], costs, cores, statistic, interpreted(manifest))
         runtime.watch = Watch(runtime, switch, metrics, device, len(manifest.stages), server_cpu_s, said)
         runtime.watch.start()

@@ -419,7 +419,8 @@ def test_auto_measures_the_host_and_starts_pipelined_on_engines_that_overlap(tmp
     that and the tables (in the metrics), starts pipelined (multi-entry), runs lone batches
     inline where the looks allow, and watches serving to switch. A configured policy pipelines
     and neither watches nor runs lone batches inline, unless ``policy.auto`` asks (``policy:
-    smdp`` then dispatches whenever the switch pipelines)."""
+    smdp`` then dispatches whenever the switch pipelines, and its log says that a power weight
+    acts only then)."""
     trt = timed_manifest(tmp_path, 0.62, 15.15, 128)
     metrics = Metrics()
     decision, runtime = serve(trt, tmp_path, RuntimeConfig(policy=make_policy("auto", {})), CpuDevice(), metrics)
@@ -437,11 +438,12 @@ def test_auto_measures_the_host_and_starts_pipelined_on_engines_that_overlap(tmp
     decision, runtime = serve(trt, tmp_path, RuntimeConfig(policy=make_policy("pass", {})), CpuDevice(), Metrics())
     runtime.close()
     assert decision.mode is Mode.PIPELINE and runtime.watch is None and runtime.lone is None
-    smdp = make_policy("smdp", {"auto": "true"})
-    decision, runtime = serve(trt, tmp_path, RuntimeConfig(policy=smdp), CpuDevice(), Metrics())
+    smdp, said = make_policy("smdp", {"auto": "true", "power_weight": "1"}), []
+    decision, runtime = serve(trt, tmp_path, RuntimeConfig(policy=smdp), CpuDevice(), Metrics(), said=said.append)
     runtime.close()
     assert decision.choice.switches and runtime.watch is not None and runtime.lone is not None
     assert runtime.scheduler.policy is smdp
+    assert any("the power weight acts only while the model pipelines" in line for line in said)
 
 
 def test_a_switch_to_plain_serving_drains_the_pipeline_before_a_batch_runs_inline(tmp_path):

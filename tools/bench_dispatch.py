@@ -17,13 +17,13 @@ For each timed profile (default: the slower engine and TensorRT-speed BERT-base 
    peak (the better of the two below at 64 in flight): mean latency of ``smdp`` (ours, ``policy:
    smdp`` with ``--power-weight``), ``smdp auto`` (the same with ``policy.auto: true``: served as a
    plain model where the pipeline cannot pay, Triton's batcher then dispatching), ``pass`` (ours,
-   the work-conserving pipeline), ``auto`` (ours,
-   the paper's policies as the slicer writes them), each of ``--policies`` (ours, the paper's
-   Policies one by one) and the plain model behind Triton's dynamic batcher at delay 0 and at
-   each delay worth trying (``peers.delay_candidates``): its best tuned delay is the lowest mean
-   of those at each load; and the SMDP paper's static batch sizes (``--static``: ours, ``policy:
-   smdp`` with ``policy.static``, each batch exactly that size; Triton's batcher has none: with
-   a preferred size and a long delay it still grows a batch that waits for the instance). Each
+   the work-conserving pipeline), ``auto`` (ours, the paper's policies as the slicer writes
+   them), each of ``--policies`` (ours, the paper's Policies one by one) and the plain model
+   behind Triton's dynamic batcher at delay 0 and at each delay worth trying
+   (``peers.delay_candidates``): its best tuned delay is the lowest mean of those at each load;
+   and the SMDP paper's static batch sizes (``--static``: ours, ``policy: smdp`` with
+   ``policy.static``, each batch exactly that size; Triton's batcher has none: with a preferred
+   size and a long delay it still grows a batch that waits for the instance). Each
    load's windows run the models in turn, ``--rounds`` times. With a ``--power-weight``, eq. 14
    instead of the mean alone, as the policy weighs it: the mean latency plus the weight times
    the mean power, the engines' busy seconds per second (every batch the window ran, from the
