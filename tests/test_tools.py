@@ -25,6 +25,7 @@ from slicer import triton_config
 from slicer.slicing import VERSION
 from tools.lib import prometheus as prom
 from tools.lib.peers import link_version
+from tools.lib.cli import names, numbers
 from tools.lib.client import infer
 from tools.lib.real_models import MODELS
 from tools.lib.harness import bisect_peak
@@ -147,6 +148,22 @@ def test_a_plain_peer_with_a_preferred_size_sends_a_batch_once_that_many_wait(ru
               str(sources["bert_like"]))
     assert bad.returncode == 2 and "preferred batch sizes [9] must lie in 1..8" in bad.stderr
 
+
+
+def test_a_bad_list_option_is_a_usage_error_that_names_it(run):
+    """Every command parses its comma-separated options one way (``tools.lib.cli``): a typo, an
+    unknown name, a size of 0 or an empty list where one is needed is argparse's usage error
+    naming the option and what it takes (exit 2), before any server starts; an empty list where
+    none is allowed (``check_auto --loads ""``: no Poisson cells) parses."""
+    for command, option, text, says in [("tools.check_auto", "--loads", "0.1,x", "takes comma-separated numbers"),
+                                       ("tools.check_auto", "--concurrency", "", "takes at least one"),
+                                       ("tools.bench_cost", "--models", "plain,foo", "'foo' unknown; it takes some of"),
+                                       ("tools.bench_dispatch", "--static", "8,0", "takes integers above 0"),
+                                       ("tools.tune", "--slice-lengths", "16;32", "takes comma-separated integers")]:
+        done = run(command, f"{option}={text}")
+        assert done.returncode == 2 and f"argument {option}: {says}" in done.stderr, (command, done.stderr)
+    assert numbers(float, empty=True)("") == () and numbers(int)("1,,16") == (1, 16)
+    assert names(("exact", "client"))(" exact,client") == ("exact", "client")
 
 def test_peers_of_a_model_sliced_for_torch_run_torch(client, server, repository, sources):
     """A model sliced with --target torch gets peers on the same engine: the plain model (the
@@ -526,8 +543,8 @@ def test_slo_benchmark_sorts_what_became_of_every_request(run, tmp_path):
     counts = re.findall(r"(\d+\.\d)% \(of (\d+): refused (\d+), late (\d+), failed (\d+)\)",
                         (out / "summary.md").read_text())
     assert len(counts) == 3, (out / "summary.md").read_text()
-    for rate, *numbers in counts:
-        sent, refused, late, failed = map(int, numbers)
+    for rate, *figures in counts:
+        sent, refused, late, failed = map(int, figures)
         assert sent > 0 and failed == 0
         assert abs(float(rate) / 100 * sent + refused + late - sent) <= 0.001 * sent + 0.5
 

@@ -32,6 +32,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tools.lib.cli import numbers
 from tools.lib.peers import link_version
 from tools.lib.perf_analyzer import PerfAnalyzerError, binary
 from tools.lib.triton import TritonInstall, assemble_backends, refuse_numpy_2
@@ -85,17 +86,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("model_dirs", type=Path, nargs="+", help="model directories written by python -m slicer")
     p.add_argument("--out", type=Path, required=True, help="folder for everything Model Analyzer reads and writes")
     add_workload_arguments(p)
-    p.add_argument("--concurrency", default="1,4,16", help="perf_analyzer concurrencies (default 1,4,16)")
+    p.add_argument("--concurrency", type=numbers(int), default="1,4,16",
+                   help="perf_analyzer concurrencies (default 1,4,16)")
     p.add_argument("--sweep", type=_sweep, action="append", default=[], metavar="KEY=V1,V2",
                    help="a config.pbtxt parameter and the values to sweep (e.g. policy=auto,pass)")
-    p.add_argument("--max-batch-size", default="", help="max_batch_size values to sweep (e.g. 4,8)")
+    p.add_argument("--max-batch-size", type=numbers(int, empty=True), default="",
+                   help="max_batch_size values to sweep (e.g. 4,8)")
     p.add_argument("--write-only", action="store_true", help="write the repository and config, do not profile")
     args = p.parse_args(argv)
-    try:
-        concurrency = [int(v) for v in args.concurrency.split(",") if v]
-        max_batch_sizes = [int(v) for v in args.max_batch_size.split(",") if v]
-    except ValueError:
-        p.error("--concurrency and --max-batch-size take integers such as 1,4,16")
+    concurrency, max_batch_sizes = list(args.concurrency), list(args.max_batch_size)
     analyzer = shutil.which("model-analyzer", path=str(Path(sys.executable).parent)) or shutil.which("model-analyzer")
     if analyzer is None and not args.write_only:
         print("error: model-analyzer is not installed: run `make analyzer` (triton-model-analyzer "

@@ -23,6 +23,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from slicer.errors import SliceError
+from tools.lib.cli import numbers
 from tools.lib.peers import BACKENDS, Peer, write_ensemble, write_plain
 
 
@@ -31,7 +32,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("model_dir", type=Path, help="a model directory written by python -m slicer")
     parser.add_argument("--source", type=Path, help="the unsliced ONNX model (default: found by its sha256)")
     parser.add_argument("--delay-us", type=int, default=0, help="the dynamic batcher's delay (default 0)")
-    parser.add_argument("--preferred", default="",
+    parser.add_argument("--preferred", type=numbers(int, empty=True), default="",
                         help="the dynamic batcher's preferred batch sizes, comma-separated (default none)")
     parser.add_argument("--ragged", action="store_true",
                         help="plain model: queries of different lengths share a batch, padded to the longest")
@@ -43,12 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     repository = args.repository or args.model_dir.parent
     name = args.model_dir.name
-    try:
-        preferred = tuple(int(size) for size in args.preferred.split(",") if size)
-    except ValueError:
-        print(f"error: --preferred {args.preferred!r}: batch sizes, comma-separated", file=sys.stderr)
-        return 2
-    peer = Peer(args.delay_us, not args.no_spinning, args.ragged, args.backend, args.threads, preferred=preferred)
+    peer = Peer(args.delay_us, not args.no_spinning, args.ragged, args.backend, args.threads, preferred=args.preferred)
     try:
         if args.backend == "tensorrt":
             print("no plain model: a plain TensorRT model is the whole model as one engine "

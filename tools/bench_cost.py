@@ -49,10 +49,11 @@ from tritonclient.utils import InferenceServerException
 from backend.calibrate import process_cpu_s
 from slicer.errors import SliceError
 from tools.lib import prometheus as prom
-from tools.lib.peers import write_ways
+from tools.lib.cli import names, numbers
 from tools.lib.harness import Bench
 from tools.lib.intervals import pooled, ratio
 from tools.lib.paths import ROOT
+from tools.lib.peers import write_ways
 from tools.lib.perf_analyzer import Load, PerfAnalyzerError, Window
 from tools.lib.triton import stubs_of
 from tools.lib.workload import interface_of, synthetic, write_input_data
@@ -278,13 +279,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("profiles", type=Path, nargs="*", default=list(DEFAULT_PROFILES),
                         help="timed profiles (JSON) or sliced model directories (default: the near-zero and "
                              "TensorRT-speed profiles)")
-    parser.add_argument("--concurrency", default="1,32", help="closed-loop concurrencies (default 1,32)")
+    parser.add_argument("--concurrency", type=numbers(int), default="1,32",
+                        help="closed-loop concurrencies (default 1,32)")
     parser.add_argument("--seconds", type=float, default=4.0, help="seconds per window (default 4)")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--length", type=int, default=64, help="tokens per query (default 64)")
     parser.add_argument("--parameter", action="append", default=[], metavar="KEY=VALUE",
                         help="a config.pbtxt parameter of our two models (e.g. buffer_pairs=2); repeatable")
-    parser.add_argument("--models", default=",".join(MODELS),
+    parser.add_argument("--models", type=names(MODELS), default=",".join(MODELS),
                         help=f"which of {','.join(MODELS)} to measure (default all; plain always, the ratios' base)")
     parser.add_argument("--source", type=Path, action="append", default=[],
                         help="the unsliced ONNX model of a sliced model directory, where the slicer's cache does "
@@ -294,10 +296,8 @@ def main(argv: list[str] | None = None) -> int:
     console = Console(width=200)
     if any("=" not in p for p in args.parameter):
         parser.error("--parameter takes KEY=VALUE")
-    chosen = set(args.models.split(",")) | {"plain"}
-    if chosen - set(MODELS):
-        parser.error(f"--models takes some of {','.join(MODELS)}")
-    plan = Plan(tuple(int(c) for c in args.concurrency.split(",")), args.seconds, args.rounds, args.length,
+    chosen = set(args.models) | {"plain"}
+    plan = Plan(args.concurrency, args.seconds, args.rounds, args.length,
                 dict(p.split("=", 1) for p in args.parameter), tuple(m for m in MODELS if m in chosen),
                 tuple(args.source))
     if args.out:

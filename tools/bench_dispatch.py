@@ -48,7 +48,8 @@ from rich.console import Console
 from tritonclient.utils import InferenceServerException
 
 from backend import smdp
-from backend.config import make_policy
+from backend.config import POLICIES, make_policy
+from tools.lib.cli import names, numbers
 from tools.lib.harness import Bench
 from tools.lib.paths import ROOT
 from tools.lib.peers import Peer, delay_candidates, write_plain
@@ -164,24 +165,22 @@ def _markdown(header: list[str], rows: list[list[str]]) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tools.bench_dispatch", description=__doc__.split("\n\n")[0])
     parser.add_argument("profiles", type=Path, nargs="*", default=list(DEFAULT_PROFILES), help="timed profiles (JSON)")
-    parser.add_argument("--loads", default="0.1,0.5,0.9", help="fractions of capacity (default 0.1,0.5,0.9)")
+    parser.add_argument("--loads", type=numbers(float), default="0.1,0.5,0.9",
+                        help="fractions of capacity (default 0.1,0.5,0.9)")
     parser.add_argument("--power-weight", type=float, default=0.0, help="policy.power_weight of the live smdp model")
     parser.add_argument("--seconds", type=float, default=5.0, help="measured seconds per window (default 5)")
     parser.add_argument("--warmup", type=float, default=3.0, help="unmeasured seconds before each window (default 3)")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--length", type=int, default=64, help="tokens per query (default 64)")
-    parser.add_argument("--policies", default="input,operator,load",
+    parser.add_argument("--policies", type=names(tuple(POLICIES), empty=True), default="input,operator,load",
                         help="the paper's policies served live beside smdp, pass and auto "
                              "(default input,operator,load)")
-    parser.add_argument("--static", default="",
+    parser.add_argument("--static", type=numbers(int, empty=True), default="",
                         help="static batch sizes served live (ours, policy smdp with policy.static; "
                              "default 8,16,32 and the largest)")
     parser.add_argument("--paper-only", action="store_true", help="eq. 14's comparison alone, no server")
     parser.add_argument("--out", type=Path, help="write summary.md, paper.csv and live.csv here")
     args = parser.parse_args(argv)
-    args.loads = tuple(float(f) for f in args.loads.split(","))
-    args.policies = tuple(p for p in args.policies.split(",") if p)
-    args.static = tuple(int(b) for b in args.static.split(",") if b)
     console = Console()
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)

@@ -50,11 +50,12 @@ import tritonclient.grpc as grpcclient
 from rich.console import Console
 from tritonclient.utils import InferenceServerException, np_to_triton_dtype
 
+from tools.lib.cli import names, numbers
 from tools.lib.harness import Bench
 from tools.lib.paths import ROOT
 from tools.lib.peers import Peer, write_plain
-from tools.lib.real_models import minilm_tokenizer
 from tools.lib.perf_analyzer import PerfAnalyzerError
+from tools.lib.real_models import minilm_tokenizer
 from tools.lib.timed import from_profile, timed_whole, write_timed
 from tools.lib.workload import Request, glue, interface_of, synthetic, write_input_data
 
@@ -63,6 +64,7 @@ PEAK_CONCURRENCY = 64
 SHORT, SHORT_SHARE = 0.25, 0.7  # the bimodal workload: this share of the rows needs this share of the time
 QUEUE_DEFAULT_US = 60_000_000  # the plain model's queue policy default (a request's own timeout is shorter)
 MODELS = ("triton", "slo", "edf", "pass", "auto", "slo-plain", "slo-auto")
+WORKLOADS = ("rte", "bimodal")
 # The finish rates compared: slo against Triton and against our best other policy ("ours"); served plain,
 # against Triton's batcher that forms its batches too.
 RATIOS = (("slo", "triton"), ("slo", "ours"), ("slo-plain", "triton"))
@@ -95,7 +97,7 @@ def workload(name: str, model_dir: Path, seed: int = 0) -> list[Request]:
         requests = synthetic(interface, 1, {}, count=512, lengths=(64,))
         works = np.where(rng.random(len(requests)) < SHORT_SHARE, SHORT, 1.0)
     else:
-        raise ValueError(f"unknown workload {name!r}; known: rte, bimodal")
+        raise ValueError(f"unknown workload {name!r}; known: {', '.join(WORKLOADS)}")
     return [Request({**r.inputs, "work": np.full((1, 1), w, np.float32)}, r.rows, r.length)
             for r, w in zip(requests, works)]
 
@@ -223,24 +225,21 @@ def _ratio(a: float, b: float) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tools.bench_slo", description=__doc__.split("\n\n")[0])
     parser.add_argument("--profile", type=Path, default=PROFILE, help="a timed profile with a 'work' input")
-    parser.add_argument("--workloads", default="rte,bimodal", help="rte, bimodal (default both)")
-    parser.add_argument("--slos", default="2,5", help="SLOs as multiples of the lone latency (default 2,5)")
-    parser.add_argument("--loads", default="0.3,0.6", help="Poisson rates as shares of the peak (default 0.3,0.6)")
+    parser.add_argument("--workloads", type=names(WORKLOADS), default=",".join(WORKLOADS),
+                        help="rte, bimodal (default both)")
+    parser.add_argument("--slos", type=numbers(float), default="2,5",
+                        help="SLOs as multiples of the lone latency (default 2,5)")
+    parser.add_argument("--loads", type=numbers(float), default="0.3,0.6",
+                        help="Poisson rates as shares of the peak (default 0.3,0.6)")
     parser.add_argument("--seconds", type=float, default=10.0, help="measured seconds per window (default 10)")
     parser.add_argument("--warmup", type=float, default=3.0, help="unmeasured seconds before each (default 3)")
     parser.add_argument("--rounds", type=int, default=1)
-    parser.add_argument("--models", default=",".join(MODELS), help=f"of {', '.join(MODELS)} (default all)")
-    parser.add_argument("--peak-of", default="triton,pass,auto",
+    parser.add_argument("--models", type=names(MODELS), default=",".join(MODELS),
+                        help=f"of {', '.join(MODELS)} (default all)")
+    parser.add_argument("--peak-of", type=names(MODELS), default="triton,pass,auto",
                         help="the models whose best peak the loads are shares of (default triton,pass,auto)")
     parser.add_argument("--out", type=Path, help="write summary.md and finish.csv here")
     args = parser.parse_args(argv)
-    args.workloads = args.workloads.split(",")
-    args.slos = [float(v) for v in args.slos.split(",")]
-    args.loads = [float(v) for v in args.loads.split(",")]
-    args.models, args.peak_of = args.models.split(","), args.peak_of.split(",")
-    unknown = sorted(set(args.models + args.peak_of) - set(MODELS))
-    if unknown:
-        parser.error(f"unknown models: {', '.join(unknown)}; known: {', '.join(MODELS)}")
     console = Console()
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)

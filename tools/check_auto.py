@@ -44,6 +44,7 @@ from rich.console import Console
 from rich.table import Table
 from tritonclient.utils import InferenceServerException
 
+from tools.lib.cli import numbers
 from tools.lib.harness import Bench
 from tools.lib.paths import ROOT
 from tools.lib.peers import write_ways
@@ -154,8 +155,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tools.check_auto", description=__doc__.split("\n\n")[0])
     parser.add_argument("profiles", type=Path, nargs="*", default=list(DEFAULT_PROFILES),
                         help="timed profiles (JSON) or sliced model directories (default: three timed profiles)")
-    parser.add_argument("--concurrency", default="1,16,64", help="closed-loop concurrencies (default 1,16,64)")
-    parser.add_argument("--loads", default="0.3,0.6,0.9",
+    parser.add_argument("--concurrency", type=numbers(int), default="1,16,64",
+                        help="closed-loop concurrencies (default 1,16,64)")
+    parser.add_argument("--loads", type=numbers(float, empty=True), default="0.3,0.6,0.9",
                         help="Poisson rates as fractions of the better model's answers/s at the highest concurrency")
     parser.add_argument("--seconds", type=float, default=3.0, help="measured seconds per window (default 3)")
     parser.add_argument("--warmup", type=float, default=2.0, help="unmeasured seconds before each window (default 2)")
@@ -166,8 +168,6 @@ def main(argv: list[str] | None = None) -> int:
                         help="the unsliced source of a sliced model directory (found by its sha256)")
     parser.add_argument("--out", type=Path, help="write summary.md and check.csv here")
     args = parser.parse_args(argv)
-    args.concurrency = tuple(int(c) for c in args.concurrency.split(","))
-    args.loads = tuple(float(f) for f in args.loads.split(","))
     console = Console()
     cells: list[Cell] = []
     try:

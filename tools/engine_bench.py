@@ -28,6 +28,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from tools.lib.cli import numbers
 
 TARGET = 1.3  # our stages summed, against torch's own FP16 graph of the whole model
 
@@ -166,13 +167,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tools.engine_bench", description=__doc__.split("\n\n")[0])
     parser.add_argument("model_dir", type=Path)
     parser.add_argument("--reference", default="none", choices=("bert_base", "resnet50", "none"))
-    parser.add_argument("--rows", default="1,16,64")
-    parser.add_argument("--lengths", default="64,128")
+    parser.add_argument("--rows", type=numbers(int), default="1,16,64")
+    parser.add_argument("--lengths", type=numbers(int), default="64,128")
     parser.add_argument("--repeats", type=int, default=50)
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
-    result = bench(args.model_dir, args.reference, [int(v) for v in args.rows.split(",")],
-                   [int(v) for v in args.lengths.split(",")], args.repeats)
+    result = bench(args.model_dir, args.reference, list(args.rows),
+                   list(args.lengths), args.repeats)
     text = markdown(result)
     print(text, flush=True)
     if args.out:

@@ -25,6 +25,7 @@ import json
 import sys
 from pathlib import Path
 
+from tools.lib.cli import numbers
 from tools.lib.profiles import profile
 
 def main(argv: list[str] | None = None) -> int:
@@ -36,13 +37,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--at-length", type=int, default=128)
     parser.add_argument("--stages", type=int, default=2)
     parser.add_argument("--max-batch-size", type=int, default=64)
-    parser.add_argument("--lengths", default="16,32,64,128")
+    parser.add_argument("--lengths", type=numbers(int), default="16,32,64,128")
     parser.add_argument("--source", default="", help="where the figures come from (kept in the profile)")
     parser.add_argument("--out", type=Path, default=Path("docs/profiles"))
     args = parser.parse_args(argv)
     try:
         data = profile(args.name, args.one_ms, args.full_ms, args.full_rows, args.at_length, args.stages,
-                       args.max_batch_size, [int(x) for x in args.lengths.split(",")], args.source)
+                       args.max_batch_size, list(args.lengths), args.source)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

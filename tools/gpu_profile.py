@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from backend.sample import batch_sizes_up_to
+from tools.lib.cli import numbers
 from tools.lib.timed import groups
 
 
@@ -94,19 +95,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("config", type=Path, help="a Hugging Face BertConfig JSON (config.json)")
     p.add_argument("--out-dir", type=Path, required=True)
     p.add_argument("--name", default="bert_gpu")
-    p.add_argument("--stages", default="1,2,3", help="stage counts to write profiles for (default 1,2,3)")
+    p.add_argument("--stages", type=numbers(int), default="1,2,3",
+                   help="stage counts to write profiles for (default 1,2,3)")
     p.add_argument("--max-batch-size", type=int, default=64)
-    p.add_argument("--lengths", default="16,32,64,128")
+    p.add_argument("--lengths", type=numbers(int), default="16,32,64,128")
     p.add_argument("--fp16", action="store_true")
     p.add_argument("--repeats", type=int, default=20)
     args = p.parse_args(argv)
     batch_sizes = batch_sizes_up_to(args.max_batch_size)
-    lengths = [int(v) for v in args.lengths.split(",")]
+    lengths = list(args.lengths)
     names, times, whole, device = profile(args.config, batch_sizes, lengths, args.fp16, args.repeats)
     args.out_dir.mkdir(parents=True, exist_ok=True)
     inputs = [{"name": n, "dtype": "int64", "dims": ["sequence"]}
               for n in ("input_ids", "attention_mask", "token_type_ids")]
-    for count in (int(v) for v in args.stages.split(",")):
+    for count in args.stages:
         spans = groups(list(times[-1, -1]), count)
         profile_json = {
             "name": f"{args.name}_{count}stages", "device": device, "precision": "fp16" if args.fp16 else "fp32",

@@ -32,6 +32,7 @@ from slicer.errors import SliceError
 from slicer.graph import tensor_uses, analyse
 from slicer.slicing import SliceOptions, slice_model
 from slicer.targets import optimize
+from tools.lib.cli import names, numbers
 from tools.lib.paths import CACHE
 from tools.lib.real_models import BY_NAME, export_minilm, unpacked
 
@@ -168,8 +169,8 @@ def legal_cuts(source: Path, scratch: Path) -> tuple[int, int, int, list[str]]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tools.slicer_bench", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--models", default=",".join(FAMILIES))
-    parser.add_argument("--stages", default="2,4,6")
+    parser.add_argument("--models", type=names(FAMILIES), default=",".join(FAMILIES))
+    parser.add_argument("--stages", type=numbers(int), default="2,4,6")
     parser.add_argument("--out", type=Path, default=Path("results/slicer_bench.json"))
     args = parser.parse_args(argv)
     warnings.filterwarnings("ignore")
@@ -178,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[dict] = []
     work = CACHE / "slicer-bench"
     work.mkdir(parents=True, exist_ok=True)
-    for family, exporter, source in sources(args.models.split(",")):
+    for family, exporter, source in sources(args.models):
         row = {"model": family, "exporter": exporter}
         rows.append(row)
         if isinstance(source, str):
@@ -188,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
         row["nodes"], row["legal_before"], row["legal_after"], row["blocking"] = legal_cuts(
             source, work / "optimized.onnx")
         row["runs"] = []
-        for stages in (int(s) for s in args.stages.split(",")):
+        for stages in args.stages:
             options = SliceOptions(stages=stages, max_batch_size=8, lengths=(16, 64) if family in TEXT else (16,),
                                    warmup=2, node_repeats=5, stage_repeats=10, policy_defaults=False)
             began = time.perf_counter()

@@ -32,10 +32,12 @@ import numpy as np
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import np_to_triton_dtype
 
+from backend.config import POLICIES
 from backend.engines import OnnxRuntimeEngine
 from backend.manifest import Manifest
 from backend.sample import sample_inputs
 from slicer.slicing import VERSION
+from tools.lib.cli import names
 from tools.lib.peers import find_source
 from tools.lib.peers import write_variant
 from tools.lib.processes import free_port, resident_mb
@@ -240,7 +242,8 @@ def report(windows: Sequence[Window]) -> tuple[str, bool]:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m tools.soak", description=__doc__.split("\n\n")[0])
     p.add_argument("model_dirs", type=Path, nargs="+", help="model directories written by python -m slicer")
-    p.add_argument("--policies", default="auto,pass,random", help="comma-separated policies to serve each model with")
+    p.add_argument("--policies", type=names(tuple(POLICIES)), default="auto,pass,random",
+                   help="comma-separated policies to serve each model with")
     p.add_argument("--rate", type=float, default=40.0, help="requests per second, Poisson, over all models")
     p.add_argument("--seconds", type=float, default=120.0, help="how long to send")
     p.add_argument("--window", type=float, default=10.0, help="seconds per reported window")
@@ -256,7 +259,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.rate <= 0 or args.seconds <= 0 or args.window <= 0 or not 0 <= args.bad_share <= 1:
         p.error("--rate, --seconds and --window must be > 0, --bad-share between 0 and 1")
     with tempfile.TemporaryDirectory(prefix="dvabatch-soak-") as scratch:
-        targets = build(args.model_dirs, args.policies.split(","), Path(scratch), args.source, args.seed)
+        targets = build(args.model_dirs, list(args.policies), Path(scratch), args.source, args.seed)
         server = Server(model_repository=Path(scratch), grpc_port=free_port(), http_port=free_port(),
                         metrics_port=free_port(), log=Path(scratch) / "triton.log")
         with server:

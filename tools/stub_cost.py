@@ -46,6 +46,7 @@ from tritonclient.utils import InferenceServerException
 
 from backend.manifest import Manifest
 from slicer.slicing import VERSION
+from tools.lib.cli import numbers
 from tools.lib.harness import Bench
 from tools.lib.paths import ROOT
 from tools.lib.peers import Peer, write_plain, write_variant
@@ -124,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tools.stub_cost", description=__doc__.split("\n\n")[0])
     parser.add_argument("model_dir", type=Path, help="a model directory written by python -m slicer or tools.simulate")
     add_workload_arguments(parser)
-    parser.add_argument("--batch-sizes", type=lambda s: [int(n) for n in s.split(",")], default=[1, 10, 40],
+    parser.add_argument("--batch-sizes", type=numbers(int), default=(1, 10, 40),
                         help="requests per execute (default 1,10,40)")
     parser.add_argument("--rounds", type=int, default=6, help="interleaved rounds (default 6)")
     parser.add_argument("--parameter", action="append", default=[], metavar="KEY=VALUE",

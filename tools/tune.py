@@ -32,6 +32,7 @@ from rich.table import Table
 from backend.manifest import Manifest
 from slicer.errors import SliceError
 from slicer.slicing import VERSION, SliceOptions, slice_model
+from tools.lib.cli import numbers
 from tools.lib.harness import add_measurement_arguments, Bench
 from tools.lib.perf_analyzer import Load, PerfAnalyzerError
 from tools.lib.workload import WorkloadError, add_workload_arguments, from_arguments, interface_of, write_input_data
@@ -72,7 +73,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--out", type=Path, required=True, help="model directory for the winner (its name is the model's)")
     p.add_argument("--stages", type=_counts, default=tuple(range(1, 9)), help="stage counts to try (default 1-8)")
     p.add_argument("--max-batch-size", type=int, default=8)
-    p.add_argument("--slice-lengths", default="16,32,64",
+    p.add_argument("--slice-lengths", type=numbers(int), default="16,32,64",
                    help="the slicer's --lengths for models with a length axis (default 16,32,64)")
     p.add_argument("--by", choices=("peak", "latency"), default="peak", help="what picks the winner (default peak)")
     p.add_argument("--rate", type=float, help="--by latency: the load, in requests/s (Poisson)")
@@ -88,16 +89,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.by == "latency" and not args.rate:
         console.print("[red]error:[/red] --by latency needs --rate")
         return 2
-    try:
-        lengths = tuple(int(v) for v in args.slice_lengths.split(","))
-    except ValueError:
-        console.print(f"[red]error:[/red] --slice-lengths {args.slice_lengths!r} is not a list of sizes")
-        return 2
     began = time.monotonic()
     name = args.out.name
     with tempfile.TemporaryDirectory(prefix="dvabatch-tune-") as scratch:
         repository = Path(scratch) / "repository"
-        tries = slice_all(args, repository, name, lengths, console)
+        tries = slice_all(args, repository, name, args.slice_lengths, console)
         served = [t for t in tries if not t.error]
         if not served:
             console.print("[red]error:[/red] no stage count could be sliced")

@@ -41,6 +41,7 @@ from backend.manifest import Manifest
 from slicer.errors import SliceError
 from slicer.slicing import VERSION
 from tools.lib.peers import delay_candidates, find_source, timed
+from tools.lib.cli import names, numbers
 from tools.lib.harness import add_measurement_arguments, Bench, Peak, Probe
 from tools.compare import configs as cfg
 from tools.compare import output
@@ -49,28 +50,7 @@ from tools.lib.perf_analyzer import Load, PerfAnalyzerError
 from tools.lib.workload import WorkloadError, add_workload_arguments, from_arguments, interface_of, write_input_data
 
 
-def _numbers(kind: type, positive: bool = True):
-    def parse(text: str) -> tuple:
-        try:
-            values = tuple(kind(v) for v in text.split(",") if v)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected numbers such as 1,16, got {text!r}") from None
-        if positive and any(v <= 0 for v in values):
-            raise argparse.ArgumentTypeError(f"expected positive numbers, got {text!r}")
-        return values
-    return parse
-
-
 SENDINGS = ("exact", "ragged", "client")
-
-
-def _sendings(known: tuple[str, ...]):
-    def parse(text: str) -> tuple[str, ...]:
-        chosen = tuple(v for v in text.split(",") if v)
-        if not chosen or set(chosen) - set(known):
-            raise argparse.ArgumentTypeError(f"expected some of {','.join(known)}, got {text!r}")
-        return chosen
-    return parse
 
 
 def parser() -> argparse.ArgumentParser:
@@ -81,19 +61,19 @@ def parser() -> argparse.ArgumentParser:
     add_measurement_arguments(p, rounds=4)
     p.add_argument("--variant", action="append", default=[], metavar="NAME:key=value,...",
                    help="also serve the model with these config.pbtxt parameters (e.g. pass:policy=pass)")
-    p.add_argument("--loads", type=_numbers(float), default=(0.25, 0.6, 0.9),
+    p.add_argument("--loads", type=numbers(float, empty=True), default=(0.25, 0.6, 0.9),
                    help="Poisson loads as fractions of the best baseline's peak (default 0.25,0.6,0.9)")
-    p.add_argument("--concurrency", type=_numbers(int), default=(1, 16),
+    p.add_argument("--concurrency", type=numbers(int, empty=True), default=(1, 16),
                    help="closed loops to measure, requests in flight (default 1,16; empty: none)")
     p.add_argument("--intervals", type=Path, action="append", default=[],
                    help="a file of microseconds between requests (perf_analyzer's --request-intervals) to measure")
     p.add_argument("--tolerance", type=float, default=0.05, help="bisect the peak to this fraction (default 0.05)")
-    p.add_argument("--delays-us", type=_numbers(int),
+    p.add_argument("--delays-us", type=numbers(int, empty=True),
                    help="batcher delays to try after 0 (default: from the model's times; empty: none)")
-    p.add_argument("--sendings", type=_sendings(SENDINGS), default=SENDINGS,
+    p.add_argument("--sendings", type=names(SENDINGS), default=SENDINGS,
                    help="ways to send text to try: exact (unpadded, batches of equal shapes), ragged (unpadded, "
                         "batches the plain model pads), client (the client pads); default all")
-    p.add_argument("--ours-sendings", type=_sendings(("exact", "client")), default=("exact",),
+    p.add_argument("--ours-sendings", type=names(("exact", "client")), default=("exact",),
                    help="ways to send ours text, each measured: exact (unpadded, the default), client (the "
                         "client pads, as it does for the plain model: what serving the lengths costs)")
     p.add_argument("--no-spinning", action="store_true", help="do not try ONNX Runtime threads that spin")

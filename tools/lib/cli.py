@@ -1,0 +1,45 @@
+"""Comma-separated options of the commands (``--loads 0.1,0.5,0.9``, ``--models plain,auto``),
+parsed by argparse itself (``type=``): a typo is a usage error that names the option and what it
+takes, not a traceback from the middle of a benchmark's set-up."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable, Sequence
+
+
+def numbers(kind: type[int] | type[float], positive: bool = True,
+            empty: bool = False) -> Callable[[str], tuple]:
+    """A parser of ``1,16,64`` into a tuple of ``kind``: each above zero where ``positive``, at
+    least one unless ``empty`` (then ``""`` is none)."""
+    what = "integers" if kind is int else "numbers"
+
+    def parse(text: str) -> tuple:
+        try:
+            values = tuple(kind(v) for v in text.split(",") if v.strip())
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"takes comma-separated {what}, got {text!r}") from None
+        if positive and any(v <= 0 for v in values):
+            raise argparse.ArgumentTypeError(f"takes {what} above 0, got {text!r}")
+        if not values and not empty:
+            raise argparse.ArgumentTypeError(f"takes at least one of its comma-separated {what}, got {text!r}")
+        return values
+
+    return parse
+
+
+def names(known: Sequence[str], empty: bool = False) -> Callable[[str], tuple[str, ...]]:
+    """A parser of ``a,b`` into a tuple of names, each one of ``known``, at least one unless
+    ``empty``."""
+
+    def parse(text: str) -> tuple[str, ...]:
+        chosen = tuple(v.strip() for v in text.split(",") if v.strip())
+        unknown = [v for v in chosen if v not in known]
+        if unknown:
+            raise argparse.ArgumentTypeError(f"{', '.join(map(repr, unknown))} unknown; it takes some of "
+                                             f"{','.join(known)}")
+        if not chosen and not empty:
+            raise argparse.ArgumentTypeError(f"takes at least one of {','.join(known)}")
+        return chosen
+
+    return parse
