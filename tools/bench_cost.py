@@ -49,7 +49,7 @@ from tritonclient.utils import InferenceServerException
 from backend.calibrate import process_cpu_s
 from slicer.errors import SliceError
 from tools.lib import prometheus as prom
-from tools.lib.cli import names, numbers
+from tools.lib.cli import names, numbers, table_console
 from tools.lib.harness import Bench
 from tools.lib.intervals import pooled, ratio
 from tools.lib.paths import ROOT
@@ -293,7 +293,7 @@ def main(argv: list[str] | None = None) -> int:
                              "not hold it (found by its sha256); repeatable")
     parser.add_argument("--out", type=Path, help="write summary.md and cost.csv here")
     args = parser.parse_args(argv)
-    console = Console(width=200)
+    console = table_console()
     if any("=" not in p for p in args.parameter):
         parser.error("--parameter takes KEY=VALUE")
     chosen = set(args.models) | {"plain"}

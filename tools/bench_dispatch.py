@@ -49,7 +49,7 @@ from tritonclient.utils import InferenceServerException
 
 from backend import smdp
 from backend.config import POLICIES, make_policy
-from tools.lib.cli import names, numbers
+from tools.lib.cli import names, numbers, table_console
 from tools.lib.harness import Bench
 from tools.lib.paths import ROOT
 from tools.lib.peers import Peer, delay_candidates, write_plain
@@ -181,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--paper-only", action="store_true", help="eq. 14's comparison alone, no server")
     parser.add_argument("--out", type=Path, help="write summary.md, paper.csv and live.csv here")
     args = parser.parse_args(argv)
-    console = Console()
+    console = table_console()
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
     paper, live, paper_header, live_header = [], [], [], []

@@ -50,7 +50,7 @@ import tritonclient.grpc as grpcclient
 from rich.console import Console
 from tritonclient.utils import InferenceServerException, np_to_triton_dtype
 
-from tools.lib.cli import names, numbers
+from tools.lib.cli import names, numbers, table_console
 from tools.lib.harness import Bench
 from tools.lib.paths import ROOT
 from tools.lib.peers import Peer, write_plain
@@ -240,7 +240,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="the models whose best peak the loads are shares of (default triton,pass,auto)")
     parser.add_argument("--out", type=Path, help="write summary.md and finish.csv here")
     args = parser.parse_args(argv)
-    console = Console()
+    console = table_console()
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
     try:

@@ -44,7 +44,7 @@ from rich.console import Console
 from rich.table import Table
 from tritonclient.utils import InferenceServerException
 
-from tools.lib.cli import numbers
+from tools.lib.cli import numbers, table_console
 from tools.lib.harness import Bench
 from tools.lib.paths import ROOT
 from tools.lib.peers import write_ways
@@ -168,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="the unsliced source of a sliced model directory (found by its sha256)")
     parser.add_argument("--out", type=Path, help="write summary.md and check.csv here")
     args = parser.parse_args(argv)
-    console = Console()
+    console = table_console()
     cells: list[Cell] = []
     try:
         for profile in args.profiles:

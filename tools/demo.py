@@ -16,7 +16,6 @@ from pathlib import Path
 
 import numpy as np
 import tritonclient.grpc as grpcclient
-from rich.console import Console
 from rich.table import Table
 from tritonclient.utils import InferenceServerException
 
@@ -24,8 +23,9 @@ from backend.engines import OnnxRuntimeEngine
 from backend.manifest import Manifest
 from backend.sample import sample_inputs
 from slicer.slicing import VERSION
-from tools.lib.examples import EXAMPLES
+from tools.lib.cli import table_console
 from tools.lib.client import infer
+from tools.lib.examples import EXAMPLES
 from tools.lib.paths import CACHE, DEFAULT_REPOSITORY
 from tools.lib.triton import Server
 
@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--metrics-port", type=int, default=8002)
     parser.add_argument("--keep-serving", action="store_true", help="leave Triton running until Ctrl-C")
     args = parser.parse_args(argv)
-    console = Console() if sys.stdout.isatty() else Console(width=140)
+    console = table_console()
     log = CACHE / "demo-tritonserver.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     log.write_text("")

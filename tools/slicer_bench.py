@@ -25,14 +25,13 @@ import warnings
 from collections.abc import Callable
 from pathlib import Path
 
-from rich.console import Console
 from rich.table import Table
 
 from slicer.errors import SliceError
 from slicer.graph import tensor_uses, analyse
 from slicer.slicing import SliceOptions, slice_model
 from slicer.targets import optimize
-from tools.lib.cli import names, numbers
+from tools.lib.cli import names, numbers, table_console
 from tools.lib.paths import CACHE
 from tools.lib.real_models import BY_NAME, export_minilm, unpacked
 
@@ -175,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     warnings.filterwarnings("ignore")
     logging.disable(logging.WARNING)
-    console = Console(width=200)
+    console = table_console()
     rows: list[dict] = []
     work = CACHE / "slicer-bench"
     work.mkdir(parents=True, exist_ok=True)

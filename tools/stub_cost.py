@@ -40,13 +40,12 @@ import sys
 import tempfile
 from pathlib import Path
 
-from rich.console import Console
 from rich.table import Table
 from tritonclient.utils import InferenceServerException
 
 from backend.manifest import Manifest
 from slicer.slicing import VERSION
-from tools.lib.cli import numbers
+from tools.lib.cli import numbers, table_console
 from tools.lib.harness import Bench
 from tools.lib.paths import ROOT
 from tools.lib.peers import Peer, write_plain, write_variant
@@ -135,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if any("=" not in p for p in args.parameter):
         parser.error("--parameter takes KEY=VALUE")
-    console = Console(width=200)
+    console = table_console()
     log = args.out / "tritonserver.log" if args.out else None
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)

@@ -32,7 +32,7 @@ from rich.table import Table
 from backend.manifest import Manifest
 from slicer.errors import SliceError
 from slicer.slicing import VERSION, SliceOptions, slice_model
-from tools.lib.cli import numbers
+from tools.lib.cli import numbers, table_console
 from tools.lib.harness import add_measurement_arguments, Bench
 from tools.lib.perf_analyzer import Load, PerfAnalyzerError
 from tools.lib.workload import WorkloadError, add_workload_arguments, from_arguments, interface_of, write_input_data
@@ -85,7 +85,7 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    console = Console(width=None if sys.stdout.isatty() else 150)
+    console = table_console()
     if args.by == "latency" and not args.rate:
         console.print("[red]error:[/red] --by latency needs --rate")
         return 2

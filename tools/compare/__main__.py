@@ -41,7 +41,7 @@ from backend.manifest import Manifest
 from slicer.errors import SliceError
 from slicer.slicing import VERSION
 from tools.lib.peers import delay_candidates, find_source, timed
-from tools.lib.cli import names, numbers
+from tools.lib.cli import names, numbers, table_console
 from tools.lib.harness import add_measurement_arguments, Bench, Peak, Probe
 from tools.compare import configs as cfg
 from tools.compare import output
@@ -84,7 +84,7 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    console = Console(width=None if sys.stdout.isatty() else 150)
+    console = table_console()
     model_dir = args.model_dir.resolve()
     out = args.out or Path("results") / model_dir.name
     began = time.monotonic()

@@ -1,11 +1,23 @@
-"""Comma-separated options of the commands (``--loads 0.1,0.5,0.9``, ``--models plain,auto``),
-parsed by argparse itself (``type=``): a typo is a usage error that names the option and what it
-takes, not a traceback from the middle of a benchmark's set-up."""
+"""What the commands share at their edges: comma-separated options (``--loads 0.1,0.5,0.9``,
+``--models plain,auto``) parsed by argparse itself (``type=``), so that a typo is a usage error
+that names the option and what it takes, not a traceback from the middle of a benchmark's
+set-up; and the console their tables print on."""
 
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Callable, Sequence
+
+from rich.console import Console
+
+PIPED_WIDTH = 200  # columns of a table printed into a pipe or a log (rich would cut it to 80)
+
+
+def table_console() -> Console:
+    """The terminal's width on a terminal; ``PIPED_WIDTH`` columns where the output is piped (a
+    log, CI, a test), where rich's default of 80 folds every table cell into a column of words."""
+    return Console(width=None if sys.stdout.isatty() else PIPED_WIDTH)
 
 
 def numbers(kind: type[int] | type[float], positive: bool = True,
