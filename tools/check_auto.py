@@ -158,7 +158,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--concurrency", type=numbers(int), default="1,16,64",
                         help="closed-loop concurrencies (default 1,16,64)")
     parser.add_argument("--loads", type=numbers(float, empty=True), default="0.3,0.6,0.9",
-                        help="Poisson rates as fractions of the better model's answers/s at the highest concurrency")
+                        help="Poisson rates as fractions of the better model's answers/s at the highest concurrency "
+                             "(default 0.3,0.6,0.9; empty: closed loops alone)")
     parser.add_argument("--seconds", type=float, default=3.0, help="measured seconds per window (default 3)")
     parser.add_argument("--warmup", type=float, default=2.0, help="unmeasured seconds before each window (default 2)")
     parser.add_argument("--rounds", type=int, default=1)
