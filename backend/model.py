@@ -238,8 +238,7 @@ class TritonPythonModel:
         for i, (request, tensors) in enumerate(zip(requests, inputs)):
             timeout_us = self._queue.timeout_us(request.timeout())  # 0: none
             deadline = min(now, since + step * (i + 0.5)) + timeout_us / 1e6 if timeout_us else None
-            queries.append(Query(tensors, None if respond is None else respond(i),
-                                 tuple(request.requested_output_names()), now, deadline, request.is_cancelled))
+            queries.append(Query(tensors, None if respond is None else respond(i), now, deadline, request.is_cancelled))
         return queries
 
     def finalize(self) -> None:

@@ -75,11 +75,14 @@ Responder = Callable[[Tensors | None, Failure | None], None]
 class Query:
     """One client request: its input tensors (rows first) and how to answer it: through
     ``respond``, or, where it is None (a caller that serves it before returning, as a plain
-    model's ``execute`` does), by keeping the answer in ``reply`` for the caller to read."""
+    model's ``execute`` does), by keeping the answer in ``reply`` for the caller to read. It is
+    answered with every output: Triton refuses a request for an output the model does not have
+    before ``execute``, and the Python backend's stub drops from each response the outputs its
+    request did not ask for (python_backend's ``PruneOutputTensors``), so filtering here would
+    only do that work twice."""
 
     inputs: Tensors
     respond: Responder | None
-    requested_outputs: tuple[str, ...] = ()  # empty: all outputs
     arrived: float = field(default_factory=time.monotonic)
     deadline: float | None = None  # time.monotonic() by which the client wants its answer (its timeout)
     cancelled: Callable[[], bool] = lambda: False  # whether the client has given up on it
@@ -115,8 +118,6 @@ class Query:
             if self.answered:
                 return
             self.answered = True
-        if outputs is not None and self.requested_outputs:
-            outputs = {name: outputs[name] for name in self.requested_outputs}
         if self.respond is None:
             self.reply = outputs, failure
             return
@@ -175,10 +176,6 @@ def validate(manifest: Manifest, query: Query, limits: Mapping[str, int] | None 
         return "the request has no rows"
     if rows > manifest.max_batch_size:
         return f"the request has {rows} rows, more than max_batch_size {manifest.max_batch_size}"
-    known = {spec.name for spec in manifest.outputs}
-    unknown = [name for name in query.requested_outputs if name not in known]
-    if unknown:
-        return f"requested outputs {unknown} do not exist; the model has {sorted(known)}"
     return None
 
 
@@ -196,10 +193,10 @@ def refuse_invalid(manifest: Manifest, queries: Sequence[Query], limits: Mapping
     if len(seen) > JUDGED_MAX:
         seen.clear()
     for query in queries:
-        # Queries alike in every input's dtype and shape and in the outputs asked for are judged
-        # once: a batch of equal shapes costs one validation, and unpadded text, whose lengths
-        # differ from query to query but recur, one per length the model has seen.
-        key = (*[(name, a.dtype, a.shape) for name, a in query.inputs.items()], query.requested_outputs)
+        # Queries alike in every input's dtype and shape are judged once: a batch of equal shapes
+        # costs one validation, and unpadded text, whose lengths differ from query to query but
+        # recur, one per length the model has seen.
+        key = tuple([(name, a.dtype, a.shape) for name, a in query.inputs.items()])
         judgement = seen.get(key)
         if judgement is None:
             judgement = seen[key] = _judge(manifest, query, limits)

@@ -46,7 +46,8 @@ def test_concurrent_requests_equal_unsliced_model(client, repository, sources):
         manifest = Manifest.load(repository / name / VERSION)
         rows = int(rng.integers(1, MAX_BATCH + 1))
         feed = sample_inputs(manifest.inputs, rows, {"sequence": int(rng.choice([3, 8, 13]))}, seed=i)
-        outputs = [manifest.outputs[-1].name] if i % 5 == 0 else []  # sometimes ask for one output only
+        # Sometimes one output only: the response holds that one (the stub drops the others).
+        outputs = [manifest.outputs[-1].name] if i % 5 == 0 else []
         jobs.append((name, feed, outputs))
     with ThreadPoolExecutor(8) as pool:
         answers = list(pool.map(lambda job: infer(client, *job), jobs))
@@ -106,6 +107,9 @@ def test_bad_requests_get_clear_errors_and_others_succeed(client, repository):
     assert {errors[k].status() for k in ("empty", "too long")} == {"StatusCode.INVALID_ARGUMENT"}
     assert "inference failed" in errors["vocabulary"].message()
     assert errors["vocabulary"].status() == "StatusCode.INTERNAL"
+    # An output the model does not have: Triton refuses the request before execute.
+    with pytest.raises(InferenceServerException, match="unexpected inference output 'nope'"):
+        infer(client, "bert_like", good_text, outputs=["nope"])
     # The server keeps serving.
     assert client.is_server_live() and client.is_model_ready("bert_like")
     assert infer(client, "bert_like", good_text)["pooler_output"].shape == (3, 32)

@@ -37,12 +37,12 @@ class Inbox:
         self.lock = threading.Lock()
         self.done = threading.Condition(self.lock)
 
-    def query(self, key: int, inputs, requested=()) -> Query:
+    def query(self, key: int, inputs) -> Query:
         def respond(outputs, failure):
             with self.lock:
                 self.answers.setdefault(key, []).append((outputs, failure))
                 self.done.notify_all()
-        return Query(inputs=inputs, respond=respond, requested_outputs=tuple(requested))
+        return Query(inputs=inputs, respond=respond)
 
     def wait(self, count: int) -> None:
         with self.lock:
@@ -60,7 +60,7 @@ def bert(repository):
 
 def test_validate_names_what_is_wrong(bert):
     manifest, _ = bert
-    check = lambda inputs, req=(): validate(manifest, Inbox().query(0, inputs, req))  # noqa: E731
+    check = lambda inputs: validate(manifest, Inbox().query(0, inputs))  # noqa: E731
     good = sample_inputs(manifest.inputs, 2, {"sequence": 6})
     assert check(good) is None
     assert "input 'attention_mask' is missing" in check({"input_ids": good["input_ids"]})
@@ -69,7 +69,6 @@ def test_validate_names_what_is_wrong(bert):
     assert "expected [batch, sequence]" in check({**good, "attention_mask": good["attention_mask"][:, :, None]})
     assert "sequence=5" in check({**good, "attention_mask": good["attention_mask"][:, :5]})
     assert "rows" in check({**good, "attention_mask": good["attention_mask"][:1]})
-    assert "do not exist" in check(good, ["nope"])
     too_many = sample_inputs(manifest.inputs, MAX_BATCH + 1, {"sequence": 6})
     assert "more than max_batch_size" in check(too_many)
 
@@ -112,7 +111,7 @@ def test_every_query_answered_once_with_its_own_rows(bert, sources):
     bad = {**feeds[0], "attention_mask": feeds[0]["attention_mask"][:, :2]}
     out_of_vocabulary = {**feeds[1], "input_ids": feeds[1]["input_ids"] + 1000}
     queries = [inbox.query(i, f) for i, f in enumerate(feeds)]
-    queries += [inbox.query(100, bad), inbox.query(101, out_of_vocabulary, ["pooler_output"])]
+    queries += [inbox.query(100, bad), inbox.query(101, out_of_vocabulary)]
     runtime.submit(queries[:5])
     runtime.submit(queries[5:])
     inbox.wait(len(queries))

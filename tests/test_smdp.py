@@ -215,8 +215,8 @@ def test_the_steady_rate_the_smdp_is_solved_for_forgets_a_pause():
                       device)
     now = time.monotonic()
     x = {"x": np.zeros((1, 8), np.float32)}
-    before = [Query(x, None, (), now - 20 + i * 0.1, None) for i in range(100)]  # 10/s, until 10 s ago
-    after = [Query(x, None, (), now - 0.4 + i * 0.01, None) for i in range(40)]
+    before = [Query(x, None, now - 20 + i * 0.1, None) for i in range(100)]  # 10/s, until 10 s ago
+    after = [Query(x, None, now - 0.4 + i * 0.01, None) for i in range(40)]
     runtime.entry.arrived(before + after)
     steady = runtime.entry._arrival_rate(STEADY, STEADY_S)
     runtime.close()
