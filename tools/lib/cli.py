@@ -20,10 +20,9 @@ def table_console() -> Console:
     return Console(width=None if sys.stdout.isatty() else PIPED_WIDTH)
 
 
-def numbers(kind: type[int] | type[float], positive: bool = True,
-            empty: bool = False) -> Callable[[str], tuple]:
-    """A parser of ``1,16,64`` into a tuple of ``kind``: each above zero where ``positive``, at
-    least one unless ``empty`` (then ``""`` is none)."""
+def numbers(kind: type[int] | type[float], empty: bool = False) -> Callable[[str], tuple]:
+    """A parser of ``1,16,64`` into a tuple of ``kind`` (sizes, rates, loads: each above zero),
+    at least one unless ``empty`` (then ``""`` is none)."""
     what = "integers" if kind is int else "numbers"
 
     def parse(text: str) -> tuple:
@@ -31,7 +30,7 @@ def numbers(kind: type[int] | type[float], positive: bool = True,
             values = tuple(kind(v) for v in text.split(",") if v.strip())
         except ValueError:
             raise argparse.ArgumentTypeError(f"takes comma-separated {what}, got {text!r}") from None
-        if positive and any(v <= 0 for v in values):
+        if any(v <= 0 for v in values):
             raise argparse.ArgumentTypeError(f"takes {what} above 0, got {text!r}")
         if not values and not empty:
             raise argparse.ArgumentTypeError(f"takes at least one of its comma-separated {what}, got {text!r}")
