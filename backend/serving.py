@@ -122,14 +122,15 @@ def serve(manifest: Manifest, version_dir: Path, config: RuntimeConfig, device: 
         if choice.switches:
             tables = [s.latency for s in manifest.stages]
             metrics.serving(mode.value, capacities(tables, costs, cores, statistic, interpreted(manifest)))
-    if isinstance(config.policy, SmdpPolicy) and config.policy.power_weight > 0:
+    weighs_power = isinstance(config.policy, SmdpPolicy) and config.policy.power_weight > 0
+    if weighs_power:
         _measure_energy(config.policy, manifest, device, runtime.plain.run, metrics)
     waited, waits_why = waits(manifest, config.execute_waits, costs)
     runtime.wait_s = BACKPRESSURE_MAX_S if waited else 0.0
     if lone and all(s.latency is not None for s in manifest.stages):
         runtime.lone = LoneRuns.of(manifest, costs)
     if choice.switches:
-        if isinstance(config.policy, SmdpPolicy) and config.policy.power_weight > 0:
+        if weighs_power:
             config.policy.said("smdp: while the switch serves plain, Triton's batcher dispatches and waits for no "
                                "control limit: the power weight acts only while the model pipelines")
         switch = ModeSwitch([s.latency for s in manifest.stages], costs, cores, statistic, interpreted(manifest))

@@ -140,7 +140,7 @@ def live_rows(profile: Path, args: argparse.Namespace, console: Console) -> tupl
                         costs[label].append(measured.window.mean_ms + args.power_weight * power_ms)
                 cost = {label: sum(v) / len(v) if v else math.nan for label, v in costs.items()}
                 tuned = min((cost[label] for label in triton), default=math.nan)
-                others = min(v for label, v in cost.items() if not label.startswith("smdp"))
+                others = min(v for label, v in cost.items() if label not in SMDP_WAYS)
                 rows.append([profile.stem, f"{fraction:g} x {peak:.0f}/s",
                              *(f"{cost[label]:.2f}" for label in models), f"{tuned:.2f}",
                              *(f"{cost[label] / tuned:.2f}x" for label in SMDP_WAYS),
