@@ -124,7 +124,7 @@ def device_s(tables: Sequence[LatencyTable], mode: Mode, rows: int, length: int 
     return max(max(times), host)
 
 
-def capacities(tables: Sequence[LatencyTable], costs: HostCosts, cores: int, statistic: str = "mean",
+def capacities(tables: Sequence[LatencyTable], costs: HostCosts, cores: float, statistic: str = "mean",
                shared_host: bool = False) -> dict[str, float]:
     """Requests/s each way can answer at most, at a typical length (the middle tabulated one) and
     its best batch size: the engines (``device_s``), the stub's interpreter (one core's time) and
@@ -330,7 +330,7 @@ class ModeSwitch:
 
     tables: Sequence[LatencyTable]
     costs: HostCosts
-    cores: int
+    cores: float
     statistic: str = "mean"
     shared_host: bool = False
     mode: Mode = Mode.PIPELINE

@@ -29,8 +29,9 @@ from .config import RuntimeConfig
 from .decide import Choice, HostCosts, LoneRuns, Mode, ModeSwitch, Window, capacities, choose, interpreted, waits
 from .device import CpuDevice, Device
 from .dispatch import SmdpPolicy
-from .engines import cpu_cores, describe_graphs, fusable, graph_buckets, load_engines, on_host_cores
+from .engines import describe_graphs, fusable, graph_buckets, load_engines, on_host_cores
 from .executor import Trace
+from .host import Cpus, cpus
 from .manifest import Manifest
 from .metrics import BATCHES, ENTRY_QUERIES, STAGE_BUSY, Metrics
 from .nvml import NvmlError
@@ -68,11 +69,12 @@ class Decision:
     waits_why: str = ""
     graphs: str = ""  # the torch stages' CUDA graphs, where they have them (``engines.describe_graphs``)
     costs: HostCosts = HostCosts()
+    cpus: Cpus = Cpus(1)  # what the host lends this process (``host.py``)
 
     def describe(self) -> str:
         return "; ".join(part for part in (f"serves {self.mode.value} ({self.choice.why})", self.waits_why,
                                            self.costs.describe() if self.costs.measured else "",
-                                           self.graphs) if part)
+                                           self.graphs, f"on {self.cpus.describe()}") if part)
 
 
 def serve(manifest: Manifest, version_dir: Path, config: RuntimeConfig, device: Device, metrics: Metrics,
@@ -87,7 +89,8 @@ def serve(manifest: Manifest, version_dir: Path, config: RuntimeConfig, device: 
     buckets = Buckets({manifest.length_axis: lengths}) if lengths else Buckets()
     if graphs:  # every batch runs at a bucket's length, and a stage costs the host a graph's launch
         manifest = manifest.as_graphs()
-    cores = cpu_cores()
+    lent = cpus()
+    cores = lent.limit  # what the stub and tritonserver share (``decide.capacities``, ``ModeSwitch``)
     if said is not None:
         config.policy.said = said
     statistic = getattr(config.policy, "statistic", "mean")  # the tables' column the policy reads
@@ -100,9 +103,9 @@ def serve(manifest: Manifest, version_dir: Path, config: RuntimeConfig, device: 
         Mode.FUSED if fusable(manifest) and config.batching != "triton" else Mode.IN_TURN)
     metrics.serving(mode.value, choice.capacity)
     alone = mode is not Mode.PIPELINE or len(manifest.stages) == 1  # one session runs at a time
-    engines = load_engines(manifest, version_dir, device, config.intra_op_thread_count or cpu_cores(),
+    engines = load_engines(manifest, version_dir, device, config.intra_op_thread_count or lent.threads,
                            config.spins(alone), mode is Mode.FUSED, graphs)
-    decision = Decision(mode, choice, graphs=describe_graphs(engines))
+    decision = Decision(mode, choice, graphs=describe_graphs(engines), cpus=lent)
     if mode is not Mode.PIPELINE:
         manifest = manifest.fused() if mode is Mode.FUSED else manifest
         config.bind(manifest)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 
@@ -14,6 +15,7 @@ from backend.config import RuntimeConfig
 from backend.device import CpuDevice
 from backend.engines import load_engines, ort_options
 from backend.executor import ExecutorState
+from backend.host import Cpus, cgroup_quota, cpus
 from backend.errors import ConfigError
 from backend.manifest import Manifest, TensorSpec
 from backend.padding import cut, stack
@@ -213,6 +215,44 @@ def test_spinning_is_automatic_only_where_one_session_runs_at_a_time():
     assert RuntimeConfig.from_parameters({"allow_spinning": "true"}).spins(alone=False)
     with pytest.raises(ConfigError, match="allow_spinning"):
         RuntimeConfig.from_parameters({"allow_spinning": "sometimes"})
+
+
+def _cgroup(tmp_path, lines: str, files: dict[str, str]):
+    """A /proc/self/cgroup and a cgroup mount holding ``files`` (path under the mount: text)."""
+    (tmp_path / "proc").write_text(lines)
+    for name, text in files.items():
+        (tmp_path / "fs" / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "fs" / name).write_text(text)
+    return tmp_path / "proc", tmp_path / "fs"
+
+
+@pytest.mark.parametrize("lines, files, quota", [
+    # v2 in a container (a cgroup namespace: its own cgroup is the mount's root), docker --cpus=1.5
+    ("0::/\n", {"cpu.max": "150000 100000\n"}, 1.5),
+    # v2 on a host: the tightest along the path binds (a slice's limit over its service's none)
+    ("0::/kube.slice/pod1/c1\n", {"cpu.max": "max 100000", "kube.slice/cpu.max": "400000 100000",
+                                   "kube.slice/pod1/cpu.max": "200000 100000",
+                                   "kube.slice/pod1/c1/cpu.max": "max 100000"}, 2.0),
+    # v1, its path absent under a mount bound to the container's own cgroup (docker without cgroupns)
+    ("12:cpu,cpuacct:/docker/abc\n4:memory:/docker/abc\n",
+     {"cpu,cpuacct/cpu.cfs_quota_us": "50000", "cpu,cpuacct/cpu.cfs_period_us": "100000"}, 0.5),
+    # v1 with no quota (-1), v2 unified beside it (a hybrid host) with none either
+    ("1:cpu:/\n0::/\n", {"cpu/cpu.cfs_quota_us": "-1", "cpu/cpu.cfs_period_us": "100000",
+                          "unified/cgroup.procs": ""}, None),
+    ("0::/\n", {}, None),  # nothing readable: no quota
+])
+def test_the_cgroup_cpu_quota_is_read_in_either_version(tmp_path, lines, files, quota):
+    assert cgroup_quota(*_cgroup(tmp_path, lines, files)) == quota
+
+
+def test_a_cpu_quota_caps_the_cores_and_threads_a_model_takes(tmp_path):
+    assert (Cpus(64, 2.0).limit, Cpus(64, 2.0).threads) == (2.0, 2)
+    assert (Cpus(64, 1.5).limit, Cpus(64, 1.5).threads) == (1.5, 1)  # the rest of the quota: the stub, tritonserver
+    assert (Cpus(64, 0.25).threads, Cpus(2, 8.0).limit, Cpus(4).threads, Cpus(64, 2.5).threads) == (1, 2, 4, 2)
+    assert Cpus(2).describe() == "2 cores"
+    assert "quota" in Cpus(64, 2.5).describe() and "2 threads" in Cpus(64, 2.5).describe()
+    unread = cpus(tmp_path / "no-proc", tmp_path / "no-mount")
+    assert unread == Cpus(len(os.sched_getaffinity(0))) and unread.threads == unread.pinned
 
 
 def test_spinning_threads_stop_at_the_end_of_a_run_unless_their_session_runs_alone():

@@ -16,13 +16,13 @@ fused into one; CUDA graphs captured at load, ``warm_up``) and runs them in turn
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from ..device import CpuDevice, Device
+from ..host import cpus
 from ..manifest import Manifest, StageSpec
 from ..sample import batch_sizes_up_to, feed_at
 from .base import Engine, Tensors
@@ -39,10 +39,10 @@ log = logging.getLogger(__name__)
 
 
 def cpu_cores() -> int:
-    """CPU threads for each stage's session: every core this process may use. A lone batch's
-    stage then runs on all of them, and stages running at the same time share them (idle threads
-    sleep, see ``ort_options``)."""
-    return len(os.sched_getaffinity(0))
+    """CPU threads for each stage's session: every core this process may use, as many as its
+    cgroup's CPU quota keeps busy (``host.py``). A lone batch's stage then runs on all of them,
+    and stages running at the same time share them (idle threads sleep, see ``ort_options``)."""
+    return cpus().threads
 
 
 def fusable(manifest: Manifest) -> bool:

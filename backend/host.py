@@ -1,0 +1,107 @@
+"""The CPUs this process may use: the cores it is pinned to, capped by its cgroup's CPU quota.
+
+A container's ``--cpus`` and a Kubernetes pod's CPU limit are a quota, not an affinity: a pod
+limited to 2 CPUs on a 64-core node is pinned to all 64. Sized by the affinity alone, each
+stage's ONNX Runtime session starts 64 threads that spend the quota in a few milliseconds and
+are throttled for the rest of each period, and ``decide.py`` credits the stub and tritonserver
+with 64 cores of time they do not have. Both cgroup versions are read: v2's ``cpu.max`` and
+v1's ``cpu.cfs_quota_us`` / ``cpu.cfs_period_us``, at the process's cgroup and each of its
+ancestors (a limit set on a parent binds its children; inside a container the process's path
+may not exist under the mount, whose root is then the container's own cgroup).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+PROC_CGROUP = Path("/proc/self/cgroup")
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+
+
+@dataclass(frozen=True)
+class Cpus:
+    pinned: int  # cores in the affinity mask
+    quota: float | None = None  # cores' worth of CPU time per period, the tightest on the path; None: no quota
+
+    @property
+    def limit(self) -> float:
+        """Cores' worth of CPU time the process may use: what caps serving's throughput."""
+        return self.pinned if self.quota is None else min(float(self.pinned), self.quota)
+
+    @property
+    def threads(self) -> int:
+        """Threads for a session: the whole cores of the limit, at least one. A fractional quota
+        rounds down: the stub and tritonserver spend the same quota, and a thread past it is
+        throttled (a 1.5-CPU quota, MiniLM-like model: 1.15x the answers with one thread)."""
+        return max(1, math.floor(self.limit + 1e-9))
+
+    def describe(self) -> str:
+        if self.quota is None or self.quota >= self.pinned:
+            return f"{self.pinned} cores"
+        return (f"{self.quota:g} CPUs (the cgroup's quota; {self.pinned} cores pinned): "
+                f"{self.threads} thread{'s' if self.threads > 1 else ''} a session")
+
+
+def cpus(proc_cgroup: Path = PROC_CGROUP, root: Path = CGROUP_ROOT) -> Cpus:
+    """This process's CPUs: its affinity, and its cgroup's quota where one is set."""
+    return Cpus(len(os.sched_getaffinity(0)), cgroup_quota(proc_cgroup, root))
+
+
+def cgroup_quota(proc_cgroup: Path = PROC_CGROUP, root: Path = CGROUP_ROOT) -> float | None:
+    """The tightest CPU quota, in cores, on the process's cgroup path in either cgroup version;
+    None where none is set or nothing can be read (not Linux, no cgroup mounted)."""
+    try:
+        lines = proc_cgroup.read_text().splitlines()
+    except OSError:
+        return None
+    found = []
+    for line in lines:
+        hierarchy, controllers, path = (line.split(":", 2) + ["", ""])[:3]
+        if hierarchy == "0" and not controllers:  # v2: one tree; also under unified/ on a hybrid host
+            found += [q for base in (root, root / "unified") for q in _along(base, path, _v2)]
+        elif "cpu" in controllers.split(","):  # v1: the cpu controller's own tree
+            bases = {root / controllers, root / "cpu", root / "cpu,cpuacct", root / "cpuacct,cpu"}
+            found += [q for base in bases for q in _along(base, path, _v1)]
+    return min(found, default=None)
+
+
+def _along(base: Path, path: str, read) -> list[float]:
+    """The quotas ``read`` finds in ``base``'s folder for ``path`` and for each of its ancestors."""
+    quotas = []
+    for folder in [PurePosixPath(path), *PurePosixPath(path).parents]:
+        relative = str(folder).lstrip("/")
+        quota = read(base / relative if relative else base)
+        if quota is not None:
+            quotas.append(quota)
+    return quotas
+
+
+def _v2(folder: Path) -> float | None:
+    """``cpu.max``: "QUOTA PERIOD" in microseconds, QUOTA "max" where none."""
+    fields = _read(folder / "cpu.max").split()
+    if len(fields) != 2 or fields[0] == "max":
+        return None
+    return _cores(fields[0], fields[1])
+
+
+def _v1(folder: Path) -> float | None:
+    """``cpu.cfs_quota_us`` (-1 where none) over ``cpu.cfs_period_us``."""
+    return _cores(_read(folder / "cpu.cfs_quota_us"), _read(folder / "cpu.cfs_period_us"))
+
+
+def _cores(quota: str, period: str) -> float | None:
+    try:
+        quota_us, period_us = int(quota), int(period)
+    except ValueError:
+        return None
+    return quota_us / period_us if quota_us > 0 and period_us > 0 else None
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text().strip()
+    except OSError:
+        return ""
