@@ -148,11 +148,12 @@ class TritonPythonModel:
         version_dir = Path(args["model_repository"]) / args["model_version"]
         self._manifest = Manifest.load(version_dir)
         config = json.loads(args["model_config"])
-        if config.get("max_batch_size", 0) > self._manifest.max_batch_size:
-            raise ValueError(
-                f"max_batch_size {config['max_batch_size']} in config.pbtxt exceeds the "
-                f"{self._manifest.max_batch_size} the model was sliced for"
-            )
+        batch, sliced = int(config.get("max_batch_size", 0)), self._manifest.max_batch_size
+        if batch > sliced:
+            raise ValueError(f"max_batch_size {batch} in config.pbtxt exceeds the {sliced} the model was sliced for")
+        if batch < 1:  # else it loads and refuses every request: Triton drops the batch axis from each
+            raise ValueError(f"max_batch_size {batch} in config.pbtxt turns batching off and takes the batch axis "
+                             f"out of every request; the dvabatch backend batches along it: set it from 1 to {sliced}")
         self._queue = QueuePolicy.from_model_config(config)
         delay_us = config.get("dynamic_batching", {}).get("max_queue_delay_microseconds", 0)
         self._reached = TritonQueue(max(config.get("max_batch_size", 0), 1), int(delay_us) / 1e6)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import time
@@ -149,6 +150,12 @@ def test_knobs_come_from_config_pbtxt(client, repository, sources):
     (repository / name / "config.pbtxt").write_text(config + knob("buffer_pairs", "0"))
     with pytest.raises(InferenceServerException, match="'buffer_pairs' must be at least 1"):
         client.load_model(name)
+    sliced = Manifest.load(repository / name / VERSION).max_batch_size
+    for batch, says in ((0, "turns batching off"), (sliced + 1, f"exceeds the {sliced}")):
+        (repository / name / "config.pbtxt").write_text(
+            re.sub(r"max_batch_size: \d+", f"max_batch_size: {batch}", config))
+        with pytest.raises(InferenceServerException, match=f"max_batch_size {batch} in config.pbtxt {says}"):
+            client.load_model(name)
     (repository / name / "config.pbtxt").write_text(
         config + knob("buffer_pairs", "1") + knob("policy", "random") + knob("policy.seed", "11")
         + knob("policy.split_probability", "0.6"))
