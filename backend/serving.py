@@ -69,12 +69,12 @@ class Decision:
     waits_why: str = ""
     graphs: str = ""  # the torch stages' CUDA graphs, where they have them (``engines.describe_graphs``)
     costs: HostCosts = HostCosts()
-    cpus: Cpus = Cpus(1)  # what the host lends this process (``host.py``)
+    cpus: Cpus | None = None  # what the host lends this process (``host.py``)
 
     def describe(self) -> str:
         return "; ".join(part for part in (f"serves {self.mode.value} ({self.choice.why})", self.waits_why,
                                            self.costs.describe() if self.costs.measured else "",
-                                           self.graphs, f"on {self.cpus.describe()}") if part)
+                                           self.graphs, f"on {self.cpus.describe()}" if self.cpus else "") if part)
 
 
 def serve(manifest: Manifest, version_dir: Path, config: RuntimeConfig, device: Device, metrics: Metrics,
