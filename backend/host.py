@@ -7,7 +7,9 @@ are throttled for the rest of each period, and ``decide.py`` credits the stub an
 with 64 cores of time they do not have. Both cgroup versions are read: v2's ``cpu.max`` and
 v1's ``cpu.cfs_quota_us`` / ``cpu.cfs_period_us``, at the process's cgroup and each of its
 ancestors (a limit set on a parent binds its children; inside a container the process's path
-may not exist under the mount, whose root is then the container's own cgroup).
+may not exist under the mount, whose root is then the container's own cgroup). A model's
+instances on the CPU (``instance_group`` count) share them: each instance's sessions take its
+share.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ CGROUP_ROOT = Path("/sys/fs/cgroup")
 class Cpus:
     pinned: int  # cores in the affinity mask
     quota: float | None = None  # cores' worth of CPU time per period, the tightest on the path; None: no quota
+    instances: int = 1  # the model's instances on these CPUs, each with sessions of its own
 
     @property
     def limit(self) -> float:
@@ -33,21 +36,30 @@ class Cpus:
 
     @property
     def threads(self) -> int:
-        """Threads for a session: the whole cores of the limit, at least one. A fractional quota
-        rounds down: the stub and tritonserver spend the same quota, and a thread past it is
-        throttled (a 1.5-CPU quota, MiniLM-like model: 1.15x the answers with one thread)."""
-        return max(1, math.floor(self.limit + 1e-9))
+        """Threads for a session: the whole cores of an instance's share of the limit, at least
+        one. A fractional share rounds down: the stub and tritonserver spend the same CPUs, and
+        a thread past a quota is throttled (a 1.5-CPU quota, the BERT-like example: 1.15x the
+        answers with one thread). Instances that each took every core would run their sessions
+        over each other (two instances of the BERT-like example on two cores: 0.5x / 0.6x the
+        answers at 1 / 8 in flight of one thread each)."""
+        return max(1, math.floor(self.limit / self.instances + 1e-9))
 
     def describe(self) -> str:
-        if self.quota is None or self.quota >= self.pinned:
-            return f"{self.pinned} cores"
-        return (f"{self.quota:g} CPUs (the cgroup's quota; {self.pinned} cores pinned): "
-                f"{self.threads} thread{'s' if self.threads > 1 else ''} a session")
+        quota = self.quota is not None and self.quota < self.pinned
+        text = f"{self.pinned} cores"
+        if quota:
+            text = f"{self.quota:g} CPUs (the cgroup's quota; {text} pinned)"
+        if self.instances > 1:
+            text += f" shared by {self.instances} instances"
+        if quota or self.instances > 1:
+            text += f": {self.threads} thread{'s' if self.threads > 1 else ''} a session"
+        return text
 
 
-def cpus(proc_cgroup: Path = PROC_CGROUP, root: Path = CGROUP_ROOT) -> Cpus:
-    """This process's CPUs: its affinity, and its cgroup's quota where one is set."""
-    return Cpus(len(os.sched_getaffinity(0)), cgroup_quota(proc_cgroup, root))
+def cpus(instances: int = 1, proc_cgroup: Path = PROC_CGROUP, root: Path = CGROUP_ROOT) -> Cpus:
+    """This process's CPUs: its affinity, and its cgroup's quota where one is set, shared by the
+    model's ``instances`` on them."""
+    return Cpus(len(os.sched_getaffinity(0)), cgroup_quota(proc_cgroup, root), max(1, instances))
 
 
 def cgroup_quota(proc_cgroup: Path = PROC_CGROUP, root: Path = CGROUP_ROOT) -> float | None:

@@ -80,16 +80,17 @@ class Decision:
 def serve(manifest: Manifest, version_dir: Path, config: RuntimeConfig, device: Device, metrics: Metrics,
           on_death: Callable[[str], None] | None = None, trace: Trace | None = None,
           round_trip: Callable[[], None] | None = None, server_cpu_s: Callable[[], float | None] | None = None,
-          said: Callable[[str], None] | None = None) -> tuple[Decision, Server]:
+          said: Callable[[str], None] | None = None, instances: int = 1) -> tuple[Decision, Server]:
     """The model's engines loaded and its server built. ``round_trip``: one call to Triton's
     process (timed for a ``send()``); ``server_cpu_s``: tritonserver's CPU seconds so far;
-    ``said``: where the switch's changes of mind and the policy's decisions are logged."""
+    ``said``: where the switch's changes of mind and the policy's decisions are logged;
+    ``instances``: the model's instances on the host's CPUs, which share its cores."""
     graphs = config.graphs(manifest, not isinstance(device, CpuDevice))
     lengths = graph_buckets(manifest)[1] if graphs else ()
     buckets = Buckets({manifest.length_axis: lengths}) if lengths else Buckets()
     if graphs:  # every batch runs at a bucket's length, and a stage costs the host a graph's launch
         manifest = manifest.as_graphs()
-    lent = cpus()
+    lent = cpus(instances)
     cores = lent.limit  # what the stub and tritonserver share (``decide.capacities``, ``ModeSwitch``)
     if said is not None:
         config.policy.said = said

@@ -251,8 +251,12 @@ def test_a_cpu_quota_caps_the_cores_and_threads_a_model_takes(tmp_path):
     assert (Cpus(64, 0.25).threads, Cpus(2, 8.0).limit, Cpus(4).threads, Cpus(64, 2.5).threads) == (1, 2, 4, 2)
     assert Cpus(2).describe() == "2 cores"
     assert "quota" in Cpus(64, 2.5).describe() and "2 threads" in Cpus(64, 2.5).describe()
-    unread = cpus(tmp_path / "no-proc", tmp_path / "no-mount")
+    unread = cpus(1, tmp_path / "no-proc", tmp_path / "no-mount")
     assert unread == Cpus(len(os.sched_getaffinity(0))) and unread.threads == unread.pinned
+    # instances on the CPU share it: each instance's sessions take its share
+    assert (Cpus(16, None, 2).threads, Cpus(16, 4.0, 3).threads, Cpus(2, None, 4).threads) == (8, 1, 1)
+    assert Cpus(16, None, 2).describe() == "16 cores shared by 2 instances: 8 threads a session"
+    assert cpus(2, tmp_path / "no-proc").instances == 2
 
 
 def test_spinning_threads_stop_at_the_end_of_a_run_unless_their_session_runs_alone():
