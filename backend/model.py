@@ -163,7 +163,7 @@ class TritonPythonModel:
                              f"out of every request; the dvabatch backend batches along it: set it from 1 to {sliced}")
         self._queue = QueuePolicy.from_model_config(config)
         delay_us = config.get("dynamic_batching", {}).get("max_queue_delay_microseconds", 0)
-        self._reached = TritonQueue(max(config.get("max_batch_size", 0), 1), int(delay_us) / 1e6)
+        self._reached = TritonQueue(batch, int(delay_us) / 1e6)
         runtime_config = dataclasses.replace(RuntimeConfig.from_parameters(triton_parameters(config)),
                                              queue=self._queue)
         device = make_device(args.get("model_instance_kind", "CPU"), int(args.get("model_instance_device_id", 0)))
