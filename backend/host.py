@@ -9,7 +9,7 @@ v1's ``cpu.cfs_quota_us`` / ``cpu.cfs_period_us``, at the process's cgroup and e
 ancestors (a limit set on a parent binds its children; inside a container the process's path
 may not exist under the mount, whose root is then the container's own cgroup). A model's
 instances on the CPU (``instance_group`` count) share them: each instance's sessions take its
-share.
+share. A session's threads are physical cores, as ONNX Runtime's default counts them.
 """
 
 from __future__ import annotations
@@ -21,13 +21,15 @@ from pathlib import Path, PurePosixPath
 
 PROC_CGROUP = Path("/proc/self/cgroup")
 CGROUP_ROOT = Path("/sys/fs/cgroup")
+SYSFS_CPU = Path("/sys/devices/system/cpu")
 
 
 @dataclass(frozen=True)
 class Cpus:
-    pinned: int  # cores in the affinity mask
+    pinned: int  # logical CPUs in the affinity mask
     quota: float | None = None  # cores' worth of CPU time per period, the tightest on the path; None: no quota
     instances: int = 1  # the model's instances on these CPUs, each with sessions of its own
+    physical: int | None = None  # physical cores among the pinned CPUs (SMT siblings counted once); None: as pinned
 
     @property
     def limit(self) -> float:
@@ -41,25 +43,45 @@ class Cpus:
         a thread past a quota is throttled (a 1.5-CPU quota, the BERT-like example: 1.15x the
         answers with one thread). Instances that each took every core would run their sessions
         over each other (two instances of the BERT-like example on two cores: 0.5x / 0.6x the
-        answers at 1 / 8 in flight of one thread each)."""
-        return max(1, math.floor(self.limit / self.instances + 1e-9))
+        answers at 1 / 8 in flight of one thread each). Hyperthreads are not counted, as ONNX
+        Runtime's own default counts them not: two threads on one core's compute units share
+        them, and the siblings are left to the stub and tritonserver."""
+        return max(1, math.floor(min(self.limit, self.physical or self.pinned) / self.instances + 1e-9))
 
     def describe(self) -> str:
         quota = self.quota is not None and self.quota < self.pinned
         text = f"{self.pinned} cores"
+        if self.physical and self.physical < self.pinned:
+            text = f"{self.pinned} CPUs ({self.physical} physical cores)"
         if quota:
             text = f"{self.quota:g} CPUs (the cgroup's quota; {text} pinned)"
         if self.instances > 1:
             text += f" shared by {self.instances} instances"
-        if quota or self.instances > 1:
+        if self.threads != self.pinned:
             text += f": {self.threads} thread{'s' if self.threads > 1 else ''} a session"
         return text
 
 
-def cpus(instances: int = 1, proc_cgroup: Path = PROC_CGROUP, root: Path = CGROUP_ROOT) -> Cpus:
-    """This process's CPUs: its affinity, and its cgroup's quota where one is set, shared by the
-    model's ``instances`` on them."""
-    return Cpus(len(os.sched_getaffinity(0)), cgroup_quota(proc_cgroup, root), max(1, instances))
+def cpus(instances: int = 1, proc_cgroup: Path = PROC_CGROUP, root: Path = CGROUP_ROOT,
+         sysfs: Path = SYSFS_CPU) -> Cpus:
+    """This process's CPUs: its affinity, its cgroup's quota where one is set, and its physical
+    cores, shared by the model's ``instances`` on them."""
+    pinned = os.sched_getaffinity(0)
+    return Cpus(len(pinned), cgroup_quota(proc_cgroup, root), max(1, instances), physical_cores(pinned, sysfs))
+
+
+def physical_cores(pinned: set[int], sysfs: Path = SYSFS_CPU) -> int | None:
+    """How many physical cores the ``pinned`` CPUs are on: SMT siblings (a core's hyperthreads)
+    share one ``core_cpus_list`` (``thread_siblings_list`` on older kernels). None where the
+    topology cannot be read."""
+    cores = set()
+    for cpu in pinned:
+        topology = sysfs / f"cpu{cpu}" / "topology"
+        siblings = _read(topology / "core_cpus_list") or _read(topology / "thread_siblings_list")
+        if not siblings:
+            return None
+        cores.add(siblings)
+    return len(cores) or None
 
 
 def cgroup_quota(proc_cgroup: Path = PROC_CGROUP, root: Path = CGROUP_ROOT) -> float | None:

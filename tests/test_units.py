@@ -15,7 +15,7 @@ from backend.config import RuntimeConfig
 from backend.device import CpuDevice
 from backend.engines import load_engines, ort_options
 from backend.executor import ExecutorState
-from backend.host import Cpus, cgroup_quota, cpus
+from backend.host import Cpus, cgroup_quota, cpus, physical_cores
 from backend.errors import ConfigError
 from backend.manifest import Manifest, TensorSpec
 from backend.padding import cut, stack
@@ -251,12 +251,22 @@ def test_a_cpu_quota_caps_the_cores_and_threads_a_model_takes(tmp_path):
     assert (Cpus(64, 0.25).threads, Cpus(2, 8.0).limit, Cpus(4).threads, Cpus(64, 2.5).threads) == (1, 2, 4, 2)
     assert Cpus(2).describe() == "2 cores"
     assert "quota" in Cpus(64, 2.5).describe() and "2 threads" in Cpus(64, 2.5).describe()
-    unread = cpus(1, tmp_path / "no-proc", tmp_path / "no-mount")
+    unread = cpus(1, tmp_path / "no-proc", tmp_path / "no-mount", tmp_path / "no-sysfs")
     assert unread == Cpus(len(os.sched_getaffinity(0))) and unread.threads == unread.pinned
     # instances on the CPU share it: each instance's sessions take its share
     assert (Cpus(16, None, 2).threads, Cpus(16, 4.0, 3).threads, Cpus(2, None, 4).threads) == (8, 1, 1)
     assert Cpus(16, None, 2).describe() == "16 cores shared by 2 instances: 8 threads a session"
     assert cpus(2, tmp_path / "no-proc").instances == 2
+
+
+def test_a_session_takes_physical_cores_not_their_hyperthreads(tmp_path):
+    for cpu, siblings in enumerate(("0,2", "1,3", "0,2", "1,3")):  # two cores, two threads each
+        (tmp_path / f"cpu{cpu}" / "topology").mkdir(parents=True)
+        (tmp_path / f"cpu{cpu}" / "topology" / "core_cpus_list").write_text(siblings + "\n")
+    assert (physical_cores({0, 1, 2, 3}, tmp_path), physical_cores({0, 2}, tmp_path)) == (2, 1)
+    assert physical_cores({0, 4}, tmp_path) is None  # a CPU whose topology cannot be read: count them all
+    assert (Cpus(32, None, 1, 16).threads, Cpus(32, 4.0, 1, 16).threads, Cpus(32, None, 2, 16).threads) == (16, 4, 8)
+    assert Cpus(32, None, 1, 16).describe() == "32 CPUs (16 physical cores): 16 threads a session"
 
 
 def test_spinning_threads_stop_at_the_end_of_a_run_unless_their_session_runs_alone():
