@@ -105,8 +105,9 @@ def processes_matching(text: str) -> list[str]:
 
 
 class RunningServer:
-    def __init__(self, process: subprocess.Popen, grpc_port: int, http_port: int, metrics_port: int):
+    def __init__(self, process: subprocess.Popen, grpc_port: int, http_port: int, metrics_port: int, log: Path):
         self.process = process
+        self.log = log  # what tools.serve and tritonserver printed, models' logs included
         self.url = f"127.0.0.1:{grpc_port}"
         self.http_url = f"127.0.0.1:{http_port}"
         self.metrics_url = f"http://127.0.0.1:{metrics_port}/metrics"
@@ -118,7 +119,8 @@ def server(repository, tmp_path_factory) -> RunningServer:
     """`python -m tools.serve` as a user runs it (its output in ``server.log`` of a temporary
     folder); stopped with SIGTERM at the end of the session."""
     grpc_port, http_port, metrics_port = free_port(), free_port(), free_port()
-    log = open(tmp_path_factory.mktemp("server") / "server.log", "wb")  # noqa: SIM115 - closed at the end
+    log_path = tmp_path_factory.mktemp("server") / "server.log"
+    log = open(log_path, "wb")  # noqa: SIM115 - closed at the end
     process = subprocess.Popen(
         [sys.executable, "-m", "tools.serve", "--model-repository", str(repository),
          "--grpc-port", str(grpc_port), "--http-port", str(http_port), "--metrics-port", str(metrics_port),
@@ -136,7 +138,7 @@ def server(repository, tmp_path_factory) -> RunningServer:
                 pass
             assert time.monotonic() < deadline, "Triton was not ready in 180 s"
             time.sleep(0.25)
-    yield RunningServer(process, grpc_port, http_port, metrics_port)
+    yield RunningServer(process, grpc_port, http_port, metrics_port, log_path)
     process.send_signal(signal.SIGTERM)
     assert process.wait(60) == 0
     log.close()

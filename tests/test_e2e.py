@@ -171,6 +171,29 @@ def test_knobs_come_from_config_pbtxt(client, repository, sources):
     client.unload_model(name)
 
 
+def test_instances_on_the_cpu_share_its_cores_and_answer_like_the_unsliced_model(client, server, repository,
+                                                                                  sources):
+    """Two CPU instances (``instance_group`` count 2): each one's sessions take its share of the
+    cores (the model's log says so, as Triton's config gave the count), and concurrent requests,
+    spread over both stubs, answer as the unsliced model does."""
+    name = "resnet_like_two"
+    shutil.copytree(repository / "resnet_like", repository / name)
+    config = (repository / name / "config.pbtxt").read_text().replace('name: "resnet_like"', f'name: "{name}"')
+    (repository / name / "config.pbtxt").write_text(re.sub(r"count: \d+", "count: 2", config))
+    client.load_model(name)
+    try:
+        feeds = [{"image": np.random.default_rng(i).random((1 + i % 3, 3, 32, 32), np.float32)} for i in range(16)]
+        with ThreadPoolExecutor(4) as pool:
+            answers = list(pool.map(lambda feed: infer(client, name, feed, []), feeds))
+        reference = OnnxRuntimeEngine(sources["resnet_like"], ["logits"])
+        for feed, answer in zip(feeds, answers):
+            np.testing.assert_allclose(answer["logits"], reference.run(feed)["logits"], atol=1e-5)
+        said = [line for line in server.log.read_text().splitlines() if f"{name}: serves" in line]
+        assert len(said) == 2 and all("shared by 2 instances" in line for line in said), said
+    finally:
+        client.unload_model(name)
+
+
 @pytest.mark.parametrize("policy", ["input", "operator", "load", "input+load", "operator+load", "auto"])
 def test_every_policy_answers_mixed_lengths_like_the_unsliced_model(client, repository, sources, policy):
     """Unpadded requests of lengths 1-24 sent at once under each of the paper's policies: Policy I
