@@ -39,9 +39,10 @@ log = logging.getLogger(__name__)
 
 
 def cpu_cores() -> int:
-    """CPU threads for each stage's session: every core this process may use, as many as its
-    cgroup's CPU quota keeps busy (``host.py``). A lone batch's stage then runs on all of them,
-    and stages running at the same time share them (idle threads sleep, see ``ort_options``)."""
+    """CPU threads for each stage's session of one instance: every physical core this process may
+    use, no more than its cgroup's CPU quota keeps busy (``host.Cpus.threads``). A lone batch's
+    stage then runs on all of them, and stages running at the same time share them (idle threads
+    sleep, see ``ort_options``)."""
     return cpus().threads
 
 
