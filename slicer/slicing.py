@@ -37,7 +37,8 @@ import numpy as np
 import onnx
 
 from backend.device import CpuDevice, Device
-from backend.engines import Buckets, OnnxRuntimeEngine, cpu_cores, load_engines, run_stages
+from backend.engines import Buckets, OnnxRuntimeEngine, load_engines, run_stages
+from backend.host import cpus
 from backend.errors import TargetError
 from backend.manifest import MANIFEST_FILE, Manifest, SlicingReport, StageSpec, TensorSpec
 from backend.sample import batch_sizes_up_to, sample_inputs, sizes_at
@@ -287,7 +288,7 @@ def _plan(src: Path, optimized: Path, target: Target, axis: str | None, lengths:
     max_bs = options.max_batch_size
     node_profile = profile(target, optimized, [n.name for n in analysis.nodes], analysis.inputs,
                            batch_sizes_up_to(max_bs), lengths, axis, options.dim_sizes, options.warmup,
-                           options.node_repeats, cpu_cores(), progress)
+                           options.node_repeats, cpus().threads, progress)
     costs = node_profile.at(options.balance_batch_size or max_bs, lengths[-1])
     row_bytes = analysis.row_bytes(sizes_at(options.dim_sizes, axis, lengths[-1]))
     cut_bytes = {k: analysis.cut_bytes(row_bytes, k) * max_bs for k in legal}

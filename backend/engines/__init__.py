@@ -31,19 +31,11 @@ from .tensorrt import TensorRTEngine
 from .timed import TimedEngine
 from .torch import TorchEngine
 
-__all__ = ["Engine", "OnnxRuntimeEngine", "TensorRTEngine", "TimedEngine", "TorchEngine", "cpu_cores",
+__all__ = ["Engine", "OnnxRuntimeEngine", "TensorRTEngine", "TimedEngine", "TorchEngine",
            "describe_graphs", "fusable", "graph_buckets", "load_engine", "load_engines", "merge_stages",
            "on_host_cores", "ort_options", "run_stages", "warm_up", "Buckets"]
 
 log = logging.getLogger(__name__)
-
-
-def cpu_cores() -> int:
-    """CPU threads for each stage's session of one instance: every physical core this process may
-    use, no more than its cgroup's CPU quota keeps busy (``host.Cpus.threads``). A lone batch's
-    stage then runs on all of them, and stages running at the same time share them (idle threads
-    sleep, see ``ort_options``)."""
-    return cpus().threads
 
 
 def fusable(manifest: Manifest) -> bool:
@@ -66,13 +58,13 @@ Buckets = tuple[tuple[int, ...], tuple[int, ...]]  # (row buckets, length bucket
 def load_engines(manifest: Manifest, version_dir: Path, device: Device | None = None, threads: int = 0,
                  spinning: bool = False, fused: bool = False, graphs: bool = False,
                  buckets: Buckets | None = None) -> list[Engine]:
-    """Every stage's engine, as the backend serves them (``threads`` 0: every core); with
+    """Every stage's engine, as the backend serves them (``threads`` 0: ``host.Cpus.threads``); with
     ``fused``, the one engine of ``manifest.fused()``: ONNX Runtime or torch stages merged back
     into one graph (one run instead of one per stage, and ONNX Runtime's optimiser sees across
     the cuts), or one timed engine for timed stages. With ``graphs``, torch stages replay a CUDA
     graph per shape bucket (``buckets``, by default ``graph_buckets``: what the slicer profiles
     before the tables exist), each captured here (``warm_up``)."""
-    threads = threads or cpu_cores()
+    threads = threads or cpus().threads
     device = device or CpuDevice()
     buckets = buckets or graph_buckets(manifest)
     rows = buckets[0] if graphs else ()

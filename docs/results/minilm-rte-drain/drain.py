@@ -18,7 +18,8 @@ from pathlib import Path
 import numpy as np
 
 from backend.config import RuntimeConfig
-from backend.engines import cpu_cores, load_engines
+from backend.engines import load_engines
+from backend.host import cpus
 from backend.manifest import LatencyTable, Manifest
 from backend.query import Query
 from backend.runtime import Runtime
@@ -86,7 +87,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
     manifest = Manifest.load(MODEL)
-    engines = load_engines(manifest, MODEL, threads=cpu_cores(), spinning=True, fused=True)
+    engines = load_engines(manifest, MODEL, threads=cpus().threads, spinning=True, fused=True)
     feeds, rng = rte_inputs(manifest), random.Random(0)
     bursts = [rng.sample(feeds, args.burst) for _ in range(args.repeats)]
     modes = {"auto": lambda chosen: through_runtime(manifest, engines, chosen, rounded=False),

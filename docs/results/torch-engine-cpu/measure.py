@@ -17,7 +17,8 @@ from pathlib import Path
 import numpy as np
 
 from backend.device import CpuDevice
-from backend.engines import OnnxRuntimeEngine, TorchEngine, cpu_cores
+from backend.engines import OnnxRuntimeEngine, TorchEngine
+from backend.host import cpus
 from slicer.graph import input_specs
 from backend.sample import sample_inputs
 from slicer.targets import optimize
@@ -33,8 +34,8 @@ def main(paths: list[Path]) -> None:
         with tempfile.TemporaryDirectory() as scratch:
             graph = optimize(src, Path(scratch) / "basic.onnx", "basic")
             outputs = [o.name for o in graph.graph.output]
-            ort = OnnxRuntimeEngine(Path(scratch) / "basic.onnx", outputs, cpu_cores())
-            torch = TorchEngine(Path(scratch) / "basic.onnx", outputs, CpuDevice(), cpu_cores())
+            ort = OnnxRuntimeEngine(Path(scratch) / "basic.onnx", outputs, cpus().threads)
+            torch = TorchEngine(Path(scratch) / "basic.onnx", outputs, CpuDevice(), cpus().threads)
             specs = input_specs(graph)
             text = any("sequence" in spec.dims for spec in specs)
             for batch, length in ((1, 16), (8, 64)):
