@@ -37,6 +37,7 @@ if not __package__:
     importlib.import_module(_HERE.name)
     __package__ = _HERE.name
 
+from . import interface
 from .arrival import TritonQueue
 from .config import QueuePolicy, RuntimeConfig, triton_parameters
 from .device import CpuDevice, make_device
@@ -155,12 +156,11 @@ class TritonPythonModel:
         version_dir = Path(args["model_repository"]) / args["model_version"]
         self._manifest = Manifest.load(version_dir)
         config = json.loads(args["model_config"])
-        batch, sliced = int(config.get("max_batch_size", 0)), self._manifest.max_batch_size
-        if batch > sliced:
-            raise ValueError(f"max_batch_size {batch} in config.pbtxt exceeds the {sliced} the model was sliced for")
-        if batch < 1:  # else it loads and refuses every request: Triton drops the batch axis from each
-            raise ValueError(f"max_batch_size {batch} in config.pbtxt turns batching off and takes the batch axis "
-                             f"out of every request; the dvabatch backend batches along it: set it from 1 to {sliced}")
+        interface.check(config, self._manifest)
+        # Decoupled (``model_transaction_policy``, for gRPC streaming clients): each request's one
+        # response goes through its sender, flagged final, and ``execute`` returns none.
+        self._decoupled = pb_utils.using_decoupled_model_transaction_policy(config)
+        batch = int(config["max_batch_size"])
         self._queue = QueuePolicy.from_model_config(config)
         delay_us = config.get("dynamic_batching", {}).get("max_queue_delay_microseconds", 0)
         self._reached = TritonQueue(batch, int(delay_us) / 1e6)
@@ -219,11 +219,16 @@ class TritonPythonModel:
             queries = self._queries(requests)
             responses: list = []
             self._server.run(queries, lambda: responses.extend([self._response_of(q.reply) for q in queries]))
-            return responses
-        handover = Handover([self._sender(request) for request in requests])
+            if not self._decoupled:
+                return responses
+            for request, response in zip(requests, responses):
+                self._sender(request)(response)
+            return None
+        handover = Handover([self._sender(request) for request in requests], keeps=not self._decoupled)
         self._server.submit(self._queries(requests, lambda i: lambda outputs, failure: handover.deliver(
             i, self._response_of((outputs, failure)))))
-        return handover.close()
+        responses = handover.close()
+        return None if self._decoupled else responses
 
     def _queries(self, requests: list, respond: Callable[[int], Responder] | None = None) -> list[Query]:
         """The requests as Queries, the i-th answered through ``respond(i)`` or, without it,

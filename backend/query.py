@@ -304,10 +304,12 @@ class Handover:
     round trip of its own. Triton takes ``None`` in that list for a request answered through its
     sender (python_backend's ``ProcessReturnedResponses``)."""
 
-    def __init__(self, senders: Sequence[Callable[[object], None]]):
+    def __init__(self, senders: Sequence[Callable[[object], None]], keeps: bool = True):
+        """``keeps`` false: every response goes through its sender (a decoupled model's
+        ``execute`` returns none)."""
         self._senders = senders
         self._responses: list[object] = [None] * len(senders)
-        self._open = True
+        self._open = keeps
         self._lock = threading.Lock()
 
     def deliver(self, index: int, response: object) -> None:

@@ -22,7 +22,7 @@ from backend.engines import ort_options
 from backend.manifest import TensorSpec
 from backend.sample import sample_inputs, sizes_at
 from slicer.errors import SliceError
-from slicer.triton_config import TRITON_DTYPES
+from backend.interface import TRITON_DTYPES
 
 
 def read_source(src: Path) -> onnx.ModelProto:

@@ -8,13 +8,8 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from backend.interface import TRITON_DTYPES
 from backend.manifest import Manifest, TensorSpec
-
-TRITON_DTYPES = {
-    "bool": "TYPE_BOOL", "uint8": "TYPE_UINT8", "uint16": "TYPE_UINT16", "uint32": "TYPE_UINT32",
-    "uint64": "TYPE_UINT64", "int8": "TYPE_INT8", "int16": "TYPE_INT16", "int32": "TYPE_INT32",
-    "int64": "TYPE_INT64", "float16": "TYPE_FP16", "float32": "TYPE_FP32", "float64": "TYPE_FP64",
-}
 
 
 # One line of config.pbtxt ``parameters`` as ``render`` writes it: (key, value).

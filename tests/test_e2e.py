@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import queue
 import re
 import shutil
 import signal
@@ -151,10 +152,22 @@ def test_knobs_come_from_config_pbtxt(client, repository, sources):
     with pytest.raises(InferenceServerException, match="'buffer_pairs' must be at least 1"):
         client.load_model(name)
     sliced = Manifest.load(repository / name / VERSION).max_batch_size
-    for batch, says in ((0, "turns batching off"), (sliced + 1, f"exceeds the {sliced}")):
-        (repository / name / "config.pbtxt").write_text(
-            re.sub(r"max_batch_size: \d+", f"max_batch_size: {batch}", config))
-        with pytest.raises(InferenceServerException, match=f"max_batch_size {batch} in config.pbtxt {says}"):
+    batch_size = lambda size: re.sub(r"max_batch_size: \d+", f"max_batch_size: {size}", config)  # noqa: E731
+    # An interface that disagrees with the sliced model fails the load, naming what disagrees:
+    # loaded, it would refuse every request, or answer each one without an output it names.
+    for disagrees, says in (
+            (batch_size(0), "max_batch_size 0 turns batching off"),
+            (batch_size(sliced + 1), f"max_batch_size {sliced + 1} exceeds the {sliced}"),
+            (config.replace('"pooler_output"', '"pooled"'), "output 'pooled' is not one of the model's outputs"),
+            (config.replace('"input_ids" data_type: TYPE_INT64', '"input_ids" data_type: TYPE_INT32'),
+             "input 'input_ids' has data_type TYPE_INT32, the model's is TYPE_INT64"),
+            (config.replace("dims: [ 32 ]", "dims: [ 16 ]"), r"output 'pooler_output' has dims \[16\]"),
+            (re.sub(r'\s*\{ name: "attention_mask"[^}]*\}', "", config.replace("allow_ragged_batch: true },",
+                                                                           "allow_ragged_batch: true }")),
+             "lists no input attention_mask")):
+        assert disagrees != config
+        (repository / name / "config.pbtxt").write_text(disagrees)
+        with pytest.raises(InferenceServerException, match=f"disagrees with the sliced model.*{says}"):
             client.load_model(name)
     (repository / name / "config.pbtxt").write_text(
         config + knob("buffer_pairs", "1") + knob("policy", "random") + knob("policy.seed", "11")
@@ -192,6 +205,40 @@ def test_instances_on_the_cpu_share_its_cores_and_answer_like_the_unsliced_model
         assert len(said) == 2 and all("shared by 2 instances" in line for line in said), said
     finally:
         client.unload_model(name)
+
+
+@pytest.mark.parametrize("policy", ["pass", "auto"])
+def test_a_decoupled_model_answers_each_streamed_request_once_like_the_unsliced_model(client, repository, sources,
+                                                                                     policy):
+    """``model_transaction_policy { decoupled: true }`` (gRPC streaming clients): every request
+    gets one response, flagged final, whether it ran through the pipeline (``pass``) or inside
+    ``execute`` (``auto`` serves this CPU model fused), and answers as the unsliced model does."""
+    name = f"resnet_like_decoupled_{policy}"
+    shutil.copytree(repository / "resnet_like", repository / name)
+    config = (repository / name / "config.pbtxt").read_text().replace('name: "resnet_like"', f'name: "{name}"')
+    (repository / name / "config.pbtxt").write_text(
+        config + "model_transaction_policy { decoupled: true }\n"
+        + f'parameters: {{ key: "policy" value: {{ string_value: "{policy}" }} }}\n')
+    client.load_model(name)
+    answers: queue.Queue = queue.Queue()
+    feeds = [np.random.default_rng(i).random((1 + i % 3, 3, 32, 32), np.float32) for i in range(24)]
+    client.start_stream(callback=lambda result, error: answers.put((result, error)))
+    try:
+        for i, feed in enumerate(feeds):
+            tensor = grpcclient.InferInput("image", list(feed.shape), "FP32")
+            tensor.set_data_from_numpy(feed)
+            client.async_stream_infer(name, [tensor], request_id=str(i))
+        got = [answers.get(timeout=30) for _ in feeds]
+    finally:
+        client.stop_stream()
+    assert answers.empty() and all(error is None for _, error in got), [error for _, error in got if error]
+    reference = OnnxRuntimeEngine(sources["resnet_like"], ["logits"])
+    by_id = {int(result.get_response().id): result for result, _ in got}
+    assert sorted(by_id) == list(range(len(feeds)))
+    for i, feed in enumerate(feeds):
+        assert by_id[i].get_response().parameters["triton_final_response"].bool_param
+        np.testing.assert_allclose(by_id[i].as_numpy("logits"), reference.run({"image": feed})["logits"], atol=1e-5)
+    client.unload_model(name)
 
 
 @pytest.mark.parametrize("policy", ["input", "operator", "load", "input+load", "operator+load", "auto"])

@@ -16,6 +16,7 @@ from backend.device import CpuDevice
 from backend.engines import load_engines, ort_options
 from backend.executor import ExecutorState
 from backend.host import Cpus, cgroup_quota, cpus, physical_cores
+from backend.interface import InterfaceError, check
 from backend.errors import ConfigError
 from backend.manifest import Manifest, TensorSpec
 from backend.padding import cut, stack
@@ -315,3 +316,32 @@ def test_padding_stacks_each_query_at_the_start_of_its_rows_and_cuts_it_back(dim
         padding[tuple(slice(n) for n in array.shape)] = False
         assert (batch[rows][padding] == value).all()
         row += len(array)
+
+
+def _interface(inputs: list[dict], outputs: list[dict], max_batch_size: int = 4) -> dict:
+    return {"max_batch_size": max_batch_size, "input": inputs, "output": outputs}
+
+
+def test_config_pbtxt_may_be_stricter_than_the_model_never_disagree():
+    """``interface.check``: what Triton's config JSON may say about a sliced model's tensors.
+    Stricter is fine (a fixed length where it varies, a subset of its outputs, -1 where a size is
+    fixed: the backend checks each request), and ``reshape`` is what the backend reads; a name,
+    type, rank or size the model does not have fails, every disagreement named at once."""
+    manifest = Manifest(source_file="m.onnx", source_sha256="", max_batch_size=4,
+                        inputs=(TensorSpec("ids", "int64", ("sequence",)), TensorSpec("flag", "float32", ())),
+                        outputs=(TensorSpec("hidden", "float32", ("sequence", 8)),
+                                 TensorSpec("pooled", "float32", (8,))), stages=())
+    ids = {"name": "ids", "data_type": "TYPE_INT64", "dims": [128]}
+    flag = {"name": "flag", "data_type": "TYPE_FP32", "dims": [1], "reshape": {"shape": []}}
+    check(_interface([ids, flag], [{"name": "pooled", "data_type": "TYPE_FP32", "dims": [-1]}]), manifest)
+    with pytest.raises(InterfaceError) as raised:
+        check(_interface([{**ids, "data_type": "TYPE_INT32"}],
+                         [{"name": "pooled", "data_type": "TYPE_FP32", "dims": [8, 1]},
+                          {"name": "logits", "data_type": "TYPE_FP32", "dims": [2]}], max_batch_size=8), manifest)
+    said = str(raised.value)
+    for part in ("max_batch_size 8 exceeds the 4", "input 'ids' has data_type TYPE_INT32, the model's is TYPE_INT64",
+                 "lists no input flag", "output 'pooled' has dims [8, 1], the model's are [8]",
+                 "output 'logits' is not one of the model's outputs (hidden, pooled)"):
+        assert part in said, said
+    with pytest.raises(InterfaceError, match=r"input 'flag' has dims \[1\]"):
+        check(_interface([ids, {**flag, "reshape": None}], []), manifest)
