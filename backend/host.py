@@ -8,8 +8,9 @@ with 64 cores of time they do not have. Both cgroup versions are read: v2's ``cp
 v1's ``cpu.cfs_quota_us`` / ``cpu.cfs_period_us``, at the process's cgroup and each of its
 ancestors (a limit set on a parent binds its children; inside a container the process's path
 may not exist under the mount, whose root is then the container's own cgroup). A model's
-instances on the CPU (``instance_group`` count) share them: each instance's sessions take its
-share. A session's threads are physical cores, as ONNX Runtime's default counts them.
+instances (``instance_group`` count) share them: each instance's sessions take its share, and
+so does what ``decide.py`` credits its stub and tritonserver with. A session's threads are
+physical cores, as ONNX Runtime's default counts them.
 """
 
 from __future__ import annotations
@@ -35,6 +36,13 @@ class Cpus:
     def limit(self) -> float:
         """Cores' worth of CPU time the process may use: what caps serving's throughput."""
         return self.pinned if self.quota is None else min(float(self.pinned), self.quota)
+
+    @property
+    def share(self) -> float:
+        """An instance's share of the limit: the model's instances are balanced by Triton, and
+        each one's stub and the tritonserver CPU spent on its requests take this much
+        (``decide.capacities``, ``decide.ModeSwitch``)."""
+        return self.limit / self.instances
 
     @property
     def threads(self) -> int:
@@ -68,6 +76,16 @@ def cpus(instances: int = 1, proc_cgroup: Path = PROC_CGROUP, root: Path = CGROU
     cores, shared by the model's ``instances`` on them."""
     pinned = os.sched_getaffinity(0)
     return Cpus(len(pinned), cgroup_quota(proc_cgroup, root), max(1, instances), physical_cores(pinned, sysfs))
+
+
+def instances_of(model_config: dict) -> int:
+    """The model's instances (``instance_group`` in Triton's config JSON), each a stub of its own
+    on the host's cores: a GPU group's count is per GPU it lists (Triton's normalized config lists
+    every GPU where config.pbtxt named none)."""
+    def count(group: dict) -> int:
+        gpus = len(group.get("gpus") or []) if group.get("kind") == "KIND_GPU" else 1
+        return int(group.get("count", 1)) * max(1, gpus)
+    return sum(map(count, model_config.get("instance_group", []))) or 1
 
 
 def physical_cores(pinned: set[int], sysfs: Path = SYSFS_CPU) -> int | None:

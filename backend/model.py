@@ -40,7 +40,8 @@ if not __package__:
 from . import interface
 from .arrival import TritonQueue
 from .config import QueuePolicy, RuntimeConfig, triton_parameters
-from .device import CpuDevice, make_device
+from .device import make_device
+from .host import instances_of
 from .manifest import Manifest
 from .calibrate import process_cpu_s
 from .metrics import FAMILIES, SERVING, Metrics
@@ -68,13 +69,6 @@ def refuse_numpy_this_stub_cannot_pass() -> None:
             f"this Python backend stub passes numpy {np.__version__}'s tensors empty (it was built for numpy 1; "
             f"numpy from {Path(np.__file__).parent}): give tritonserver a Python with numpy<2 first on its PATH "
             "(the stub ignores PYTHONPATH and takes the first python3 on PATH; tools/gpu_host.sh makes one)")
-
-
-def _cpu_instances(config: dict) -> int:
-    """The model's instances on the host's CPUs (``instance_group`` of kind CPU), each a stub
-    with sessions of its own: they share the cores (``host.py``)."""
-    return sum(int(group.get("count", 1)) for group in config.get("instance_group", [])
-               if group.get("kind") == "KIND_CPU") or 1
 
 
 def _rows(inputs: dict) -> int:
@@ -175,7 +169,7 @@ class TritonPythonModel:
                                  trace=stage_ran, round_trip=_round_trip(),
                                  server_cpu_s=lambda: process_cpu_s(os.getppid()),
                                  said=lambda line: pb_utils.Logger.log_info(f"{args['model_name']}: {line}"),
-                                 instances=_cpu_instances(config) if isinstance(device, CpuDevice) else 1)
+                                 instances=instances_of(config))
         pb_utils.Logger.log_info(f"{args['model_name']}: {decision.describe()} (backend/decide.py)")
         self._server = server
         labels = {"model": args["model_name"], "version": args["model_version"]}

@@ -84,14 +84,14 @@ def serve(manifest: Manifest, version_dir: Path, config: RuntimeConfig, device: 
     """The model's engines loaded and its server built. ``round_trip``: one call to Triton's
     process (timed for a ``send()``); ``server_cpu_s``: tritonserver's CPU seconds so far;
     ``said``: where the switch's changes of mind and the policy's decisions are logged;
-    ``instances``: the model's instances on the host's CPUs, which share its cores."""
+    ``instances``: the model's instances, which share the host's cores."""
     graphs = config.graphs(manifest, not isinstance(device, CpuDevice))
     lengths = graph_buckets(manifest)[1] if graphs else ()
     buckets = Buckets({manifest.length_axis: lengths}) if lengths else Buckets()
     if graphs:  # every batch runs at a bucket's length, and a stage costs the host a graph's launch
         manifest = manifest.as_graphs()
     lent = cpus(instances)
-    cores = lent.limit  # what the stub and tritonserver share (``decide.capacities``, ``ModeSwitch``)
+    cores = lent.share  # this instance's stub and its part of tritonserver (``decide.capacities``, ``ModeSwitch``)
     if said is not None:
         config.policy.said = said
     statistic = getattr(config.policy, "statistic", "mean")  # the tables' column the policy reads
@@ -138,9 +138,18 @@ def serve(manifest: Manifest, version_dir: Path, config: RuntimeConfig, device: 
             config.policy.said("smdp: while the switch serves plain, Triton's batcher dispatches and waits for no "
                                "control limit: the power weight acts only while the model pipelines")
         switch = ModeSwitch([s.latency for s in manifest.stages], costs, cores, statistic, interpreted(manifest))
-        runtime.watch = Watch(runtime, switch, metrics, device, len(manifest.stages), server_cpu_s, said)
+        runtime.watch = Watch(runtime, switch, metrics, device, len(manifest.stages),
+                              _shared(server_cpu_s, lent.instances), said)
         runtime.watch.start()
     return replace(decision, waits=waited, waits_why=waits_why, costs=costs), runtime
+
+
+def _shared(server_cpu_s: Callable[[], float | None] | None, instances: int) -> Callable[[], float | None] | None:
+    """This instance's part of tritonserver's CPU seconds: the instances take turns at its
+    requests (every instance reads the whole process's)."""
+    if server_cpu_s is None or instances == 1:
+        return server_cpu_s
+    return lambda: None if (seconds := server_cpu_s()) is None else seconds / instances
 
 
 def _measure_energy(policy: SmdpPolicy, manifest: Manifest, device: Device,

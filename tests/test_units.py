@@ -15,7 +15,7 @@ from backend.config import RuntimeConfig
 from backend.device import CpuDevice
 from backend.engines import load_engines, ort_options
 from backend.executor import ExecutorState
-from backend.host import Cpus, cgroup_quota, cpus, physical_cores
+from backend.host import Cpus, cgroup_quota, cpus, instances_of, physical_cores
 from backend.interface import InterfaceError, check
 from backend.errors import ConfigError
 from backend.manifest import Manifest, TensorSpec
@@ -258,6 +258,11 @@ def test_a_cpu_quota_caps_the_cores_and_threads_a_model_takes(tmp_path):
     assert (Cpus(16, None, 2).threads, Cpus(16, 4.0, 3).threads, Cpus(2, None, 4).threads) == (8, 1, 1)
     assert Cpus(16, None, 2).describe() == "16 cores shared by 2 instances: 8 threads a session"
     assert cpus(2, tmp_path / "no-proc").instances == 2
+    # ... and of what the mode switch credits the stub and tritonserver with
+    assert (Cpus(16, None, 4).share, Cpus(64, 1.5, 2).share) == (4.0, 0.75)
+    # every instance counts, a GPU group's once per GPU it lists (Triton's config JSON)
+    groups = [{"kind": "KIND_GPU", "count": 2, "gpus": [0, 1]}, {"kind": "KIND_CPU", "count": 3}, {"kind": "KIND_GPU"}]
+    assert (instances_of({"instance_group": groups}), instances_of({})) == (8, 1)
 
 
 def test_a_session_takes_physical_cores_not_their_hyperthreads(tmp_path):
