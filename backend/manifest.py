@@ -325,4 +325,8 @@ class Manifest:
         path = Path(version_dir) / MANIFEST_FILE
         if not path.is_file():
             raise FileNotFoundError(f"no {MANIFEST_FILE} in {version_dir}: slice the model with `python -m slicer`")
-        return cls.from_json(path.read_text())
+        try:
+            return cls.from_json(path.read_text())
+        except (ValueError, KeyError, TypeError) as exc:  # (json's errors are ValueErrors)
+            what = f"has no {exc}" if isinstance(exc, KeyError) else f"cannot be read: {exc}"
+            raise ValueError(f"{path} {what}; re-run the slicer (`python -m slicer`)") from exc

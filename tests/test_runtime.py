@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import threading
 import time
 from collections import deque
@@ -563,3 +564,24 @@ def test_auto_serves_as_a_plain_model_where_the_pipeline_cannot_pay(repository, 
     assert {labels for (family, labels) in server.metrics.snapshot() if family == "dvabatch_stage_busy_us_total"} \
         == {(("stage", "0"),)}
     assert server.metrics.snapshot()[("dvabatch_serving", (("mode", "fused"),))] == 1
+
+
+def test_a_model_folder_that_disagrees_with_itself_fails_to_load_naming_the_file(repository, tmp_path):
+    """Stage files from another slicing (here two stages' files swapped in manifest.json) would
+    fail every batch: loading refuses them, naming the stage and its tensors; a stage file that
+    is no ONNX model, or a manifest.json that is no JSON, is named too."""
+    version_dir = tmp_path / "resnet_like"
+    shutil.copytree(repository / "resnet_like" / VERSION, version_dir)
+    data = json.loads((version_dir / "manifest.json").read_text())
+    data["stages"][1]["file"], data["stages"][2]["file"] = data["stages"][2]["file"], data["stages"][1]["file"]
+    (version_dir / "manifest.json").write_text(json.dumps(data))
+    with pytest.raises(ValueError, match=r"stage 1 \(stage_2.onnx\) takes .* different slicings"):
+        load_engines(Manifest.load(version_dir), version_dir)
+    load_engines(Manifest.load(version_dir), version_dir, fused=True)  # joined by tensor names: whatever the order
+    (version_dir / "stage_2.onnx").write_bytes(b"not a model")
+    for fused in (False, True):
+        with pytest.raises(RuntimeError, match="stage_2.onnx cannot be"):
+            load_engines(Manifest.load(version_dir), version_dir, fused=fused)
+    (version_dir / "manifest.json").write_text(json.dumps(data)[:100])
+    with pytest.raises(ValueError, match="manifest.json cannot be read"):
+        Manifest.load(version_dir)

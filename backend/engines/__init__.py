@@ -84,9 +84,11 @@ def load_engines(manifest: Manifest, version_dir: Path, device: Device | None = 
     if engine == "torch":
         engines: list[Engine] = [TorchEngine(merged, outputs, device, threads, manifest.stages[0].precision, rows,
                                              "fused stages")]
-        warm_up(engines, manifest.fused(), device, buckets)
-        return engines
-    return [OnnxRuntimeEngine(merged, outputs, threads, spinning, between_runs=True)]
+    else:
+        engines = [OnnxRuntimeEngine(merged, outputs, threads, spinning, between_runs=True)]
+    check_names(engines[0], manifest.fused().stages[0], "the stages fused")
+    warm_up(engines, manifest.fused(), device, buckets)
+    return engines
 
 
 def graph_buckets(manifest: Manifest) -> Buckets:
@@ -165,7 +167,13 @@ def merge_stages(files: Sequence[Path], inputs: Sequence[str], outputs: Sequence
     import onnx
     from onnx import helper
 
-    models = [onnx.load(str(path)) for path in files]
+    def read(path: Path):
+        try:
+            return onnx.load(str(path))
+        except Exception as exc:
+            raise RuntimeError(f"{path} cannot be read as ONNX ({type(exc).__name__}: {exc}); "
+                               "re-run the slicer") from exc
+    models = [read(path) for path in files]
     nodes, produced, initializers, opsets = [], set(), {}, {}
     for model in models:
         for node in model.graph.node:
@@ -204,11 +212,31 @@ def load_engine(stage: StageSpec, version_dir: Path, device: Device | None = Non
                          "onnxruntime stages run on KIND_CPU instances, tensorrt stages on KIND_GPU")
     path = _stage_file(stage, version_dir)
     outputs = [t.name for t in stage.outputs]
-    if stage.engine == "torch":
-        return TorchEngine(path, outputs, device, threads, stage.precision, graph_rows, f"stage {stage.index}")
-    if not on_cpu:
-        return TensorRTEngine(path, outputs, device)
-    return OnnxRuntimeEngine(path, outputs, threads, spinning, between_runs)
+    try:
+        if stage.engine == "torch":
+            engine = TorchEngine(path, outputs, device, threads, stage.precision, graph_rows, f"stage {stage.index}")
+        elif not on_cpu:
+            engine = TensorRTEngine(path, outputs, device)
+        else:
+            engine = OnnxRuntimeEngine(path, outputs, threads, spinning, between_runs)
+    except Exception as exc:
+        raise RuntimeError(f"stage {stage.index}: {path} cannot be loaded ({type(exc).__name__}: {exc}); "
+                           "re-run the slicer") from exc
+    check_names(engine, stage, path.name)
+    return engine
+
+
+def check_names(engine: Engine, stage: StageSpec, what: str) -> None:
+    """Refuse an engine that does not take the inputs the manifest feeds the stage, or cannot
+    compute the outputs it reads (a stage file from another slicing; a hand-edited manifest):
+    loaded, every batch through it would fail."""
+    takes, gives = map(set, engine.names())
+    fed, read = {t.name for t in stage.inputs}, {t.name for t in stage.outputs}
+    wrong = ([f"takes {sorted(takes - fed)}, which manifest.json does not give it"] if takes - fed else []) + (
+        [f"does not compute {sorted(read - gives)}, which manifest.json reads from it"] if read - gives else [])
+    if wrong:
+        raise ValueError(f"stage {stage.index} ({what}) {' and '.join(wrong)}: the stage files and manifest.json "
+                         "are from different slicings; re-run the slicer")
 
 
 def _stage_file(stage: StageSpec, version_dir: Path) -> Path:

@@ -3,7 +3,7 @@ without importing the package that loads them all)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any, Protocol
 
 Tensors = dict[str, Any]
@@ -14,3 +14,7 @@ class Engine(Protocol):
     every output belongs to input row i."""
 
     def run(self, inputs: Mapping[str, Any]) -> Tensors: ...
+
+    def names(self) -> tuple[Collection[str], Collection[str]]:
+        """The inputs it takes and the outputs it can compute (checked against the manifest at
+        load: ``engines.load_engine``)."""

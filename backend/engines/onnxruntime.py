@@ -53,6 +53,9 @@ class OnnxRuntimeEngine:
         self._session = ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
         self._outputs = output_names
 
+    def names(self) -> tuple[list[str], list[str]]:
+        return [i.name for i in self._session.get_inputs()], [o.name for o in self._session.get_outputs()]
+
     def run(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         feed = {name: np.ascontiguousarray(array) for name, array in inputs.items()}
         return dict(zip(self._outputs, self._session.run(self._outputs, feed)))

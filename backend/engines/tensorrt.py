@@ -49,6 +49,13 @@ class TensorRTEngine:
         self._dtypes = {name: torch.from_numpy(np.empty(0, trt.nptype(self._engine.get_tensor_dtype(name)))).dtype
                         for name in names}
 
+    def names(self) -> tuple[list[str], list[str]]:
+        import tensorrt as trt
+
+        names = [self._engine.get_tensor_name(i) for i in range(self._engine.num_io_tensors)]
+        taken = [n for n in names if self._engine.get_tensor_mode(n) == trt.TensorIOMode.INPUT]
+        return taken, [n for n in names if n not in taken]
+
     def run(self, inputs: Mapping[str, Any]) -> Tensors:
         torch = self._torch
         bound = []  # contiguous copies stay referenced until the work is enqueued (then stream order protects them)

@@ -43,6 +43,9 @@ class TimedEngine:
         # host no more than the plain model's simulator, which indexes a dense table.
         self._seconds: dict[tuple[int, int | None], float] = {}
 
+    def names(self) -> tuple[list[str], list[str]]:
+        return [i for i, _ in self._names], [o for _, o in self._names]
+
     def run(self, inputs: Mapping[str, Any]) -> Tensors:
         first = inputs[self._names[0][0]]
         key = (first.shape[0], first.shape[self._length] if self._length is not None else None)

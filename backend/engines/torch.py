@@ -46,6 +46,9 @@ class TorchEngine:
         self.graphs = ShapeGraphs(self.graph, graph_rows, name) if graph_rows else None
         self._outputs = output_names
 
+    def names(self) -> tuple[list[str], list[str]]:
+        return self.graph.inputs, self.graph.outputs
+
     def run(self, inputs: Mapping[str, Any]) -> Tensors:
         outputs = (self.graphs or self.graph).run(inputs, self._outputs)
         if self.graph.device.type == "cpu":  # host buffers are numpy arrays, as other CPU engines give
