@@ -10,8 +10,11 @@ go back in the list ``execute`` returns, the rest from their requests' own respo
 (``query.Handover``). Run inside (a model served plain, a lone batch: ``decide.py``), every
 response goes back in the list ``execute`` returns, in the one message it sends anyway, where
 each ``send()`` is a round trip of its own; on engines that run ahead of the host (a GPU;
-timed) the responses are built while they compute. The runtime's counters reach Triton's
-metrics endpoint through the custom metrics API.
+timed) the responses are built while they compute. A decoupled model (``model_transaction_policy``,
+for streaming clients) sends every response through its request's sender and returns none. The
+runtime's counters reach Triton's metrics endpoint through the custom metrics API. What
+config.pbtxt says of the model's tensors is checked against the sliced model when it loads
+(``interface.py``).
 """
 
 import dataclasses
