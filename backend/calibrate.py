@@ -56,9 +56,11 @@ def host_cpu_s(device: Device) -> float:
 
 def measure(manifest: Manifest, device: Device, pipeline: Callable[[Sequence[Query]], None],
             plain: Callable[[Sequence[Query]], None], round_trip: Callable[[], None] | None = None,
-            budget_s: float = BUDGET_S) -> HostCosts:
+            budget_s: float = BUDGET_S, plain_sends: bool = False) -> HostCosts:
     """``pipeline`` hands queries over (they are answered later, from other threads); ``plain``
-    runs and answers them before it returns; both on ``device``."""
+    runs and answers them before it returns; both on ``device``. ``plain_sends``: a plain
+    request is answered by a ``send()`` too (a decoupled model: no response goes in the list
+    ``execute`` returns)."""
     tables = [s.latency for s in manifest.stages]
     length, feed = _typical(manifest)
     many = max(2, min(manifest.max_batch_size, 32))
@@ -78,7 +80,8 @@ def measure(manifest: Manifest, device: Device, pipeline: Callable[[Sequence[Que
 
     (pipe_batch, pipe_request), (plain_batch, plain_request) = line("pipeline"), line("plain")
     return HostCosts(pipeline_batch_s=pipe_batch, pipeline_request_s=pipe_request + trip,
-                     plain_batch_s=plain_batch, plain_request_s=plain_request, handoff_s=handoff,
+                     plain_batch_s=plain_batch, plain_request_s=plain_request + (trip if plain_sends else 0.0),
+                     handoff_s=handoff,
                      how=f"measured at load, batches of 1 and {many}" + (f", send {trip * 1e6:.0f} us" if trip else ""))
 
 

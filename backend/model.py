@@ -172,7 +172,7 @@ class TritonPythonModel:
                                  trace=stage_ran, round_trip=_round_trip(),
                                  server_cpu_s=lambda: process_cpu_s(os.getppid()),
                                  said=lambda line: pb_utils.Logger.log_info(f"{args['model_name']}: {line}"),
-                                 instances=instances_of(config))
+                                 instances=instances_of(config), decoupled=self._decoupled)
         pb_utils.Logger.log_info(f"{args['model_name']}: {decision.describe()} (backend/decide.py)")
         self._server = server
         labels = {"model": args["model_name"], "version": args["model_version"]}

@@ -80,11 +80,13 @@ class Decision:
 def serve(manifest: Manifest, version_dir: Path, config: RuntimeConfig, device: Device, metrics: Metrics,
           on_death: Callable[[str], None] | None = None, trace: Trace | None = None,
           round_trip: Callable[[], None] | None = None, server_cpu_s: Callable[[], float | None] | None = None,
-          said: Callable[[str], None] | None = None, instances: int = 1) -> tuple[Decision, Server]:
+          said: Callable[[str], None] | None = None, instances: int = 1,
+          decoupled: bool = False) -> tuple[Decision, Server]:
     """The model's engines loaded and its server built. ``round_trip``: one call to Triton's
     process (timed for a ``send()``); ``server_cpu_s``: tritonserver's CPU seconds so far;
     ``said``: where the switch's changes of mind and the policy's decisions are logged;
-    ``instances``: the model's instances, which share the host's cores."""
+    ``instances``: the model's instances, which share the host's cores; ``decoupled``: every
+    response is a ``send()``, served plain too."""
     graphs = config.graphs(manifest, not isinstance(device, CpuDevice))
     lengths = graph_buckets(manifest)[1] if graphs else ()
     buckets = Buckets({manifest.length_axis: lengths}) if lengths else Buckets()
@@ -120,7 +122,8 @@ def serve(manifest: Manifest, version_dir: Path, config: RuntimeConfig, device: 
     costs = HostCosts()
     if not on_cores or lone:  # (on the host's cores the CPU time measured would be the engines')
         with runtime.entry.unseen():
-            costs = calibrate.measure(manifest, device, runtime.submit, runtime.plain.run, round_trip)
+            costs = calibrate.measure(manifest, device, runtime.submit, runtime.plain.run, round_trip,
+                                      plain_sends=decoupled)
         metrics.clear()  # the calibration's batches are not the model's
         config.policy.measured(costs, len(manifest.stages))
         if choice.switches:

@@ -489,6 +489,13 @@ def test_loading_measures_the_latency_the_pipelines_hand_offs_add_beyond_their_c
     costs = calibrate.measure(manifest, make_device("CPU"), pipeline, plain, budget_s=0.2)
     assert 2.5e-3 < costs.handoff_s < 10e-3, costs
     assert "hand-offs" in costs.describe()
+    # A decoupled model answers every request by a send(), served plain too: a request costs a
+    # round trip more both ways (here one that takes 1 ms).
+    trip = lambda: time.sleep(1e-3)  # noqa: E731
+    sends = [calibrate.measure(manifest, make_device("CPU"), pipeline, plain, trip, budget_s=0.2, plain_sends=both)
+             for both in (False, True)]
+    assert sends[0].pipeline_request_s > 0.8e-3 > sends[0].plain_request_s, sends[0]
+    assert sends[1].plain_request_s > 0.8e-3, sends[1]
 
 
 def test_a_lone_batch_runs_inline_only_once_looks_show_arrivals_are_rare_enough_for_what_it_saves():
