@@ -60,8 +60,8 @@ def test_the_bundle_holds_what_the_host_needs_and_fits(bundle):
 
 def test_the_host_script_dry_run_checks_and_plans_every_step(bundle):
     _, _, top = bundle
-    done = subprocess.run([str(top / "host.sh"), "--dry-run", "all", "cost", "auto"], capture_output=True, text=True,
-                          env={**os.environ, "PYTHON": sys.executable}, timeout=300)
+    done = subprocess.run([str(top / "host.sh"), "--dry-run", "all", "cost", "auto", "gpu_test"], capture_output=True,
+                          text=True, env={**os.environ, "PYTHON": sys.executable}, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     for said in ("matches the bundled stub", "every library found", "perf_analyzer 2.51.0 runs",
                  "tools.models bert_base resnet50_tv --target torch --device cuda", "tests/test_cuda.py",

@@ -13,6 +13,7 @@
 #            in FP16, up to 64 rows (CUDA graphs per shape bucket, captured when a model loads)
 #   test     the GPU tests (CUDA streams and events, graphs, the torch engine, schedules) and the
 #            real-Triton tests, with the bundled tritonserver
+#   gpu_test (not in `all`) the GPU tests alone (tests/test_cuda.py, tests/test_torch.py): half a minute
 #   measure  tools.compare of each model against the plain model and the ensemble on the same engine
 #            (perf_analyzer; GLUE RTE and SST-2 for BERT-base), outputs under --out
 #   engine   tools.engine_bench of each model: every stage's time per bucket beside torch's own model
@@ -47,13 +48,13 @@ while [ $# -gt 0 ]; do
         all) STEPS+=(check setup models test measure) ;;
         gpu) STEPS+=(check setup models gpu_test cost engine archive)
              COST_ROUNDS="${COST_ROUNDS:-1}" COST_SECONDS="${COST_SECONDS:-2}" ;;
-        check|setup|models|test|measure|engine|cost|auto|env) STEPS+=("$1") ;;
-        -h|--help) sed -n '2,31p' "$0"; exit 0 ;;
+        check|setup|models|gpu_test|test|measure|engine|cost|auto|env) STEPS+=("$1") ;;
+        -h|--help) sed -n '2,32p' "$0"; exit 0 ;;
         *) echo "host.sh: unknown step or option '$1' (see --help)" >&2; exit 2 ;;
     esac
     shift
 done
-[ ${#STEPS[@]} -gt 0 ] || { sed -n '2,31p' "$0"; exit 2; }
+[ ${#STEPS[@]} -gt 0 ] || { sed -n '2,32p' "$0"; exit 2; }
 [ -d "$PROJECT/backend" ] || { echo "host.sh: no project at $PROJECT (this bundle has none: give --project DIR)" >&2; exit 2; }
 
 WANT_PYTHON="$(sed -n 's/^python //p' "$HERE/BUNDLE.txt")"
