@@ -150,8 +150,8 @@ def serve(manifest: Manifest, version_dir: Path, config: RuntimeConfig, device: 
 def _shared(server_cpu_s: Callable[[], float | None] | None, instances: int) -> Callable[[], float | None] | None:
     """This instance's part of tritonserver's CPU seconds: the instances take turns at its
     requests (every instance reads the whole process's)."""
-    if server_cpu_s is None or instances == 1:
-        return server_cpu_s
+    if server_cpu_s is None:
+        return None
     return lambda: None if (seconds := server_cpu_s()) is None else seconds / instances
 
 

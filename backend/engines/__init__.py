@@ -15,9 +15,10 @@ fused into one; CUDA graphs captured at load, ``warm_up``) and runs them in turn
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -167,13 +168,10 @@ def merge_stages(files: Sequence[Path], inputs: Sequence[str], outputs: Sequence
     import onnx
     from onnx import helper
 
-    def read(path: Path):
-        try:
-            return onnx.load(str(path))
-        except Exception as exc:
-            raise RuntimeError(f"{path} cannot be read as ONNX ({type(exc).__name__}: {exc}); "
-                               "re-run the slicer") from exc
-    models = [read(path) for path in files]
+    models = []
+    for path in files:
+        with _naming(path):
+            models.append(onnx.load(str(path)))
     nodes, produced, initializers, opsets = [], set(), {}, {}
     for model in models:
         for node in model.graph.node:
@@ -212,18 +210,25 @@ def load_engine(stage: StageSpec, version_dir: Path, device: Device | None = Non
                          "onnxruntime stages run on KIND_CPU instances, tensorrt stages on KIND_GPU")
     path = _stage_file(stage, version_dir)
     outputs = [t.name for t in stage.outputs]
-    try:
+    with _naming(path, f"stage {stage.index}: "):
         if stage.engine == "torch":
             engine = TorchEngine(path, outputs, device, threads, stage.precision, graph_rows, f"stage {stage.index}")
         elif not on_cpu:
             engine = TensorRTEngine(path, outputs, device)
         else:
             engine = OnnxRuntimeEngine(path, outputs, threads, spinning, between_runs)
-    except Exception as exc:
-        raise RuntimeError(f"stage {stage.index}: {path} cannot be loaded ({type(exc).__name__}: {exc}); "
-                           "re-run the slicer") from exc
     check_names(engine, stage, path.name)
     return engine
+
+
+@contextlib.contextmanager
+def _naming(path: Path, prefix: str = "") -> Iterator[None]:
+    """A stage file that cannot be read or loaded fails naming it (what it raises alone, a
+    protobuf ``DecodeError`` for one, does not)."""
+    try:
+        yield
+    except Exception as exc:
+        raise RuntimeError(f"{prefix}{path} cannot be loaded ({type(exc).__name__}: {exc}); re-run the slicer") from exc
 
 
 def check_names(engine: Engine, stage: StageSpec, what: str) -> None:
