@@ -92,10 +92,17 @@ class Query:
     sizes: dict[str, int] = field(default_factory=dict, init=False)
     rigid: tuple | None = field(default=None, init=False)
     reply: tuple[Tensors | None, Failure | None] | None = field(default=None, init=False)
+    # Worked out once, when first asked (``inputs`` never change): the pipeline's entry, batch
+    # table and exit ask for them several times a query, and at TensorRT speed the stub's own
+    # Python per query bounds what a pipeline answers.
+    _rows: int = field(default=0, init=False, repr=False)
+    _shape_key: tuple | None = field(default=None, init=False, repr=False)
 
     @property
     def rows(self) -> int:
-        return len(next(iter(self.inputs.values())))
+        if not self._rows:
+            self._rows = len(next(iter(self.inputs.values())))
+        return self._rows
 
     def expired(self, now: float) -> bool:
         """Whether its timeout (its request's, or the queue policy's default) has passed."""
@@ -255,7 +262,10 @@ def _open_shape(spec: TensorSpec, array: np.ndarray) -> tuple:
 
 def shape_key(query: Query) -> tuple:
     """Queries with equal keys agree on every axis but the batch axis, so their rows can stack."""
-    return tuple((name, array.shape[1:]) for name, array in sorted(query.inputs.items()))
+    key = query._shape_key
+    if key is None:
+        key = query._shape_key = tuple((name, array.shape[1:]) for name, array in sorted(query.inputs.items()))
+    return key
 
 
 @dataclass(frozen=True)

@@ -210,32 +210,41 @@ class Runtime:
 
     def leave(self, row: BatchRow, item: BatchItem, outputs: dict[str, Any]) -> None:
         """Rows leaving the last stage: answer every query whose rows are now all out, cut back
-        to its own sizes where the batch padded it."""
-        host = {name: self.device.to_host(outputs[name]) for name in self._outputs}
+        to its own sizes where the batch padded it. Each output is copied once for the item (an
+        answer is sent later, from the exit's threads, and must not be a view of an engine's
+        array a later batch may overwrite); a query's answer is its rows of that copy."""
+        host = [(name, self._outputs[name].named, np.array(self.device.to_host(outputs[name])))
+                for name in self._outputs]
+        held = {dim: array.shape[axis] for _, named, array in host for axis, dim in named}
         for member, query_row, batch_row, num in row.members_in(item.start, item.num):
             query = member.query
-            rows = slice(batch_row - item.start, batch_row - item.start + num)
             if query.answered:
                 continue
+            rows = slice(batch_row - item.start, batch_row - item.start + num)
             if num == query.rows:
-                self.exit.answer(query, self._own(query, {name: array[rows] for name, array in host.items()}))
+                self.exit.answer(query, self._own(query, host, held, rows))
                 continue
             with self._lock:  # a query split across items: gather its rows
                 partial = self._partial.setdefault(
-                    query, {n: np.empty((query.rows, *a.shape[1:]), a.dtype) for n, a in host.items()})
-                for name, array in host.items():
+                    query, {n: np.empty((query.rows, *a.shape[1:]), a.dtype) for n, _, a in host})
+                for name, _, array in host:
                     partial[name][query_row:query_row + num] = array[rows]
                 self._filled[query] = self._filled.get(query, 0) + num
                 done = self._filled[query] == query.rows
                 if done:
                     del self._partial[query], self._filled[query]
             if done:
-                self.exit.answer(query, self._own(query, partial))
+                whole = [(name, self._outputs[name].named, array) for name, array in partial.items()]
+                self.exit.answer(query, self._own(query, whole, held, slice(None)))
 
-    def _own(self, query: Query, outputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        if not query.sizes:
-            return outputs
-        return cut(((name, self._outputs[name].named, array) for name, array in outputs.items()), query.sizes)
+    @staticmethod
+    def _own(query: Query, outputs: list[tuple[str, tuple, np.ndarray]], held: dict[str, int],
+             rows: slice) -> dict[str, np.ndarray]:
+        """The query's ``rows`` of each output, cut back along the named axes where the batch
+        held more than the query's own sizes (``held``)."""
+        if all(held.get(dim, size) == size for dim, size in query.sizes.items()):
+            return {name: array[rows] for name, _, array in outputs}
+        return cut(outputs, query.sizes, rows)
 
     def boundary(self, stage: int) -> Boundary:
         return self.boundaries[stage]
