@@ -55,17 +55,15 @@ class Mode(Enum):
 class HostCosts:
     """CPU seconds the model's stub spends serving, per batch and per request, for each way of
     serving (``pipeline``: handed to the stage executors, answered by ``send()``; ``plain``: run
-    inside ``execute``, answered in its list), and tritonserver's own per request where serving
-    showed it. The stub is one Python interpreter: its work runs on one core's worth of time
-    whatever the host has, which is what caps serving at engine speed. ``handoff_s``: the wall
-    seconds the pipeline's hand-offs add to a lone batch beyond that CPU (threads woken, on other
-    cores where the host has them): latency, which occupies nothing."""
+    inside ``execute``, answered in its list). The stub is one Python interpreter: its work runs
+    on one core's worth of time whatever the host has, which is what caps serving at engine speed.
+    ``handoff_s``: the wall seconds the pipeline's hand-offs add to a lone batch beyond that CPU
+    (threads woken, on other cores where the host has them): latency, which occupies nothing."""
 
     pipeline_batch_s: float = 0.0
     pipeline_request_s: float = 0.0
     plain_batch_s: float = 0.0
     plain_request_s: float = 0.0
-    server_request_s: float = 0.0
     handoff_s: float = 0.0
     how: str = "not measured"
 
@@ -127,14 +125,15 @@ def device_s(tables: Sequence[LatencyTable], mode: Mode, rows: int, length: int 
 def capacities(tables: Sequence[LatencyTable], costs: HostCosts, cores: float, statistic: str = "mean",
                shared_host: bool = False) -> dict[str, float]:
     """Requests/s each way can answer at most, at a typical length (the middle tabulated one) and
-    its best batch size: the engines (``device_s``), the stub's interpreter (one core's time) and
-    the host's ``cores`` for the stub and tritonserver together each hold it back."""
+    its best batch size: the engines (``device_s``), the stub's interpreter (one core's time, and
+    less where the host lends fewer ``cores``) each hold it back (tritonserver's own share is
+    only seen while serving: ``ModeSwitch``)."""
     length = middle_length(tables)
 
     def rate(mode: Mode, rows: int) -> float:
         stub = costs.stub_s(mode, rows)
         bound = max(device_s(tables, mode, rows, length, statistic, shared_host), stub,
-                    (stub + rows * costs.server_request_s) / cores)
+                    stub / cores)
         return rows / bound if bound > 0 else math.inf
 
     top = tables[0].batch_sizes[-1]
@@ -326,7 +325,7 @@ class ModeSwitch:
     load stops and starts again, as a benchmark's windows do, it is served as it was). The stub's
     measured costs are corrected by what each window shows against them (``costs``; at most
     ``MAX_CORRECTION`` either way from what loading measured), and tritonserver's cost per request
-    is learnt where it can be read."""
+    is learnt for each way while it is served that way, where it can be read."""
 
     tables: Sequence[LatencyTable]
     costs: HostCosts
@@ -336,6 +335,10 @@ class ModeSwitch:
     mode: Mode = Mode.PIPELINE
     last: str = "nothing seen yet"  # why the mode is what it is: for the log
     measured: HostCosts = field(init=False)  # the costs as loading measured them, which windows correct
+    # tritonserver's CPU seconds per request, as last seen served each way (a pipelined answer is
+    # a ``send()`` of its own: 2-3x what an answer in ``execute``'s list costs it under load,
+    # docs/results/send-cost-2core); a way not served yet is taken to cost what the other does
+    server: dict[Mode, float] = field(init=False, default_factory=dict)
 
     def __post_init__(self):
         self.measured = self.costs
@@ -353,16 +356,16 @@ class ModeSwitch:
             # What loading measured, against what serving shows now (over enough answers that the
             # stub's per-second work, the metrics' export, weighs little in them).
             factor = min(max(per_request / predicted, 1 / MAX_CORRECTION), MAX_CORRECTION)
-            self.costs = replace(self.measured.scaled(factor), server_request_s=self.costs.server_request_s)
+            self.costs = self.measured.scaled(factor)
         if window.server_s is not None:
-            self.costs = replace(self.costs, server_request_s=window.server_s / window.answered)
+            self.server[self.mode] = window.server_s / window.answered
         other = Mode.IN_TURN if self.mode is Mode.PIPELINE else Mode.PIPELINE
         busy = {self.mode: self._utilisation(self.mode, window), other: self._predicted(other, window, rows)}
         latency = {mode: self._latency(mode, u, rows) for mode, u in busy.items()}
         self.last = (f"{window.answered / window.seconds:.0f} answers/s, {rows:.1f} rows a run: "
                      f"{_ms(latency[Mode.PIPELINE])} pipelined ({busy[Mode.PIPELINE]:.0%} busy), "
                      f"{_ms(latency[Mode.IN_TURN])} plain ({busy[Mode.IN_TURN]:.0%}) "
-                     f"({self.costs.describe()}, tritonserver {self.costs.server_request_s * 1e6:.0f} us a request)")
+                     f"({self.costs.describe()}, tritonserver {self._server_text()})")
         if math.isinf(latency[self.mode]) and math.isinf(latency[other]):
             better = busy[other] < busy[self.mode] * (1 - SWITCH_GAIN)
         else:
@@ -391,23 +394,27 @@ class ModeSwitch:
         """The nearest limit's utilisation as the window showed it."""
         busy = window.busy_s or (0.0,)
         engines = (max(busy) if mode is Mode.PIPELINE else sum(busy)) / window.seconds
-        return max(engines, self._host(window.stub_s, window))
+        return max(engines, self._host(window.stub_s, window, mode))
 
     def _predicted(self, mode: Mode, window: Window, rows: float) -> float:
         """The nearest limit's utilisation had the window's load been served ``mode``."""
         batches = window.answered / rows
         stub = batches * self.costs.stub_s(mode, rows)
         engines = batches * self._device_s(mode, rows)
-        return max(engines / window.seconds, self._host(stub, window))
+        return max(engines / window.seconds, self._host(stub, window, mode))
 
     def _device_s(self, mode: Mode, rows: float) -> float:
         """The engines' seconds for a batch of the ``rows`` seen, served ``mode``."""
         whole = max(1, min(round(rows), self.tables[0].batch_sizes[-1]))
         return device_s(self.tables, mode, whole, middle_length(self.tables), self.statistic, self.shared_host)
 
-    def _host(self, stub_s: float, window: Window) -> float:
-        server = window.answered * self.costs.server_request_s
+    def _host(self, stub_s: float, window: Window, mode: Mode) -> float:
+        server = window.answered * self.server.get(mode, self.server.get(self.mode, 0.0))
         return max(stub_s, (stub_s + server) / self.cores) / window.seconds
+
+    def _server_text(self) -> str:
+        return ", ".join(f"{s * 1e6:.0f} us a request {'pipelined' if m is Mode.PIPELINE else 'plain'}"
+                         for m, s in self.server.items()) or "not seen"
 
 
 def _ms(seconds: float) -> str:

@@ -453,6 +453,26 @@ def test_the_mode_switch_pipelines_where_the_engines_are_the_nearer_limit():
     assert switch.observe(_window(0.06, (0.9, 0.9), answered=1400)) is None and switch.mode is Mode.PIPELINE
 
 
+def test_the_mode_switch_weighs_tritonserver_by_what_each_way_cost_it_when_served_that_way():
+    """Two stages of 1 ms a batch on a one-core host, served plain at 3,000 answers/s in batches
+    of 8: the engines are 75 % busy one after another, and tritonserver took 90 us a request.
+    Pipelined, the slower stage would be 38 % busy, and with tritonserver at 90 us the core 53 %:
+    a switch that has only seen plain serving pipelines. But a pipelined answer is a ``send()`` of
+    its own, which cost tritonserver 250 us a request when the model last pipelined (on this CPU
+    2-3x an answer in ``execute``'s list: docs/results/send-cost-2core): the core would be
+    saturated, and the switch that saw it stays plain."""
+    manifest = timed_manifest([flat(1.0)] * 2)
+    costs = HostCosts(pipeline_batch_s=200e-6, pipeline_request_s=60e-6, plain_batch_s=100e-6, plain_request_s=30e-6)
+    plain = _window(3000 * 42.5e-6, (0.375, 0.375), answered=3000, server_s=3000 * 90e-6)
+    unseen = ModeSwitch([s.latency for s in manifest.stages], costs, cores=1, mode=Mode.IN_TURN)
+    assert unseen.observe(plain) is Mode.PIPELINE
+    seen = ModeSwitch([s.latency for s in manifest.stages], costs, cores=1)
+    seen.observe(_window(700 * 85e-6, (0.0875, 0.0875), answered=700, server_s=700 * 250e-6))
+    seen.mode = Mode.IN_TURN
+    assert seen.observe(plain) is None
+    assert "250 us a request pipelined" in seen.last and "90 us a request plain" in seen.last
+
+
 def test_the_mode_switch_serves_plain_where_the_pipelines_hand_offs_outweigh_its_multi_entry():
     """Two stages of 0.3 ms (TensorRT speed), a fast host's stub (150 us a request pipelined, 30
     plain), 500 answers/s one row a run: by CPU alone both ways answer in about 0.77 ms and the
