@@ -215,7 +215,10 @@ class Runtime:
         array a later batch may overwrite); a query's answer is its rows of that copy."""
         host = [(name, self._outputs[name].named, np.array(self.device.to_host(outputs[name])))
                 for name in self._outputs]
-        held = {dim: array.shape[axis] for _, named, array in host for axis, dim in named}
+        held: dict[str, set[int]] = {}  # each named axis's sizes in this item's outputs
+        for _, named, array in host:
+            for axis, dim in named:
+                held.setdefault(dim, set()).add(array.shape[axis])
         for member, query_row, batch_row, num in row.members_in(item.start, item.num):
             query = member.query
             if query.answered:
@@ -238,11 +241,11 @@ class Runtime:
                 self.exit.answer(query, self._own(query, whole, held, slice(None)))
 
     @staticmethod
-    def _own(query: Query, outputs: list[tuple[str, tuple, np.ndarray]], held: dict[str, int],
+    def _own(query: Query, outputs: list[tuple[str, tuple, np.ndarray]], held: dict[str, set[int]],
              rows: slice) -> dict[str, np.ndarray]:
         """The query's ``rows`` of each output, cut back along the named axes where the batch
         held more than the query's own sizes (``held``)."""
-        if all(held.get(dim, size) == size for dim, size in query.sizes.items()):
+        if all(held.get(dim, {size}) == {size} for dim, size in query.sizes.items()):
             return {name: array[rows] for name, _, array in outputs}
         return cut(outputs, query.sizes, rows)
 

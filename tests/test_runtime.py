@@ -27,7 +27,7 @@ from backend.sample import sample_inputs
 from slicer.slicing import VERSION
 
 from .conftest import E2E_STAGES, MAX_BATCH
-from .timed import with_tables
+from .timed import flat, timed_manifest as timed_stages, with_tables
 
 
 class Inbox:
@@ -585,3 +585,46 @@ def test_a_model_folder_that_disagrees_with_itself_fails_to_load_naming_the_file
     (version_dir / "manifest.json").write_text(json.dumps(data)[:100])
     with pytest.raises(ValueError, match="manifest.json cannot be read"):
         Manifest.load(version_dir)
+
+
+class _Reusing:
+    """An engine that writes every batch's outputs into the same array (as engines with fixed
+    output bindings do), around a timed one."""
+
+    def __init__(self, engine):
+        self._engine, self._out = engine, None
+
+    def names(self):
+        return self._engine.names()
+
+    def run(self, inputs):
+        computed = self._engine.run(inputs)
+        if self._out is None:
+            self._out = {name: np.empty((8, *array.shape[1:]), array.dtype) for name, array in computed.items()}
+        for name, array in computed.items():
+            self._out[name][:len(array)] = array
+        return {name: self._out[name][:len(array)] for name, array in computed.items()}
+
+
+def test_an_answer_still_being_sent_keeps_its_rows_when_the_engine_reuses_its_output_array():
+    """The exit sends answers from threads of their own, after the last stage moved on. Query 0's
+    answer is held (its send still under way) while query 1 runs through the same output array
+    of the last stage's engine: query 0's answer is still its own rows."""
+    manifest = timed_stages([flat(0.1)] * 2)
+    engines = load_engines(manifest, ".", CpuDevice())
+    runtime = Runtime(manifest, [engines[0], _Reusing(engines[1])], RuntimeConfig(policy=make_policy("pass", {})))
+    sending, second_answered, held = threading.Event(), threading.Event(), {}
+
+    def slow_send(outputs, failure):
+        sending.set()
+        second_answered.wait(5)
+        held.update(x=outputs["x"].copy(), failure=failure)
+
+    first = np.full((1, 8), 1.0, np.float32)
+    runtime.submit([Query({"x": first}, slow_send)])
+    assert sending.wait(5)
+    runtime.submit([Query({"x": np.full((1, 8), 2.0, np.float32)}, lambda outputs, failure: second_answered.set())])
+    assert second_answered.wait(5)
+    runtime.close()
+    assert held["failure"] is None
+    np.testing.assert_array_equal(held["x"], first)
