@@ -17,8 +17,9 @@ class Exit:
     """Answers queries off the last stage's thread, from ``ANSWERING_THREADS`` threads. A response
     sent through its response sender is a round trip to Triton's process that blocks the sending
     thread (the GIL released), often longer than a cheap stage computes: the last stage must not
-    wait for it, and one thread sending one answer after another becomes a queue. The answers handed over are
-    the caller's to keep: never views of buffers a later batch may overwrite."""
+    wait for it, and one thread sending one answer after another becomes a queue. The answers
+    handed over are the caller's to keep: never views of buffers a later batch may overwrite
+    (``Runtime.leave`` copies each output once an item)."""
 
     def __init__(self, threads: int = ANSWERING_THREADS):
         self._answers: queue.SimpleQueue[tuple[Query, dict[str, np.ndarray]] | None] = queue.SimpleQueue()
