@@ -22,6 +22,9 @@
 #            the ensemble, the forced pipeline and auto, with CPU per request), outputs under --out
 #   auto     (not in `all`) tools.check_auto on the host's CPU: auto against the better of the plain
 #            model and the forced pipeline on the three timed profiles (about 5 minutes), under --out
+#   send     (not in `all`) tools.send_cost: what an answer sent through its response sender costs
+#            beside one returned from execute on this host, the ceiling of any multi-exit answer
+#            (about 2 minutes), under --out
 #   gpu      (not in `all`) what one short lease does, in under 8 minutes: check setup models, the GPU
 #            tests, cost (one round of 2 s windows), engine, then one archive of --out (OUT.tar.gz,
 #            beside OUT: a lent machine returns a handful of files, so copy that one back)
@@ -48,13 +51,13 @@ while [ $# -gt 0 ]; do
         all) STEPS+=(check setup models test measure) ;;
         gpu) STEPS+=(check setup models gpu_test cost engine archive)
              COST_ROUNDS="${COST_ROUNDS:-1}" COST_SECONDS="${COST_SECONDS:-2}" ;;
-        check|setup|models|gpu_test|test|measure|engine|cost|auto|env) STEPS+=("$1") ;;
-        -h|--help) sed -n '2,32p' "$0"; exit 0 ;;
+        check|setup|models|gpu_test|test|measure|engine|cost|auto|send|env) STEPS+=("$1") ;;
+        -h|--help) sed -n '2,35p' "$0"; exit 0 ;;
         *) echo "host.sh: unknown step or option '$1' (see --help)" >&2; exit 2 ;;
     esac
     shift
 done
-[ ${#STEPS[@]} -gt 0 ] || { sed -n '2,32p' "$0"; exit 2; }
+[ ${#STEPS[@]} -gt 0 ] || { sed -n '2,35p' "$0"; exit 2; }
 [ -d "$PROJECT/backend" ] || { echo "host.sh: no project at $PROJECT (this bundle has none: give --project DIR)" >&2; exit 2; }
 
 WANT_PYTHON="$(sed -n 's/^python //p' "$HERE/BUNDLE.txt")"
@@ -191,6 +194,10 @@ cost() {
 auto() {  # no model of its own: timed profiles, the host's CPU and the stub's interpreter
     run sh -c "cd \"$PROJECT\" && \"$SERVE\" -m tools.check_auto --concurrency 1,16,64 --loads 0.3,0.6,0.9 \
         --seconds ${AUTO_SECONDS:-2} --warmup 1 --out \"$OUT/check-auto\"" || true  # (a cell outside: exit 1)
+}
+
+send() {  # no model: identity Python models, the host's CPU and tritonserver
+    run sh -c "cd \"$PROJECT\" && \"$SERVE\" -m tools.send_cost --rounds 2 --out \"$OUT/send-cost\""
 }
 
 env_step() {
