@@ -72,7 +72,7 @@ class Runtime:
         self.entry = Entry(self.scheduler, manifest.max_batch_size, window, config.queue)
         self._reject = config.queue.reject  # a query past its timeout is answered, not computed
         self.boundaries = [Boundary(i, config.buffer_pairs, self.device.event) for i in range(stages - 1)]
-        self._outputs = {t.name: t for t in manifest.outputs}
+        self._layouts = {t.name: t.named for t in manifest.outputs}  # each output's named axes, read per item
         self._partial: dict[Query, dict[str, np.ndarray]] = {}
         self._filled: dict[Query, int] = {}
         self._lock = threading.Lock()
@@ -213,8 +213,7 @@ class Runtime:
         to its own sizes where the batch padded it. Each output is copied once for the item (an
         answer is sent later, from the exit's threads, and must not be a view of an engine's
         array a later batch may overwrite); a query's answer is its rows of that copy."""
-        host = [(name, self._outputs[name].named, np.array(self.device.to_host(outputs[name])))
-                for name in self._outputs]
+        host = [(name, named, np.array(self.device.to_host(outputs[name]))) for name, named in self._layouts.items()]
         held: dict[str, set[int]] = {}  # each named axis's sizes in this item's outputs
         for _, named, array in host:
             for axis, dim in named:
@@ -237,7 +236,7 @@ class Runtime:
                 if done:
                     del self._partial[query], self._filled[query]
             if done:
-                whole = [(name, self._outputs[name].named, array) for name, array in partial.items()]
+                whole = [(name, self._layouts[name], array) for name, array in partial.items()]
                 self.exit.answer(query, self._own(query, whole, held, slice(None)))
 
     @staticmethod
