@@ -58,3 +58,28 @@ def test_throughput_is_better_when_higher_and_identical_schedules_tie_on_goodput
     assert (tie.value, tie.low, tie.high, tie.verdict) == (1.0, 1.0, 1.0, "within noise")
     assert str(Ratio(0.8, 0.7, 0.9, True)) == "0.80x [0.70, 0.90]"
     assert ratio([], on_time, "mean").verdict == "within noise"
+
+
+def test_the_auto_check_says_yes_or_no_only_where_the_interval_shows_it_and_unresolved_between():
+    """``tools.check_auto``'s verdict on a cell: ``auto``'s mean latency against the better of the
+    other two ways, rounds paired. 3 % slower with tight windows is within 5 %; 20 % slower is
+    outside; 3 % slower with rounds that move by a third is unresolved, whatever its point value."""
+    from tools.check_auto import Cell
+
+    rng = np.random.default_rng(2)
+
+    def cell(factor: float, drift: tuple[float, ...], spread: float = 0.01) -> Cell:
+        base = [rng.normal(1.0, spread, 2000) * d for d in drift]
+        rounds = {"plain": [window(b) for b in base], "pipeline": [window(b * 2) for b in base],
+                  "auto": [window(rng.normal(1.0, spread, 2000) * d * factor) for d in drift]}
+        return Cell("p", "Poisson", False, rounds)
+
+    steady = (1.0, 1.0, 1.0, 1.0)
+    assert cell(1.03, steady).verdict(0.05) == "yes"
+    assert cell(1.20, steady).verdict(0.05) == "NO"
+    moving = cell(1.03, (1.0, 1.0, 1.0, 1.0), spread=0.0)
+    moving.rounds["auto"][1] = window(moving.rounds["auto"][1].latency_ms * 1.4)  # one round the host slowed
+    assert moving.best == "plain" and moving.verdict(0.05) == "unresolved"
+    failed = cell(1.0, steady)
+    failed.rounds["auto"][:] = [None] * 4
+    assert failed.verdict(0.05) == "NO"

@@ -17,25 +17,34 @@ and ``auto`` (what the slicer writes; ``tools.lib.peers.write_ways``). Each cell
   lower of the other two.
 
 Every window starts with ``--warmup`` seconds unmeasured, in which ``auto`` sees the load (its
-mode switch looks each second). The table says per cell the three figures (each the mean of
-its rounds), ``auto`` over the better one and whether it is within the margin, then ``auto`` over
-the better one in each round (their windows side by side, so a round the host slowed counts
-against both) and how far the better one's own rounds lie apart: on a host whose windows move
-by more than the margin, a verdict is only as good as that spread. ``--out`` keeps the table
+mode switch looks each second). The rounds run the three in turn, every other round in the
+reverse order, so that a host slowing down or speeding up over a cell weighs on each alike. Per
+cell the table says the three figures (each pooled over its rounds), ``auto`` over the better
+one with its 95 % interval (``tools.lib.intervals``: the rounds paired, drawn again with their
+requests), ``auto`` over the better one in each round, and how far the better one's own rounds
+lie apart, and a verdict:
+
+- ``yes``: the whole interval is within the margin (``auto`` shown within 5 %);
+- ``NO``: the whole interval is outside it (shown outside);
+- ``unresolved``: the interval holds the margin's edge: on this host, at these rounds, the
+  windows move by more than the difference, and only more rounds (or a quieter host) can tell.
+
+With one round the interval holds only the noise within its windows. ``--out`` keeps the table
 (summary.md, check.csv), rewritten after each profile, so that a run cut short keeps what it
 measured.
 A window that fails (perf_analyzer hangs now and then, more often with every process on one core)
-leaves its figure out; a cell without one fails. The exit status is 1 where a cell is outside the
-margin or failed.
+leaves its figure out; a cell without one fails. The exit status is 0 only where every cell is
+shown within the margin.
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import csv
+import functools
 import math
 import shutil
-import statistics
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,9 +55,10 @@ from tritonclient.utils import InferenceServerException
 
 from tools.lib.cli import numbers, table_console
 from tools.lib.harness import Bench
+from tools.lib.intervals import Ratio, pooled, ratio, seconds_of, statistic
 from tools.lib.paths import ROOT
 from tools.lib.peers import write_ways
-from tools.lib.perf_analyzer import Load, PerfAnalyzerError
+from tools.lib.perf_analyzer import Load, PerfAnalyzerError, Window
 from tools.lib.workload import interface_of, synthetic, write_input_data
 
 PROFILES = ROOT / "docs" / "profiles"
@@ -59,18 +69,24 @@ MODELS = ("plain", "pipeline", "auto")
 
 @dataclass(frozen=True)
 class Cell:
-    """One load of one profile: each model's figure (answers/s closed, mean ms open) in each
-    round (NaN where its window failed); a model's figure is the mean of its rounds'."""
+    """One load of one profile: each model's window in each round (None where it failed)."""
 
     profile: str
     load: str
     closed: bool
-    rounds: dict[str, list[float]]
+    rounds: dict[str, list[Window | None]]
+
+    @property
+    def statistic(self) -> str:
+        return "throughput" if self.closed else "mean"
+
+    def _kept(self, model: str) -> list[Window]:
+        return [w for w in self.rounds[model] if w is not None]
 
     @property
     def figures(self) -> dict[str, float]:
-        return {m: statistics.fmean(found) if (found := [v for v in values if not math.isnan(v)]) else math.nan
-                for m, values in self.rounds.items()}
+        """Each model's answers/s (closed) or mean ms (open) over its rounds' requests."""
+        return {m: pooled(self._kept(m), self.statistic) for m in self.rounds}
 
     @property
     def best(self) -> str:
@@ -78,24 +94,39 @@ class Cell:
         peers = {m: figures[m] for m in ("plain", "pipeline") if not math.isnan(figures[m])} or {"plain": math.nan}
         return max(peers, key=peers.get) if self.closed else min(peers, key=peers.get)
 
-    @property
-    def ratio(self) -> float:
-        return self.figures["auto"] / self.figures[self.best]
+    def _pairs(self) -> tuple[list[Window], list[Window]]:
+        """``auto``'s and the better way's windows of the rounds where both ran."""
+        pairs = [(a, b) for a, b in zip(self.rounds["auto"], self.rounds[self.best]) if a is not None and b is not None]
+        return [a for a, _ in pairs], [b for _, b in pairs]
+
+    @functools.cached_property
+    def ratio(self) -> Ratio:
+        """``auto`` over the better way, with its 95 % interval (NaN where no round has both)."""
+        return ratio(*self._pairs(), self.statistic)
 
     def paired(self) -> list[float]:
         """``auto`` over the better way in each round, where both windows ran: side by side, so
         that what the host's load does to one round does it to both."""
-        return [a / b for a, b in zip(self.rounds["auto"], self.rounds[self.best]) if b and not math.isnan(a / b)]
+        f = statistic(self.statistic, 0.0)
+        return [f(a.latency_ms, seconds_of(a, self.statistic)) / f(b.latency_ms, seconds_of(b, self.statistic))
+                for a, b in zip(*self._pairs())]
 
     def spread(self) -> float:
         """How far the better way's own rounds lie apart (largest over smallest, less one): a
         verdict within the margin means little where this is larger."""
-        found = [v for v in self.rounds[self.best] if not math.isnan(v)]
+        f = statistic(self.statistic, 0.0)
+        found = [f(w.latency_ms, seconds_of(w, self.statistic)) for w in self._kept(self.best)]
         return max(found) / min(found) - 1 if len(found) > 1 else math.nan
 
-    def within(self, margin: float) -> bool:
-        """False where a window failed (NaN compares false)."""
-        return self.ratio >= 1 - margin if self.closed else self.ratio <= 1 + margin
+    def verdict(self, margin: float) -> str:
+        """``yes`` where the interval lies within ``margin``, ``NO`` where it lies wholly outside
+        (or a window failed, so that there is none), else ``unresolved``."""
+        low, high = self.ratio.low, self.ratio.high
+        if math.isnan(low):
+            return "NO"
+        if self.closed:
+            return "yes" if low >= 1 - margin else "NO" if high < 1 - margin else "unresolved"
+        return "yes" if high <= 1 + margin else "NO" if low > 1 + margin else "unresolved"
 
 
 def run_profile(profile: Path, args: argparse.Namespace, console: Console) -> list[Cell]:
@@ -112,19 +143,19 @@ def run_profile(profile: Path, args: argparse.Namespace, console: Console) -> li
                 bench.load(model)
                 bench.capacity(model, data, max(args.concurrency), 1.0)  # warm up
 
-            def rounds(load: Load) -> dict[str, list[float]]:
-                """Each model's figure in each round; NaN where its window failed (perf_analyzer
-                hung: the cell is said to fail, the others are measured)."""
-                found: dict[str, list[float]] = {m: [] for m in MODELS}
-                for _ in range(args.rounds):
-                    for model in MODELS:
+            def rounds(load: Load) -> dict[str, list[Window | None]]:
+                """Each model's window in each round, every other round in the reverse order;
+                None where it failed (perf_analyzer hung: the cell is said to fail, the others
+                are measured)."""
+                found: dict[str, list[Window | None]] = {m: [] for m in MODELS}
+                for turn in range(args.rounds):
+                    for model in MODELS if turn % 2 == 0 else MODELS[::-1]:
                         try:
                             window = bench.window(model, load, data, args.seconds, args.warmup).window
                         except PerfAnalyzerError as exc:
                             console.print(f"[red]{profile.stem} {model} {load.label}: {exc}[/red]")
-                            found[model].append(math.nan)
-                            continue
-                        found[model].append(window.throughput if load.closed else window.mean_ms)
+                            window = None
+                        found[model].append(window)
                 return found
 
             cells = [Cell(profile.stem, f"{c} in flight", True, rounds(Load(concurrency=c)))
@@ -138,7 +169,8 @@ def run_profile(profile: Path, args: argparse.Namespace, console: Console) -> li
         shutil.rmtree(folder, ignore_errors=True)
 
 
-HEADER = ("profile", "load", "plain", "pipeline", "auto", "auto / better", "within", "each round", "better's spread")
+HEADER = ("profile", "load", "plain", "pipeline", "auto", "auto / better [95 %]", "within", "each round",
+          "better's spread")
 
 
 def row(cell: Cell, margin: float) -> list[str]:
@@ -146,7 +178,7 @@ def row(cell: Cell, margin: float) -> list[str]:
     fmt = (lambda v: f"{v:.0f}{unit}") if cell.closed else (lambda v: f"{v:.2f}{unit}")
     figures, spread = cell.figures, cell.spread()
     return [cell.profile, cell.load, *(fmt(figures[m]) for m in MODELS),
-            f"{cell.ratio:.2f}x ({cell.best})", "yes" if cell.within(margin) else "NO",
+            f"{cell.ratio} ({cell.best})", cell.verdict(margin),
             " / ".join(f"{r:.2f}x" for r in cell.paired()) or "-",
             "-" if math.isnan(spread) else f"{spread:.0%}"]
 
@@ -185,9 +217,15 @@ def main(argv: list[str] | None = None) -> int:
     for line in (row(cell, args.margin) for cell in cells):
         table.add_row(*line)
     console.print(table)
-    failing = sum(not cell.within(args.margin) for cell in cells)
-    console.print(f"{len(cells) - failing} of {len(cells)} cells within {args.margin:.0%}")
-    return 1 if failing else 0
+    console.print(tally(cells, args.margin))
+    return 0 if all(cell.verdict(args.margin) == "yes" for cell in cells) else 1
+
+
+def tally(cells: list[Cell], margin: float) -> str:
+    """How many cells are shown within the margin, shown outside it, and unresolved."""
+    counts = collections.Counter(cell.verdict(margin) for cell in cells)
+    return (f"{counts['yes']} of {len(cells)} cells within {margin:.0%} ({counts['NO']} outside, "
+            f"{counts['unresolved']} unresolved at this host's noise)")
 
 
 def write(out: Path, cells: list[Cell], margin: float) -> None:
@@ -196,10 +234,8 @@ def write(out: Path, cells: list[Cell], margin: float) -> None:
     rows = [row(cell, margin) for cell in cells]
     with (out / "check.csv").open("w", newline="") as f:
         csv.writer(f).writerows([HEADER, *rows])
-    failing = sum(not cell.within(margin) for cell in cells)
     lines = ["| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER),
-             *("| " + " | ".join(line) + " |" for line in rows), "",
-             f"{len(cells) - failing} of {len(cells)} cells within {margin:.0%}."]
+             *("| " + " | ".join(line) + " |" for line in rows), "", f"{tally(cells, margin)}."]
     (out / "summary.md").write_text("\n".join(lines) + "\n")
 
 
