@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
-from tools.lib.intervals import Ratio, pooled, ratio
+from tools.lib.intervals import Ratio, across_rounds, pooled, ratio
 from tools.lib.perf_analyzer import Load, Window
 
 RATE = Load(rate=100)
@@ -62,24 +64,35 @@ def test_throughput_is_better_when_higher_and_identical_schedules_tie_on_goodput
 
 def test_the_auto_check_says_yes_or_no_only_where_the_interval_shows_it_and_unresolved_between():
     """``tools.check_auto``'s verdict on a cell: ``auto``'s mean latency against the better of the
-    other two ways, rounds paired. 3 % slower with tight windows is within 5 %; 20 % slower is
-    outside; 3 % slower with rounds that move by a third is unresolved, whatever its point value."""
+    other two ways, rounds paired, a t interval over the rounds' ratios. 3 % slower in every round
+    is within 5 %; 20 % slower is outside; 3 % slower in three rounds and 40 % in a fourth, where
+    the host slowed, is unresolved; one round says yes or no by its ratio alone."""
     from tools.check_auto import Cell
 
     rng = np.random.default_rng(2)
 
-    def cell(factor: float, drift: tuple[float, ...], spread: float = 0.01) -> Cell:
-        base = [rng.normal(1.0, spread, 2000) * d for d in drift]
+    def cell(factors: tuple[float, ...]) -> Cell:
+        base = [rng.normal(1.0, 0.01, 2000) for _ in factors]
         rounds = {"plain": [window(b) for b in base], "pipeline": [window(b * 2) for b in base],
-                  "auto": [window(rng.normal(1.0, spread, 2000) * d * factor) for d in drift]}
+                  "auto": [window(rng.normal(1.0, 0.01, 2000) * f) for f in factors]}
         return Cell("p", "Poisson", False, rounds)
 
-    steady = (1.0, 1.0, 1.0, 1.0)
-    assert cell(1.03, steady).verdict(0.05) == "yes"
-    assert cell(1.20, steady).verdict(0.05) == "NO"
-    moving = cell(1.03, (1.0, 1.0, 1.0, 1.0), spread=0.0)
-    moving.rounds["auto"][1] = window(moving.rounds["auto"][1].latency_ms * 1.4)  # one round the host slowed
-    assert moving.best == "plain" and moving.verdict(0.05) == "unresolved"
-    failed = cell(1.0, steady)
+    assert cell((1.03,) * 4).verdict(0.05) == "yes"
+    assert cell((1.20,) * 4).verdict(0.05) == "NO"
+    moving = cell((1.03, 1.03 * 1.4, 1.03, 1.03))
+    assert moving.best == "plain" and moving.ratio.low < 1.05 < moving.ratio.high
+    assert moving.verdict(0.05) == "unresolved"
+    assert cell((1.03,)).verdict(0.05) == "yes" and cell((1.2,)).verdict(0.05) == "NO"
+    assert str(cell((1.2,)).ratio) == "1.20x"
+    failed = cell((1.0,) * 4)
     failed.rounds["auto"][:] = [None] * 4
     assert failed.verdict(0.05) == "NO"
+
+
+def test_across_rounds_is_the_geometric_mean_with_a_t_interval_that_widens_as_rounds_get_fewer():
+    four = across_rounds([0.9, 1.0, 1.1, 1.0], lower_is_better=True)
+    assert four.value == pytest.approx((0.9 * 1.1) ** 0.25) and four.low < four.value < four.high
+    two = across_rounds([0.9, 1.1], lower_is_better=True)
+    assert two.high - two.low > 2 * (four.high - four.low)  # t at 1 degree of freedom is 12.7
+    assert across_rounds([1.2, 1.2, 1.2], lower_is_better=True).verdict == "worse"
+    assert math.isnan(across_rounds([], lower_is_better=False).value)

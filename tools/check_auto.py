@@ -20,8 +20,10 @@ Every window starts with ``--warmup`` seconds unmeasured, in which ``auto`` sees
 mode switch looks each second). The rounds run the three in turn, every other round in the
 reverse order, so that a host slowing down or speeding up over a cell weighs on each alike. Per
 cell the table says the three figures (each pooled over its rounds), ``auto`` over the better
-one with its 95 % interval (``tools.lib.intervals``: the rounds paired, drawn again with their
-requests), ``auto`` over the better one in each round, and how far the better one's own rounds
+one (the geometric mean of the rounds' ratios, each round's windows side by side) with its 95 %
+t interval over the rounds (``tools.lib.intervals.across_rounds``: it widens as rounds get
+fewer, as it must on a host whose windows move from round to round), ``auto`` over the better
+one in each round, and how far the better one's own rounds
 lie apart, and a verdict:
 
 - ``yes``: the whole interval is within the margin (``auto`` shown within 5 %);
@@ -29,7 +31,7 @@ lie apart, and a verdict:
 - ``unresolved``: the interval holds the margin's edge: on this host, at these rounds, the
   windows move by more than the difference, and only more rounds (or a quieter host) can tell.
 
-With one round the interval holds only the noise within its windows. ``--out`` keeps the table
+One round gives no interval: its ratio alone says yes or no. ``--out`` keeps the table
 (summary.md, check.csv), rewritten after each profile, so that a run cut short keeps what it
 measured.
 A window that fails (perf_analyzer hangs now and then, more often with every process on one core)
@@ -55,7 +57,7 @@ from tritonclient.utils import InferenceServerException
 
 from tools.lib.cli import numbers, table_console
 from tools.lib.harness import Bench
-from tools.lib.intervals import Ratio, pooled, ratio, seconds_of, statistic
+from tools.lib.intervals import Ratio, across_rounds, pooled, seconds_of, statistic
 from tools.lib.paths import ROOT
 from tools.lib.peers import write_ways
 from tools.lib.perf_analyzer import Load, PerfAnalyzerError, Window
@@ -99,17 +101,18 @@ class Cell:
         pairs = [(a, b) for a, b in zip(self.rounds["auto"], self.rounds[self.best]) if a is not None and b is not None]
         return [a for a, _ in pairs], [b for _, b in pairs]
 
-    @functools.cached_property
-    def ratio(self) -> Ratio:
-        """``auto`` over the better way, with its 95 % interval (NaN where no round has both)."""
-        return ratio(*self._pairs(), self.statistic)
-
     def paired(self) -> list[float]:
         """``auto`` over the better way in each round, where both windows ran: side by side, so
         that what the host's load does to one round does it to both."""
         f = statistic(self.statistic, 0.0)
         return [f(a.latency_ms, seconds_of(a, self.statistic)) / f(b.latency_ms, seconds_of(b, self.statistic))
                 for a, b in zip(*self._pairs())]
+
+    @functools.cached_property
+    def ratio(self) -> Ratio:
+        """``auto`` over the better way: the rounds' ratios' geometric mean and its 95 % t interval
+        (none from one round; NaN where no round has both)."""
+        return across_rounds(self.paired(), not self.closed)
 
     def spread(self) -> float:
         """How far the better way's own rounds lie apart (largest over smallest, less one): a
@@ -120,10 +123,13 @@ class Cell:
 
     def verdict(self, margin: float) -> str:
         """``yes`` where the interval lies within ``margin``, ``NO`` where it lies wholly outside
-        (or a window failed, so that there is none), else ``unresolved``."""
-        low, high = self.ratio.low, self.ratio.high
-        if math.isnan(low):
+        (or a window failed, so that there is none), else ``unresolved``; from one round, the
+        ratio alone says yes or no."""
+        value, low, high = self.ratio.value, self.ratio.low, self.ratio.high
+        if math.isnan(value):
             return "NO"
+        if math.isnan(low):
+            low = high = value
         if self.closed:
             return "yes" if low >= 1 - margin else "NO" if high < 1 - margin else "unresolved"
         return "yes" if high <= 1 + margin else "NO" if low > 1 + margin else "unresolved"

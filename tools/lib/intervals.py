@@ -11,6 +11,12 @@ configuration against a copy of itself (the A/A row): its interval is the noise 
 
 A ratio whose interval lies wholly on one side of 1 is ``better`` or ``worse``; one that holds 1
 is ``within noise``.
+
+Where only a few rounds are run on a host whose windows move from round to round by more than
+the requests within a window do, drawing rounds again from so few understates that movement:
+``across_rounds`` takes the ratio of each round's pair of windows and gives their geometric mean
+with Student's t interval over the rounds instead (the textbook paired comparison), which widens
+as rounds get fewer.
 """
 
 from __future__ import annotations
@@ -24,6 +30,9 @@ import numpy as np
 from tools.lib.perf_analyzer import Window
 
 DRAWS = 2000
+# Student's t at 97.5 % for 1-30 degrees of freedom (beyond: the normal's 1.96)
+T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
+        2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
 LOWER_IS_BETTER = {"mean": True, "p99": True, "throughput": False, "goodput": False}
 
 
@@ -69,6 +78,8 @@ class Ratio:
     def __str__(self) -> str:
         if math.isnan(self.value):
             return "-"
+        if math.isnan(self.low):
+            return f"{self.value:.2f}x"
         return f"{self.value:.2f}x [{self.low:.2f}, {self.high:.2f}]"
 
 
@@ -94,3 +105,17 @@ def ratio(a: Sequence[Window], b: Sequence[Window], name: str, qos_ms: float = 2
     found = found[~np.isnan(found)]
     low, high = (np.percentile(found, (2.5, 97.5)) if len(found) else (math.nan, math.nan))
     return Ratio(float(value), float(low), float(high), LOWER_IS_BETTER[name])
+
+
+def across_rounds(ratios: Sequence[float], lower_is_better: bool) -> Ratio:
+    """The geometric mean of per-round ratios (each round's two windows side by side) with its 95 %
+    t interval over the rounds; no interval (NaN) from one round, nothing from none."""
+    logs = np.log([r for r in ratios if r > 0 and math.isfinite(r)])
+    if not len(logs):
+        return Ratio(math.nan, math.nan, math.nan, lower_is_better)
+    value = float(np.exp(logs.mean()))
+    if len(logs) < 2:
+        return Ratio(value, math.nan, math.nan, lower_is_better)
+    t = T975[len(logs) - 2] if len(logs) - 1 <= len(T975) else 1.96
+    half = t * float(logs.std(ddof=1)) / math.sqrt(len(logs))
+    return Ratio(value, float(np.exp(logs.mean() - half)), float(np.exp(logs.mean() + half)), lower_is_better)
