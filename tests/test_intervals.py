@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from tools.lib.intervals import Ratio, across_rounds, pooled, ratio
+from tools.lib.intervals import Ratio, against_margin, across_rounds, pooled, ratio
 from tools.lib.perf_analyzer import Load, Window
 
 RATE = Load(rate=100)
@@ -62,31 +62,22 @@ def test_throughput_is_better_when_higher_and_identical_schedules_tie_on_goodput
     assert ratio([], on_time, "mean").verdict == "within noise"
 
 
-def test_the_auto_check_says_yes_or_no_only_where_the_interval_shows_it_and_unresolved_between():
-    """``tools.check_auto``'s verdict on a cell: ``auto``'s mean latency against the better of the
-    other two ways, rounds paired, a t interval over the rounds' ratios. 3 % slower in every round
-    is within 5 %; 20 % slower is outside; 3 % slower in three rounds and 40 % in a fourth, where
-    the host slowed, is unresolved; one round says yes or no by its ratio alone."""
-    from tools.check_auto import Cell
-
-    rng = np.random.default_rng(2)
-
-    def cell(factors: tuple[float, ...]) -> Cell:
-        base = [rng.normal(1.0, 0.01, 2000) for _ in factors]
-        rounds = {"plain": [window(b) for b in base], "pipeline": [window(b * 2) for b in base],
-                  "auto": [window(rng.normal(1.0, 0.01, 2000) * f) for f in factors]}
-        return Cell("p", "Poisson", False, rounds)
-
-    assert cell((1.03,) * 4).verdict(0.05) == "yes"
-    assert cell((1.20,) * 4).verdict(0.05) == "NO"
-    moving = cell((1.03, 1.03 * 1.4, 1.03, 1.03))
-    assert moving.best == "plain" and moving.ratio.low < 1.05 < moving.ratio.high
-    assert moving.verdict(0.05) == "unresolved"
-    assert cell((1.03,)).verdict(0.05) == "yes" and cell((1.2,)).verdict(0.05) == "NO"
-    assert str(cell((1.2,)).ratio) == "1.20x"
-    failed = cell((1.0,) * 4)
-    failed.rounds["auto"][:] = [None] * 4
-    assert failed.verdict(0.05) == "NO"
+def test_a_ratio_is_shown_within_a_margin_outside_it_or_unresolved_between():
+    """``tools.check_auto``'s verdict on a cell: ``auto``'s mean latency (lower is better) or
+    answers/s against the better way's, a t interval over the rounds' paired ratios. 3 % slower
+    in every round is within 5 %; 20 % slower is outside; 3 % slower in three rounds and 40 % in
+    a fourth, where the host slowed, is unresolved; one round says yes or no by its ratio alone;
+    no round at all is no."""
+    assert against_margin(across_rounds([1.03] * 4, lower_is_better=True), 0.05) == "yes"
+    assert against_margin(across_rounds([1.20] * 4, lower_is_better=True), 0.05) == "NO"
+    moving = across_rounds([1.03, 1.03 * 1.4, 1.03, 1.03], lower_is_better=True)
+    assert moving.low < 1.05 < moving.high and against_margin(moving, 0.05) == "unresolved"
+    assert against_margin(across_rounds([1.03], lower_is_better=True), 0.05) == "yes"
+    assert against_margin(across_rounds([1.2], lower_is_better=True), 0.05) == "NO"
+    assert str(across_rounds([1.2], lower_is_better=True)) == "1.20x"
+    assert against_margin(across_rounds([0.97, 0.98, 0.97], lower_is_better=False), 0.05) == "yes"
+    assert against_margin(across_rounds([0.80, 0.82, 0.81], lower_is_better=False), 0.05) == "NO"
+    assert against_margin(across_rounds([], lower_is_better=False), 0.05) == "NO"
 
 
 def test_across_rounds_is_the_geometric_mean_with_a_t_interval_that_widens_as_rounds_get_fewer():

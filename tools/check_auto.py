@@ -57,7 +57,7 @@ from tritonclient.utils import InferenceServerException
 
 from tools.lib.cli import numbers, table_console
 from tools.lib.harness import Bench
-from tools.lib.intervals import Ratio, across_rounds, pooled, seconds_of, statistic
+from tools.lib.intervals import Ratio, against_margin, across_rounds, pooled, seconds_of, statistic
 from tools.lib.paths import ROOT
 from tools.lib.peers import write_ways
 from tools.lib.perf_analyzer import Load, PerfAnalyzerError, Window
@@ -122,17 +122,9 @@ class Cell:
         return max(found) / min(found) - 1 if len(found) > 1 else math.nan
 
     def verdict(self, margin: float) -> str:
-        """``yes`` where the interval lies within ``margin``, ``NO`` where it lies wholly outside
-        (or a window failed, so that there is none), else ``unresolved``; from one round, the
-        ratio alone says yes or no."""
-        value, low, high = self.ratio.value, self.ratio.low, self.ratio.high
-        if math.isnan(value):
-            return "NO"
-        if math.isnan(low):
-            low = high = value
-        if self.closed:
-            return "yes" if low >= 1 - margin else "NO" if high < 1 - margin else "unresolved"
-        return "yes" if high <= 1 + margin else "NO" if low > 1 + margin else "unresolved"
+        """``yes``, ``NO`` or ``unresolved`` (``intervals.against_margin``; ``NO`` where a window
+        failed, so that there is no ratio)."""
+        return against_margin(self.ratio, margin)
 
 
 def run_profile(profile: Path, args: argparse.Namespace, console: Console) -> list[Cell]:

@@ -119,3 +119,16 @@ def across_rounds(ratios: Sequence[float], lower_is_better: bool) -> Ratio:
     t = T975[len(logs) - 2] if len(logs) - 1 <= len(T975) else 1.96
     half = t * float(logs.std(ddof=1)) / math.sqrt(len(logs))
     return Ratio(value, float(np.exp(logs.mean() - half)), float(np.exp(logs.mean() + half)), lower_is_better)
+
+
+def against_margin(r: Ratio, margin: float) -> str:
+    """Whether ``r`` is shown within ``margin`` of 1 on its worse side: ``yes`` where its whole
+    interval is (a lower-is-better ratio at most ``1 + margin``, a higher-is-better one at least
+    ``1 - margin``), ``NO`` where its whole interval lies beyond, else ``unresolved``; a ratio
+    without an interval (one round) by its value alone, and none at all (no round) ``NO``."""
+    if math.isnan(r.value):
+        return "NO"
+    low, high = (r.value, r.value) if math.isnan(r.low) else (r.low, r.high)
+    if r.lower_is_better:
+        return "yes" if high <= 1 + margin else "NO" if low > 1 + margin else "unresolved"
+    return "yes" if low >= 1 - margin else "NO" if high < 1 - margin else "unresolved"
