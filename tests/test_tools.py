@@ -552,9 +552,9 @@ def test_slo_benchmark_sorts_what_became_of_every_request(run, tmp_path):
 def test_the_auto_check_sets_auto_beside_the_better_way_and_keeps_each_profile_as_it_goes(run, tmp_path):
     """``tools.check_auto`` on the near-zero-compute profile, briefly: a closed loop and a Poisson
     load, each with the three ways' figures, ``auto`` against the better way with its interval and
-    a verdict, ``auto`` against the better way in each
-    of two rounds and that way's own spread, written to ``--out`` as soon as the profile is
-    measured (on a lent GPU machine a run cut short by its lease kept nothing)."""
+    a verdict, ``auto`` against the better way in each of two rounds and that way's own spread,
+    written to ``--out`` as soon as the profile is measured (on a lent GPU machine a run cut short
+    by its lease kept nothing)."""
     out = tmp_path / "check"
     done = run("tools.check_auto", str(ROOT / "docs" / "profiles" / "zero_2stages.json"), "--concurrency", "2",
                "--loads", "0.5", "--seconds", "1", "--warmup", "0.5", "--rounds", "2", "--out", str(out))

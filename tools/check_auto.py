@@ -23,8 +23,8 @@ cell the table says the three figures (each pooled over its rounds), ``auto`` ov
 one (the geometric mean of the rounds' ratios, each round's windows side by side) with its 95 %
 t interval over the rounds (``tools.lib.intervals.across_rounds``: it widens as rounds get
 fewer, as it must on a host whose windows move from round to round), ``auto`` over the better
-one in each round, and how far the better one's own rounds
-lie apart, and a verdict:
+one in each round, how far the better one's own rounds lie apart, and a verdict
+(``intervals.against_margin``):
 
 - ``yes``: the whole interval is within the margin (``auto`` shown within 5 %);
 - ``NO``: the whole interval is outside it (shown outside);
@@ -57,7 +57,7 @@ from tritonclient.utils import InferenceServerException
 
 from tools.lib.cli import numbers, table_console
 from tools.lib.harness import Bench
-from tools.lib.intervals import Ratio, against_margin, across_rounds, pooled, seconds_of, statistic
+from tools.lib.intervals import Ratio, against_margin, across_rounds, pooled
 from tools.lib.paths import ROOT
 from tools.lib.peers import write_ways
 from tools.lib.perf_analyzer import Load, PerfAnalyzerError, Window
@@ -85,6 +85,10 @@ class Cell:
     def _kept(self, model: str) -> list[Window]:
         return [w for w in self.rounds[model] if w is not None]
 
+    def _figure(self, window: Window) -> float:
+        """One window's answers/s (closed) or mean ms (open)."""
+        return pooled([window], self.statistic)
+
     @property
     def figures(self) -> dict[str, float]:
         """Each model's answers/s (closed) or mean ms (open) over its rounds' requests."""
@@ -104,9 +108,7 @@ class Cell:
     def paired(self) -> list[float]:
         """``auto`` over the better way in each round, where both windows ran: side by side, so
         that what the host's load does to one round does it to both."""
-        f = statistic(self.statistic, 0.0)
-        return [f(a.latency_ms, seconds_of(a, self.statistic)) / f(b.latency_ms, seconds_of(b, self.statistic))
-                for a, b in zip(*self._pairs())]
+        return [self._figure(a) / self._figure(b) for a, b in zip(*self._pairs())]
 
     @functools.cached_property
     def ratio(self) -> Ratio:
@@ -117,8 +119,7 @@ class Cell:
     def spread(self) -> float:
         """How far the better way's own rounds lie apart (largest over smallest, less one): a
         verdict within the margin means little where this is larger."""
-        f = statistic(self.statistic, 0.0)
-        found = [f(w.latency_ms, seconds_of(w, self.statistic)) for w in self._kept(self.best)]
+        found = [self._figure(w) for w in self._kept(self.best)]
         return max(found) / min(found) - 1 if len(found) > 1 else math.nan
 
     def verdict(self, margin: float) -> str:
