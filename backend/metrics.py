@@ -30,7 +30,7 @@ from __future__ import annotations
 import functools
 import threading
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 Labels = tuple[tuple[str, str], ...]
@@ -67,6 +67,7 @@ Key = tuple[str, Labels]
 FOLD_AT = 65536  # updates recorded before the recorder folds them itself
 _ENTRY_QUERIES: Key = (ENTRY_QUERIES.name, ())
 _ENTRY_WAIT: Key = (ENTRY_WAIT.name, ())
+_INLINE: Key = ("", ())  # a record of ``Metrics.ran_inline``, counted when folded
 
 
 @functools.cache
@@ -105,6 +106,18 @@ class Metrics:
         ``batches`` meta operations of kind ``operation`` (``new`` batches, or a ``stretch``)."""
         self._add((_ENTRY_QUERIES, queries), (_ENTRY_WAIT, waited_s * 1e6), (_meta_key(operation), batches))
 
+    def ran_inline(self, queries: int, waited_s: float, batches: int,
+                   runs: Sequence[tuple[int, Sequence[float]]]) -> None:
+        """A call served inside ``execute`` (``whole.py``): ``queries`` admitted, having waited
+        ``waited_s`` in all, as ``batches`` new batches, which ran as ``runs`` (each its rows and the
+        clock before and after each stage; more than ``batches`` where a batch failed and its
+        queries ran alone). Recorded as it is and counted by the reader: a model served plain
+        pays for its counters on every ``execute``."""
+        self._recorded.append((_INLINE, (queries, waited_s, batches, runs)))
+        if len(self._recorded) > FOLD_AT:
+            with self._lock:
+                self._fold()
+
     def lone(self, inline: bool) -> None:
         """A batch found the pipeline empty and ran ``inline`` inside ``execute``, or in the pipeline."""
         self._add((_LONE[inline], 1))
@@ -142,4 +155,19 @@ class Metrics:
         recorded, counters = self._recorded, self._counters
         while recorded:
             key, value = recorded.popleft()
-            counters[key] = counters.get(key, 0.0) + value
+            if key is _INLINE:
+                for key, value in _inline_updates(*value):
+                    counters[key] = counters.get(key, 0.0) + value
+            else:
+                counters[key] = counters.get(key, 0.0) + value
+
+
+def _inline_updates(queries: int, waited_s: float, batches: int,
+                    runs: Sequence[tuple[int, Sequence[float]]]) -> list[tuple[Key, float]]:
+    """The counters of one call served inside ``execute`` (``Metrics.ran_inline``)."""
+    updates = [(_ENTRY_QUERIES, queries), (_ENTRY_WAIT, waited_s * 1e6), (_meta_key("new"), batches)]
+    for rows, clock in runs:
+        for stage in range(len(clock) - 1):
+            batches_key, busy = _stage_keys(stage, rows)
+            updates += ((batches_key, 1), (busy, (clock[stage + 1] - clock[stage]) * 1e6))
+    return updates

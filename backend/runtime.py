@@ -144,7 +144,8 @@ class Runtime:
             if meanwhile is not None:
                 meanwhile()
             return
-        self.entry.arrived(queries)
+        if self.mode is Mode.PIPELINE:  # a lone batch: the pipeline's window reads the arrival rate
+            self.entry.arrived(queries)
         self.plain.run(queries, meanwhile)
 
     @property

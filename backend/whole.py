@@ -96,19 +96,19 @@ class WholeBatch:
         long as the engines take to answer it, and that time no longer adds up). An error that
         only the wait reveals (a GPU's asynchronous fault, which leaves its context unusable
         anyway) is raised from here, for the whole call."""
-        launched: list[list] = []  # [stage, rows, seconds launching it], in order
+        runs: list[tuple[int, list[float]]] = []  # each batch run: its rows, and the clock before and after each stage
         called = time.monotonic()
         with self.device.running_on(self._stream):
-            ran = self._run_formed(queries, launched)
+            ran, admitted, waited_s, batches = self._run_formed(queries, runs)
         if meanwhile is not None:
             meanwhile()
         began = time.monotonic()
         self.device.finish(self._stream)
         ended = time.monotonic()
-        if launched:  # the wait belongs to the stages launched last, which it saw finish
-            launched[-1][2] += ended - began
-        for stage, rows, seconds in launched:
-            self.metrics.stage_ran(stage, rows, seconds)
+        if runs:  # the wait belongs to the stages launched last, which it saw finish
+            runs[-1][1][-1] += ended - began
+        if admitted:
+            self.metrics.ran_inline(admitted, waited_s, batches, runs)
         if ran is not None and self.policy.learns:  # one batch run as one: from the call to the engines' end
             self._observe(ran, ended - called)
 
@@ -119,18 +119,21 @@ class WholeBatch:
         except Exception:  # a policy's bug must not fail the answered batch
             log.exception("policy %r failed to observe a batch", self.policy.name)
 
-    def _run_formed(self, queries: Sequence[Query], launched: list[list]) -> list[Query] | None:
-        """Run ``queries`` as the former says; the batch, where it ran them as one."""
+    def _run_formed(self, queries: Sequence[Query], runs: list) -> tuple[list[Query] | None, int, float, int]:
+        """Run ``queries`` as the former says; the batch, where it ran them as one, the queries
+        admitted, the seconds they waited in all and the batches they ran in."""
         pending = refuse_invalid(self.manifest, queries, self.size_limits, self._judged)
         if self.reject and self.policy.may_refuse(pending):
             pending = refuse_hopeless(pending, self.policy.hopeless, self.policy.late_together)
         if not pending:
-            return None
+            return None, 0, 0.0, 0
         admitted, waited_s = len(pending), waited(pending, time.monotonic())
+        if len(pending) == 1:  # whatever a former says, a lone query runs alone
+            return (pending if self._run_or_alone(pending, runs) else None), 1, waited_s, 1
         batches, whole = 0, None
         while pending:
-            try:  # whatever a former says, a lone query runs alone
-                formed = [pending] if len(pending) == 1 else self.form(pending)
+            try:
+                formed = self.form(pending)
             except Exception:  # a policy's bug must not fail the batch: pad them together
                 log.exception("forming batches failed; running them padded to the longest")
                 formed = []
@@ -139,26 +142,28 @@ class WholeBatch:
                 formed, taken = together(pending), len(pending)
             batches += len(formed)
             for batch in formed:
-                whole = batch if self._run_or_alone(batch, launched) else None
+                whole = batch if self._run_or_alone(batch, runs) else None
             if taken < len(pending):
                 chosen = {id(q) for batch in formed for q in batch}
                 pending = [q for q in pending if id(q) not in chosen]
             else:
                 pending = []
-        self.metrics.admitted(admitted, waited_s, "new", batches)
-        return whole if batches == 1 else None
+        return (whole if batches == 1 else None), admitted, waited_s, batches
 
-    def _run_or_alone(self, queries: list[Query], launched: list[list]) -> bool:
+    def _run_or_alone(self, queries: list[Query], runs: list) -> bool:
         """Whether the batch ran as one (else its queries ran one by one)."""
         try:
-            self._run(queries, launched)
+            self._run(queries, runs)
             return True
         except Exception:  # noqa: BLE001 - rerun one by one: only a query that cannot run fails
-            each_alone(queries, lambda query: self._run([query], launched),
+            each_alone(queries, lambda query: self._run([query], runs),
                        lambda query, exc: query.answer(failure=Failure.of(exc)))
             return False
 
-    def _run(self, queries: Sequence[Query], launched: list[list]) -> None:
+    def _run(self, queries: Sequence[Query], runs: list) -> None:
+        if len(queries) == 1 and not self.buckets.sizes:  # nothing to pad, stack or cut: the usual low-load call
+            self._run_one(queries[0], runs)
+            return
         sizes = [q.sizes for q in queries]
         first = sizes[0]
         longest = first if sizes.count(first) == len(sizes) else {name: max(s[name] for s in sizes) for name in first}
@@ -168,9 +173,9 @@ class WholeBatch:
         inputs = [q.inputs for q in queries]
         feed = {spec.name: self.device.from_host(stack(list(map(column, inputs)), spec, pad_to, pad))
                 for spec, column, pad in self._columns}
-        rows = len(next(iter(feed.values())))
-        outputs = run_stages(self.engines, self.manifest.stages, feed,
-                             ran=lambda stage, seconds: launched.append([stage, rows, seconds]))
+        clock = [time.monotonic()]
+        outputs = run_stages(self.engines, self.manifest.stages, feed, clock)
+        runs.append((len(next(iter(feed.values()))), clock))
         host = [(spec.name, spec.named, self.device.copy_out(outputs[spec.name])) for spec in self.manifest.outputs]
         start = 0
         for query, own in zip(queries, sizes):
@@ -178,3 +183,12 @@ class WholeBatch:
             query.answer({name: array[start:end] for name, _, array in host} if even
                          else cut(host, own, slice(start, end)))
             start = end
+
+    def _run_one(self, query: Query, runs: list) -> None:
+        """``_run`` for a lone query at its own sizes: its inputs are the batch, and the outputs its answer."""
+        inputs, device = query.inputs, self.device
+        clock = [time.monotonic()]
+        outputs = run_stages(self.engines, self.manifest.stages,
+                             {spec.name: device.from_host(inputs[spec.name]) for spec in self.manifest.inputs}, clock)
+        runs.append((query.rows, clock))
+        query.answer({spec.name: device.copy_out(outputs[spec.name]) for spec in self.manifest.outputs})

@@ -503,6 +503,37 @@ def test_a_model_served_plain_runs_a_ragged_batch_once_or_in_two_by_length_on_en
         runtime.close()
 
 
+def test_a_lone_query_served_plain_is_its_own_batch_and_counted_as_a_pipelined_one_would_be(tmp_path):
+    """A model served plain at low load runs one query a call: its inputs go through the stages
+    as they are (nothing stacked, padded or cut) and its answer is the last stage's outputs, while
+    the counters read by the mode switch and Triton's metrics (queries admitted, new batches,
+    each stage's batches by rows and busy time) count it as before; so does a query that fails
+    validation beside it, answered on its own."""
+    trt = timed_manifest(tmp_path, 0.62, 15.15, 128)
+    metrics = Metrics()
+    _, runtime = serve(trt, tmp_path, RuntimeConfig(policy=make_policy("auto", {})), CpuDevice(), metrics)
+    runtime.watch.stop()
+    runtime.mode = Mode.IN_TURN
+    try:
+        inbox = Inbox()
+        feed = sample_inputs(trt.inputs, 1, {"sequence": 16}, seed=0)
+        bad = {**feed, "input_ids": feed["input_ids"].astype(np.int32)}
+        assert runtime.runs_inline()
+        runtime.run([inbox.query(0, feed)])
+        runtime.run([inbox.query(1, bad), inbox.query(2, feed)])
+        [(outputs, failure)] = inbox.answers[0]
+        assert failure is None and all(np.array_equal(outputs[f"{name}_out"], feed[name]) for name in feed)
+        assert inbox.answers[1][0][1].bad_input and inbox.answers[2][0][1] is None
+        counted = metrics.snapshot()
+        assert counted[("dvabatch_entry_queries_total", ())] == 2
+        assert counted[("dvabatch_meta_operations_total", (("kind", "new"),))] == 2
+        assert {dict(k)["stage"]: v for (family, k), v in counted.items() if family == "dvabatch_batches_total"} \
+            == {"0": 2, "1": 2}
+        assert all(v > 0 for (family, _), v in counted.items() if family == "dvabatch_stage_busy_us_total")
+    finally:
+        runtime.close()
+
+
 @pytest.mark.wallclock
 def test_a_model_served_as_a_plain_one_answers_while_its_engines_run_and_returns_once_they_are_done(tmp_path):
     """On engines that run ahead of the host (a GPU; timed), ``WholeBatch.run`` answers every

@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -252,15 +252,15 @@ def _stage_file(stage: StageSpec, version_dir: Path) -> Path:
 
 
 def run_stages(engines: Sequence[Engine], stages: Sequence[StageSpec], buffer: Mapping[str, Any],
-               ran: Callable[[int, float], None] | None = None) -> Tensors:
+               clock: list[float] | None = None) -> Tensors:
     """Run ``buffer`` through the stages in order, each seeing only the previous one's outputs and
     carried tensors: the chain the executors run, without the pipeline (the slicer verifies with
-    it; ``batching: triton`` serves with it). ``ran(stage, seconds)`` hears how long each took."""
+    it; a model served plain serves with it). ``clock`` gets ``time.monotonic()`` as each stage
+    returns (a list append, not a callback: a model served plain pays it per stage and batch)."""
     current = dict(buffer)
     for engine, stage in zip(engines, stages):
-        began = time.monotonic()
         computed = engine.run({t.name: current[t.name] for t in stage.inputs})
         current = {**{name: current[name] for name in stage.carry}, **computed} if stage.carry else computed
-        if ran is not None:
-            ran(stage.index, time.monotonic() - began)
+        if clock is not None:
+            clock.append(time.monotonic())
     return current

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from ..device import Device
+from ..device import CpuDevice, Device
 from ..manifest import StageSpec
 from .base import Tensors
 
@@ -37,6 +37,9 @@ class TimedEngine:
         self._names = [(i.name, o.name) for i, o in zip(stage.inputs, stage.outputs)]
         self._length = _length_axis(stage)
         self._device = device
+        # Its outputs are copies, as an engine's are its own buffers (numpy on a CPU instance, torch on a GPU),
+        # made without a test per tensor: on a model served plain this engine runs once per stage and batch.
+        self._copy = np.ndarray.copy if isinstance(device, CpuDevice) else _clone
         self._work = next((i.name for i in stage.inputs if i.name in WORK), None)
         device.busy(0)  # (on a GPU, its clock is measured now, not during the first batch)
         # Seconds by (rows, length), read once from the table: a simulated engine must cost the
@@ -55,7 +58,8 @@ class TimedEngine:
         if self._work is not None:
             seconds *= max(float(inputs[self._work].max()), 0.0)
         self._device.busy(seconds)
-        return {out: _copy(inputs[src]) for src, out in self._names}
+        copy = self._copy
+        return {out: copy(inputs[src]) for src, out in self._names}
 
 
 def _length_axis(stage: StageSpec) -> int | None:
@@ -67,5 +71,5 @@ def _length_axis(stage: StageSpec) -> int | None:
     return 1 + stage.inputs[0].dims.index(axis)
 
 
-def _copy(tensor: Any) -> Any:
-    return tensor.copy() if isinstance(tensor, np.ndarray) else tensor.clone()
+def _clone(tensor: Any) -> Any:
+    return tensor.clone()
