@@ -7,6 +7,7 @@ import shutil
 import threading
 import time
 from collections import deque
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -475,6 +476,15 @@ def test_a_switch_to_plain_serving_drains_the_pipeline_before_a_batch_runs_inlin
         runtime.close()
 
 
+def served_plain(manifest: Manifest, folder: Path) -> tuple[Runtime, Metrics]:
+    """``auto``'s runtime on ``manifest``, its mode switch stopped, serving plain (the stages in turn)."""
+    metrics = Metrics()
+    _, runtime = serve(manifest, folder, RuntimeConfig(policy=make_policy("auto", {})), CpuDevice(), metrics)
+    runtime.watch.stop()
+    runtime.mode = Mode.IN_TURN
+    return runtime, metrics
+
+
 def test_a_model_served_plain_runs_a_ragged_batch_once_or_in_two_by_length_on_engines_that_overlap(tmp_path):
     """Triton hands over queries of different lengths in one batch (allow_ragged_batch); served
     plain on engines that overlap (here timed, at TensorRT speed) every query is answered when
@@ -484,10 +494,7 @@ def test_a_model_served_plain_runs_a_ragged_batch_once_or_in_two_by_length_on_en
     16 (0.73 + 2.34 against 4.17 ms). Every answer is cut back to its own length. (ONNX Runtime
     stages run the policy's clusters by length instead.)"""
     trt = timed_manifest(tmp_path, 0.62, 15.15, 128)
-    metrics = Metrics()
-    _, runtime = serve(trt, tmp_path, RuntimeConfig(policy=make_policy("auto", {})), CpuDevice(), metrics)
-    runtime.watch.stop()
-    runtime.mode = Mode.IN_TURN
+    runtime, metrics = served_plain(trt, tmp_path)
     try:
         for count in (8, 32):
             inbox = Inbox()
@@ -510,10 +517,7 @@ def test_a_lone_query_served_plain_is_its_own_batch_and_counted_as_a_pipelined_o
     each stage's batches by rows and busy time) count it as before; so does a query that fails
     validation beside it, answered on its own."""
     trt = timed_manifest(tmp_path, 0.62, 15.15, 128)
-    metrics = Metrics()
-    _, runtime = serve(trt, tmp_path, RuntimeConfig(policy=make_policy("auto", {})), CpuDevice(), metrics)
-    runtime.watch.stop()
-    runtime.mode = Mode.IN_TURN
+    runtime, metrics = served_plain(trt, tmp_path)
     try:
         inbox = Inbox()
         feed = sample_inputs(trt.inputs, 1, {"sequence": 16}, seed=0)
@@ -541,10 +545,7 @@ def test_a_model_served_as_a_plain_one_answers_while_its_engines_run_and_returns
     its responses) before it waits for the engines, so that work does not add to theirs; it
     returns once they are done, and the stage's busy time counts the wait."""
     slow = timed_manifest(tmp_path, 200, 200, 2)  # two stages of 100 ms
-    metrics = Metrics()
-    _, server = serve(slow, tmp_path, RuntimeConfig(policy=make_policy("auto", {})), CpuDevice(), metrics)
-    server.watch.stop()
-    server.mode = Mode.IN_TURN
+    server, metrics = served_plain(slow, tmp_path)
     inbox = Inbox()
     feeds = [sample_inputs(slow.inputs, 1, {"sequence": 4 + i}, seed=i) for i in range(3)]
     seen = {}
