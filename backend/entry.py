@@ -83,8 +83,9 @@ class Entry:
             query.answer(failure=Failure(f"Exceeds maximum queue size ({limit} queries waiting)", Code.UNAVAILABLE))
 
     def arrived(self, queries: Sequence[Query]) -> None:
-        """Queries that ran without waiting here (a batch run inline, ``decide.py``) still count
-        in the arrival rate the policy's window reads."""
+        """Queries that ran without waiting here (a lone batch run inline, ``decide.LoneRuns``)
+        still count in the arrival rate the policy's window reads. (While the mode switch serves
+        the model plain, nothing reads it and ``Runtime.run`` does not call this.)"""
         if self._counting:
             with self._changed:
                 self._arrivals.extend(q.arrived for q in queries)

@@ -113,10 +113,7 @@ class Metrics:
         clock before and after each stage; more than ``batches`` where a batch failed and its
         queries ran alone). Recorded as it is and counted by the reader: a model served plain
         pays for its counters on every ``execute``."""
-        self._recorded.append((_INLINE, (queries, waited_s, batches, runs)))
-        if len(self._recorded) > FOLD_AT:
-            with self._lock:
-                self._fold()
+        self._add((_INLINE, (queries, waited_s, batches, runs)))
 
     def lone(self, inline: bool) -> None:
         """A batch found the pipeline empty and ran ``inline`` inside ``execute``, or in the pipeline."""
@@ -155,10 +152,7 @@ class Metrics:
         recorded, counters = self._recorded, self._counters
         while recorded:
             key, value = recorded.popleft()
-            if key is _INLINE:
-                for key, value in _inline_updates(*value):
-                    counters[key] = counters.get(key, 0.0) + value
-            else:
+            for key, value in (_inline_updates(*value) if key is _INLINE else ((key, value),)):
                 counters[key] = counters.get(key, 0.0) + value
 
 

@@ -128,12 +128,10 @@ class WholeBatch:
         if not pending:
             return None, 0, 0.0, 0
         admitted, waited_s = len(pending), waited(pending, time.monotonic())
-        if len(pending) == 1:  # whatever a former says, a lone query runs alone
-            return (pending if self._run_or_alone(pending, runs) else None), 1, waited_s, 1
         batches, whole = 0, None
         while pending:
-            try:
-                formed = self.form(pending)
+            try:  # whatever a former says, a lone query runs alone
+                formed = [pending] if len(pending) == 1 else self.form(pending)
             except Exception:  # a policy's bug must not fail the batch: pad them together
                 log.exception("forming batches failed; running them padded to the longest")
                 formed = []
@@ -161,8 +159,11 @@ class WholeBatch:
             return False
 
     def _run(self, queries: Sequence[Query], runs: list) -> None:
-        if len(queries) == 1 and not self.buckets.sizes:  # nothing to pad, stack or cut: the usual low-load call
-            self._run_one(queries[0], runs)
+        if len(queries) == 1 and not self.buckets.sizes:  # the usual low-load call: nothing to pad, stack or cut
+            query = queries[0]
+            outputs = self._stages({spec.name: self.device.from_host(query.inputs[spec.name])
+                                    for spec in self.manifest.inputs}, query.rows, runs)
+            query.answer({spec.name: self.device.copy_out(outputs[spec.name]) for spec in self.manifest.outputs})
             return
         sizes = [q.sizes for q in queries]
         first = sizes[0]
@@ -173,9 +174,7 @@ class WholeBatch:
         inputs = [q.inputs for q in queries]
         feed = {spec.name: self.device.from_host(stack(list(map(column, inputs)), spec, pad_to, pad))
                 for spec, column, pad in self._columns}
-        clock = [time.monotonic()]
-        outputs = run_stages(self.engines, self.manifest.stages, feed, clock)
-        runs.append((len(next(iter(feed.values()))), clock))
+        outputs = self._stages(feed, len(next(iter(feed.values()))), runs)
         host = [(spec.name, spec.named, self.device.copy_out(outputs[spec.name])) for spec in self.manifest.outputs]
         start = 0
         for query, own in zip(queries, sizes):
@@ -184,11 +183,9 @@ class WholeBatch:
                          else cut(host, own, slice(start, end)))
             start = end
 
-    def _run_one(self, query: Query, runs: list) -> None:
-        """``_run`` for a lone query at its own sizes: its inputs are the batch, and the outputs its answer."""
-        inputs, device = query.inputs, self.device
+    def _stages(self, feed: dict, rows: int, runs: list) -> dict:
+        """The stages' outputs for ``feed``; the run, its rows and the clock around each stage, go in ``runs``."""
         clock = [time.monotonic()]
-        outputs = run_stages(self.engines, self.manifest.stages,
-                             {spec.name: device.from_host(inputs[spec.name]) for spec in self.manifest.inputs}, clock)
-        runs.append((query.rows, clock))
-        query.answer({spec.name: device.copy_out(outputs[spec.name]) for spec in self.manifest.outputs})
+        outputs = run_stages(self.engines, self.manifest.stages, feed, clock)
+        runs.append((rows, clock))
+        return outputs

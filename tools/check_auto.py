@@ -100,15 +100,11 @@ class Cell:
         peers = {m: figures[m] for m in ("plain", "pipeline") if not math.isnan(figures[m])} or {"plain": math.nan}
         return max(peers, key=peers.get) if self.closed else min(peers, key=peers.get)
 
-    def _pairs(self) -> tuple[list[Window], list[Window]]:
-        """``auto``'s and the better way's windows of the rounds where both ran."""
-        pairs = [(a, b) for a, b in zip(self.rounds["auto"], self.rounds[self.best]) if a is not None and b is not None]
-        return [a for a, _ in pairs], [b for _, b in pairs]
-
     def paired(self) -> list[float]:
         """``auto`` over the better way in each round, where both windows ran: side by side, so
         that what the host's load does to one round does it to both."""
-        return [self._figure(a) / self._figure(b) for a, b in zip(*self._pairs())]
+        return [self._figure(a) / self._figure(b) for a, b in zip(self.rounds["auto"], self.rounds[self.best])
+                if a is not None and b is not None]
 
     @functools.cached_property
     def ratio(self) -> Ratio:
