@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from tools.lib.intervals import Ratio, against_margin, across_rounds, pooled, ratio
+from tools.lib.intervals import Ratio, against_margin, across_rounds, pooled, ratio, t_quantile
 from tools.lib.perf_analyzer import Load, Window
 
 RATE = Load(rate=100)
@@ -87,3 +87,16 @@ def test_across_rounds_is_the_geometric_mean_with_a_t_interval_that_widens_as_ro
     assert two.high - two.low > 2 * (four.high - four.low)  # t at 1 degree of freedom is 12.7
     assert across_rounds([1.2, 1.2, 1.2], lower_is_better=True).verdict == "worse"
     assert math.isnan(across_rounds([], lower_is_better=False).value)
+
+
+def test_t_quantiles_are_the_printed_tables_and_any_level_a_sequential_check_asks_for():
+    """Student's t inverted: the 97.5 % points every table prints (1, 2, 9 and 30 degrees of
+    freedom; the normal's 1.96 far out), the 99.5 % and 99.95 % ones, and a wider interval at a
+    higher confidence (``tools.check_auto --max-rounds`` reads one at each look)."""
+    for df, printed in [(1, 12.706), (2, 4.303), (9, 2.262), (30, 2.042), (100_000, 1.960)]:
+        assert t_quantile(0.975, df) == pytest.approx(printed, abs=5e-4)
+    assert t_quantile(0.995, 9) == pytest.approx(3.250, abs=5e-4)
+    assert t_quantile(0.9995, 1) == pytest.approx(636.62, abs=0.01)
+    rounds = [0.97, 0.93, 1.01, 0.95]
+    once, looked = across_rounds(rounds, False), across_rounds(rounds, False, confidence=0.99)
+    assert looked.value == once.value and looked.low < once.low and looked.high > once.high

@@ -552,19 +552,23 @@ def test_slo_benchmark_sorts_what_became_of_every_request(run, tmp_path):
 def test_the_auto_check_sets_auto_beside_the_better_way_and_keeps_each_profile_as_it_goes(run, tmp_path):
     """``tools.check_auto`` on the near-zero-compute profile, briefly: a closed loop and a Poisson
     load, each with the three ways' figures, ``auto`` against the better way with its interval and
-    a verdict, ``auto`` against the better way in each of two rounds and that way's own spread,
-    written to ``--out`` as soon as the profile is measured (on a lent GPU machine a run cut short
-    by its lease kept nothing)."""
+    a verdict, ``auto`` against the better way in each round and that way's own spread, written
+    to ``--out`` as soon as the profile is measured (on a lent GPU machine a run cut short by its
+    lease kept nothing). Two rounds, and a third for a cell they leave unresolved
+    (``--max-rounds``)."""
     out = tmp_path / "check"
     done = run("tools.check_auto", str(ROOT / "docs" / "profiles" / "zero_2stages.json"), "--concurrency", "2",
-               "--loads", "0.5", "--seconds", "1", "--warmup", "0.5", "--rounds", "2", "--out", str(out))
+               "--loads", "0.5", "--seconds", "1", "--warmup", "0.5", "--rounds", "2", "--max-rounds", "3",
+               "--out", str(out))
     assert done.returncode in (0, 1), done.stdout[-2000:] + done.stderr[-2000:]  # 1: a cell outside the margin
     rows = list(csv.DictReader((out / "check.csv").read_text().splitlines()))
     assert [r["load"] for r in rows] == ["2 in flight", rows[1]["load"]] and rows[1]["load"].startswith("Poisson 0.5")
     for r in rows:
         assert r["within"] in ("yes", "NO", "unresolved") and all(float(r[m].split("/")[0].split()[0]) > 0
                                                     for m in ("plain", "pipeline", "auto"))
-        assert len(r["each round"].split(" / ")) == 2 and r["better's spread"].endswith("%")  # two rounds side by side
+        rounds = len(r["each round"].split(" / "))  # the rounds side by side
+        assert (rounds == 2 and r["within"] != "unresolved") or rounds == 3
+        assert r["better's spread"].endswith("%")
         assert re.fullmatch(r"[\d.]+x \[[\d.]+, [\d.]+\] \((plain|pipeline)\)", r["auto / better [95 %]"])
     assert "cells within 5%" in (out / "summary.md").read_text()
 

@@ -1,8 +1,8 @@
 """python -m tools.check_auto: is ``auto`` within 5 % of the better of the plain model and the forced pipeline?
 
     python -m tools.check_auto [PROFILE.json | MODEL_DIR ...] [--concurrency 1,16,64]
-                               [--loads 0.3,0.6,0.9] [--seconds 3] [--rounds 1] [--margin 0.05]
-                               [--length 64] [--source SRC.onnx ...] [--out docs/results/RUN]
+                               [--loads 0.3,0.6,0.9] [--seconds 3] [--rounds 1] [--max-rounds N]
+                               [--margin 0.05] [--length 64] [--source SRC.onnx ...] [--out docs/results/RUN]
 
 For each timed profile (default: near-zero compute, TensorRT-speed BERT-base and the slower
 engine of ``docs/profiles``) or sliced model directory, one tritonserver serves three models of
@@ -31,12 +31,18 @@ one in each round, how far the better one's own rounds lie apart, and a verdict
 - ``unresolved``: the interval holds the margin's edge: on this host, at these rounds, the
   windows move by more than the difference, and only more rounds (or a quieter host) can tell.
 
-One round gives no interval: its ratio alone says yes or no. ``--out`` keeps the table
-(summary.md, check.csv), rewritten after each profile, so that a run cut short keeps what it
-measured.
-A window that fails (perf_analyzer hangs now and then, more often with every process on one core)
-leaves its figure out; a cell without one fails. The exit status is 0 only where every cell is
-shown within the margin.
+One round gives no interval: its ratio alone says yes or no.
+
+With ``--max-rounds`` a cell still unresolved after ``--rounds`` gets more rounds, one at a time,
+until its verdict is read or it has had that many: rounds go where this host's noise needs them.
+Looking after every round would find a wrong verdict more often than one look does, so each look
+reads a wider interval (Bonferroni: 1 - 5 % / looks; ``looked``), and a verdict is still wrong at
+most 5 % of the time, whichever look reads it (the table's "95 %" is that guarantee).
+
+``--out`` keeps the table (summary.md, check.csv), rewritten after each profile, so that a run
+cut short keeps what it measured. A window that fails (perf_analyzer hangs now and then, more
+often with every process on one core) leaves its figure out; a cell without one fails. The exit
+status is 0 only where every cell is shown within the margin.
 """
 
 from __future__ import annotations
@@ -44,7 +50,6 @@ from __future__ import annotations
 import argparse
 import collections
 import csv
-import functools
 import math
 import shutil
 import tempfile
@@ -76,7 +81,8 @@ class Cell:
     profile: str
     load: str
     closed: bool
-    rounds: dict[str, list[Window | None]]
+    rounds: dict[str, list[Window | None]]  # grows while the cell is measured (``measure``)
+    confidence: float = 0.95  # each look's interval (``looked``)
 
     @property
     def statistic(self) -> str:
@@ -106,11 +112,11 @@ class Cell:
         return [self._figure(a) / self._figure(b) for a, b in zip(self.rounds["auto"], self.rounds[self.best])
                 if a is not None and b is not None]
 
-    @functools.cached_property
+    @property
     def ratio(self) -> Ratio:
-        """``auto`` over the better way: the rounds' ratios' geometric mean and its 95 % t interval
-        (none from one round; NaN where no round has both)."""
-        return across_rounds(self.paired(), not self.closed)
+        """``auto`` over the better way: the rounds' ratios' geometric mean and its t interval at
+        ``confidence`` (none from one round; NaN where no round has both)."""
+        return across_rounds(self.paired(), not self.closed, self.confidence)
 
     def spread(self) -> float:
         """How far the better way's own rounds lie apart (largest over smallest, less one): a
@@ -137,28 +143,12 @@ def run_profile(profile: Path, args: argparse.Namespace, console: Console) -> li
             for model in MODELS:
                 bench.load(model)
                 bench.capacity(model, data, max(args.concurrency), 1.0)  # warm up
-
-            def rounds(load: Load) -> dict[str, list[Window | None]]:
-                """Each model's window in each round, every other round in the reverse order;
-                None where it failed (perf_analyzer hung: the cell is said to fail, the others
-                are measured)."""
-                found: dict[str, list[Window | None]] = {m: [] for m in MODELS}
-                for turn in range(args.rounds):
-                    for model in MODELS if turn % 2 == 0 else MODELS[::-1]:
-                        try:
-                            window = bench.window(model, load, data, args.seconds, args.warmup).window
-                        except PerfAnalyzerError as exc:
-                            console.print(f"[red]{profile.stem} {model} {load.label}: {exc}[/red]")
-                            window = None
-                        found[model].append(window)
-                return found
-
-            cells = [Cell(profile.stem, f"{c} in flight", True, rounds(Load(concurrency=c)))
+            cells = [measure(bench, profile.stem, f"{c} in flight", Load(concurrency=c), data, args, console)
                      for c in args.concurrency]
             top = cells[-1]
             peak = max(top.figures["plain"], top.figures["pipeline"])
-            cells += [Cell(profile.stem, f"Poisson {f:g} x {peak:.0f}/s", False, rounds(Load(rate=f * peak)))
-                      for f in args.loads]
+            cells += [measure(bench, profile.stem, f"Poisson {f:g} x {peak:.0f}/s", Load(rate=f * peak), data, args,
+                              console) for f in args.loads]
         return cells
     finally:
         shutil.rmtree(folder, ignore_errors=True)
@@ -166,6 +156,34 @@ def run_profile(profile: Path, args: argparse.Namespace, console: Console) -> li
 
 HEADER = ("profile", "load", "plain", "pipeline", "auto", "auto / better [95 %]", "within", "each round",
           "better's spread")
+
+
+def looked(args: argparse.Namespace) -> float:
+    """The confidence of each look at a cell's interval: with ``--max-rounds``, a cell is judged
+    after each round from ``--rounds`` on, and a verdict read at any of those looks must be wrong
+    no more often than one read once at 95 % (Bonferroni over the looks)."""
+    return 1 - 0.05 / (max(args.max_rounds, args.rounds) - args.rounds + 1)
+
+
+def measure(bench: Bench, profile: str, label: str, load: Load, data: Path, args: argparse.Namespace,
+            console: Console) -> Cell:
+    """The three models' windows in ``--rounds`` rounds, every other round in the reverse order,
+    and then, while the cell's verdict is unresolved, more rounds up to ``--max-rounds``. A window
+    that fails (perf_analyzer hung) is None: the cell is said to fail, the others are measured."""
+    cell = Cell(profile, label, load.closed, {m: [] for m in MODELS}, looked(args))
+    for turn in range(max(args.max_rounds, args.rounds)):
+        if turn >= args.rounds and cell.verdict(args.margin) != "unresolved":
+            break
+        for model in MODELS if turn % 2 == 0 else MODELS[::-1]:
+            try:
+                window = bench.window(model, load, data, args.seconds, args.warmup).window
+            except PerfAnalyzerError as exc:
+                console.print(f"[red]{profile} {model} {load.label}: {exc}[/red]")
+                window = None
+            cell.rounds[model].append(window)
+    console.print(f"{profile} {label}: auto {cell.ratio} the {cell.best} one after {len(cell.rounds['auto'])} rounds: "
+                  f"{cell.verdict(args.margin)}")
+    return cell
 
 
 def row(cell: Cell, margin: float) -> list[str]:
@@ -190,6 +208,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=3.0, help="measured seconds per window (default 3)")
     parser.add_argument("--warmup", type=float, default=2.0, help="unmeasured seconds before each window (default 2)")
     parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--max-rounds", type=int, default=0,
+                        help="more rounds, up to this many, for a cell still unresolved after --rounds (default: none)")
     parser.add_argument("--margin", type=float, default=0.05)
     parser.add_argument("--length", type=int, default=64, help="tokens per query (default 64)")
     parser.add_argument("--source", type=Path, action="append", default=[],

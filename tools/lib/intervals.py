@@ -30,9 +30,6 @@ import numpy as np
 from tools.lib.perf_analyzer import Window
 
 DRAWS = 2000
-# Student's t at 97.5 % for 1-30 degrees of freedom (beyond: the normal's 1.96)
-T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
-        2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
 LOWER_IS_BETTER = {"mean": True, "p99": True, "throughput": False, "goodput": False}
 
 
@@ -107,18 +104,50 @@ def ratio(a: Sequence[Window], b: Sequence[Window], name: str, qos_ms: float = 2
     return Ratio(float(value), float(low), float(high), LOWER_IS_BETTER[name])
 
 
-def across_rounds(ratios: Sequence[float], lower_is_better: bool) -> Ratio:
-    """The geometric mean of per-round ratios (each round's two windows side by side) with its 95 %
-    t interval over the rounds; no interval (NaN) from one round, nothing from none."""
+def across_rounds(ratios: Sequence[float], lower_is_better: bool, confidence: float = 0.95) -> Ratio:
+    """The geometric mean of per-round ratios (each round's two windows side by side) with its t
+    interval over the rounds at ``confidence``; no interval (NaN) from one round, nothing from none."""
     logs = np.log([r for r in ratios if r > 0 and math.isfinite(r)])
     if not len(logs):
         return Ratio(math.nan, math.nan, math.nan, lower_is_better)
     value = float(np.exp(logs.mean()))
     if len(logs) < 2:
         return Ratio(value, math.nan, math.nan, lower_is_better)
-    t = T975[len(logs) - 2] if len(logs) - 1 <= len(T975) else 1.96
-    half = t * float(logs.std(ddof=1)) / math.sqrt(len(logs))
+    half = t_quantile(1 - (1 - confidence) / 2, len(logs) - 1) * float(logs.std(ddof=1)) / math.sqrt(len(logs))
     return Ratio(value, float(np.exp(logs.mean() - half)), float(np.exp(logs.mean() + half)), lower_is_better)
+
+
+def t_quantile(p: float, df: int) -> float:
+    """Student's t with ``df`` degrees of freedom below which a share ``p`` (at least a half) of it
+    lies: its distribution function inverted by bisection (a sequential check asks for levels no
+    printed table has)."""
+    low, high = 0.0, 1e7
+    for _ in range(100):
+        middle = (low + high) / 2
+        low, high = (middle, high) if 1 - _beta(df / 2, 0.5, df / (df + middle * middle)) / 2 < p else (low, middle)
+    return (low + high) / 2
+
+
+def _beta(a: float, b: float, x: float) -> float:
+    """The regularized incomplete beta function I_x(a, b) (Student's t's distribution function
+    is made of it), by its continued fraction (Lentz's method), on the side where that converges."""
+    if x <= 0 or x >= 1:
+        return max(0.0, min(1.0, x))
+    if x > (a + 1) / (a + b + 2):
+        return 1 - _beta(b, a, 1 - x)
+    tiny = 1e-300
+    c, d = 1.0, 1 / (1 - (a + b) * x / (a + 1) or tiny)
+    fraction = d
+    for m in range(1, 500):
+        for term in (m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
+                     -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1))):
+            d = 1 / (1 + term * d or tiny)
+            c = 1 + term / c or tiny
+            fraction *= c * d
+        if abs(c * d - 1) < 1e-15:
+            break
+    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x))
+    return front * fraction / a
 
 
 def against_margin(r: Ratio, margin: float) -> str:
