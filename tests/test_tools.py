@@ -154,7 +154,8 @@ def test_a_bad_list_option_is_a_usage_error_that_names_it(run):
     """Every command parses its comma-separated options one way (``tools.lib.cli``): a typo, an
     unknown name, a size of 0 or an empty list where one is needed is argparse's usage error
     naming the option and what it takes (exit 2), before any server starts; an empty list where
-    none is allowed (``check_auto --loads ""``: no Poisson cells) parses."""
+    none is allowed (``check_auto --loads ""``: no Poisson cells) parses. So is ``check_auto
+    --max-rounds`` after one round, which no interval can leave unresolved."""
     for command, option, text, says in [("tools.check_auto", "--loads", "0.1,x", "takes comma-separated numbers"),
                                        ("tools.check_auto", "--concurrency", "", "takes at least one"),
                                        ("tools.bench_cost", "--models", "plain,foo", "'foo' unknown; it takes some of"),
@@ -162,6 +163,8 @@ def test_a_bad_list_option_is_a_usage_error_that_names_it(run):
                                        ("tools.tune", "--slice-lengths", "16;32", "takes comma-separated integers")]:
         done = run(command, f"{option}={text}")
         assert done.returncode == 2 and f"argument {option}: {says}" in done.stderr, (command, done.stderr)
+    done = run("tools.check_auto", "--rounds", "1", "--max-rounds", "4")  # one round has no interval to resolve
+    assert done.returncode == 2 and "--max-rounds needs --rounds 2 or more" in done.stderr, done.stderr
     assert numbers(float, empty=True)("") == () and numbers(int)("1,,16") == (1, 16)
     assert names(("exact", "client"))(" exact,client") == ("exact", "client")
 

@@ -216,6 +216,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="the unsliced source of a sliced model directory (found by its sha256)")
     parser.add_argument("--out", type=Path, help="write summary.md and check.csv here")
     args = parser.parse_args(argv)
+    if args.max_rounds > args.rounds < 2:
+        parser.error("--max-rounds needs --rounds 2 or more: one round has no interval to leave a cell unresolved")
     console = table_console()
     cells: list[Cell] = []
     try:
