@@ -162,7 +162,7 @@ def looked(args: argparse.Namespace) -> float:
     """The confidence of each look at a cell's interval: with ``--max-rounds``, a cell is judged
     after each round from ``--rounds`` on, and a verdict read at any of those looks must be wrong
     no more often than one read once at 95 % (Bonferroni over the looks)."""
-    return 1 - 0.05 / (max(args.max_rounds, args.rounds) - args.rounds + 1)
+    return 1 - 0.05 / (args.max_rounds - args.rounds + 1)
 
 
 def measure(bench: Bench, profile: str, label: str, load: Load, data: Path, args: argparse.Namespace,
@@ -171,7 +171,7 @@ def measure(bench: Bench, profile: str, label: str, load: Load, data: Path, args
     and then, while the cell's verdict is unresolved, more rounds up to ``--max-rounds``. A window
     that fails (perf_analyzer hung) is None: the cell is said to fail, the others are measured."""
     cell = Cell(profile, label, load.closed, {m: [] for m in MODELS}, looked(args))
-    for turn in range(max(args.max_rounds, args.rounds)):
+    for turn in range(args.max_rounds):
         if turn >= args.rounds and cell.verdict(args.margin) != "unresolved":
             break
         for model in MODELS if turn % 2 == 0 else MODELS[::-1]:
@@ -218,6 +218,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.max_rounds > args.rounds < 2:
         parser.error("--max-rounds needs --rounds 2 or more: one round has no interval to leave a cell unresolved")
+    args.max_rounds = max(args.max_rounds, args.rounds)  # without it, --rounds and no more
     console = table_console()
     cells: list[Cell] = []
     try:
