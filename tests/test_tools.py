@@ -556,9 +556,9 @@ def test_the_auto_check_sets_auto_beside_the_better_way_and_keeps_each_profile_a
     """``tools.check_auto`` on the near-zero-compute profile, briefly: a closed loop and a Poisson
     load, each with the three ways' figures, ``auto`` against the better way with its interval and
     a verdict, ``auto`` against the better way in each round and that way's own spread, written
-    to ``--out`` as soon as the profile is measured (on a lent GPU machine a run cut short by its
-    lease kept nothing). Two rounds, and a third for a cell they leave unresolved
-    (``--max-rounds``)."""
+    to ``--out`` as soon as each cell is measured (on a lent GPU machine a run cut short by its
+    lease kept nothing), with every window's figure. Two rounds, and a third for a cell they
+    leave unresolved (``--max-rounds``)."""
     out = tmp_path / "check"
     done = run("tools.check_auto", str(ROOT / "docs" / "profiles" / "zero_2stages.json"), "--concurrency", "2",
                "--loads", "0.5", "--seconds", "1", "--warmup", "0.5", "--rounds", "2", "--max-rounds", "3",
@@ -574,6 +574,13 @@ def test_the_auto_check_sets_auto_beside_the_better_way_and_keeps_each_profile_a
         assert r["better's spread"].endswith("%")
         assert re.fullmatch(r"[\d.]+x \[[\d.]+, [\d.]+\] \((plain|pipeline)\)", r["auto / better [95 %]"])
     assert "cells within 5%" in (out / "summary.md").read_text()
+    windows = list(csv.DictReader((out / "windows.csv").read_text().splitlines()))
+    for r in rows:  # each round ran the three ways, every other round in the reverse order
+        mine = [w for w in windows if w["load"] == r["load"]]
+        assert len(mine) == 3 * len(r["each round"].split(" / "))
+        assert [w["model"] for w in mine[:6]] == ["plain", "pipeline", "auto", "auto", "pipeline", "plain"]
+        assert all(float(w["answers/s or mean ms"]) > 0 and int(w["requests"]) > 0
+                   for w in mine if w["requests"])  # (empty: a window perf_analyzer lost)
 
 
 def test_cost_benchmark_measures_four_ways_and_the_trace_shows_the_pipeline(run, tmp_path):

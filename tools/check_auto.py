@@ -39,10 +39,10 @@ Looking after every round would find a wrong verdict more often than one look do
 reads a wider interval (Bonferroni: 1 - 5 % / looks; ``looked``), and a verdict is still wrong at
 most 5 % of the time, whichever look reads it (the table's "95 %" is that guarantee).
 
-``--out`` keeps the table (summary.md, check.csv), rewritten after each profile, so that a run
-cut short keeps what it measured. A window that fails (perf_analyzer hangs now and then, more
-often with every process on one core) leaves its figure out; a cell without one fails. The exit
-status is 0 only where every cell is shown within the margin.
+``--out`` keeps the table (summary.md, check.csv) and every window's figure (windows.csv),
+rewritten after each cell, so that a run cut short keeps what it measured. A window that fails
+(perf_analyzer hangs now and then, more often with every process on one core) leaves its figure
+out; a cell without one fails. The exit status is 0 only where every cell is shown within the margin.
 """
 
 from __future__ import annotations
@@ -53,6 +53,7 @@ import csv
 import math
 import shutil
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -124,13 +125,27 @@ class Cell:
         found = [self._figure(w) for w in self._kept(self.best)]
         return max(found) / min(found) - 1 if len(found) > 1 else math.nan
 
+    def windows(self) -> list[list[str]]:
+        """A line per window in the order measured: its round, model, figure, requests and
+        seconds (the figure empty where the window failed)."""
+        lines = []
+        for turn in range(len(self.rounds["auto"])):
+            for model in MODELS if turn % 2 == 0 else MODELS[::-1]:
+                window = self.rounds[model][turn]
+                lines.append([self.profile, self.load, str(turn + 1), model] + (
+                    ["", "", ""] if window is None else
+                    [f"{self._figure(window):.4g}", str(window.requests), f"{window.seconds:.3f}"]))
+        return lines
+
     def verdict(self, margin: float) -> str:
         """``yes``, ``NO`` or ``unresolved`` (``intervals.against_margin``; ``NO`` where a window
         failed, so that there is no ratio)."""
         return against_margin(self.ratio, margin)
 
 
-def run_profile(profile: Path, args: argparse.Namespace, console: Console) -> list[Cell]:
+def run_profile(profile: Path, args: argparse.Namespace, console: Console) -> Iterator[Cell]:
+    """Each cell of ``profile`` as soon as it is measured: the closed loops, then the Poisson
+    loads at fractions of the better way's answers/s at the last concurrency."""
     folder = Path(tempfile.mkdtemp(prefix="dvabatch-check-"))
     try:
         write_ways(profile, folder, {}, args.source)
@@ -143,19 +158,21 @@ def run_profile(profile: Path, args: argparse.Namespace, console: Console) -> li
             for model in MODELS:
                 bench.load(model)
                 bench.capacity(model, data, max(args.concurrency), 1.0)  # warm up
-            cells = [measure(bench, profile.stem, f"{c} in flight", Load(concurrency=c), data, args, console)
-                     for c in args.concurrency]
-            top = cells[-1]
+            for concurrency in args.concurrency:
+                top = measure(bench, profile.stem, f"{concurrency} in flight", Load(concurrency=concurrency), data,
+                              args, console)
+                yield top
             peak = max(top.figures["plain"], top.figures["pipeline"])
-            cells += [measure(bench, profile.stem, f"Poisson {f:g} x {peak:.0f}/s", Load(rate=f * peak), data, args,
-                              console) for f in args.loads]
-        return cells
+            for fraction in args.loads:
+                yield measure(bench, profile.stem, f"Poisson {fraction:g} x {peak:.0f}/s", Load(rate=fraction * peak),
+                              data, args, console)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 
 
 HEADER = ("profile", "load", "plain", "pipeline", "auto", "auto / better [95 %]", "within", "each round",
           "better's spread")
+WINDOW_HEADER = ("profile", "load", "round", "model", "answers/s or mean ms", "requests", "seconds")
 
 
 def looked(args: argparse.Namespace) -> float:
@@ -223,9 +240,10 @@ def main(argv: list[str] | None = None) -> int:
     cells: list[Cell] = []
     try:
         for profile in args.profiles:
-            cells += run_profile(profile, args, console)
-            if args.out:  # each profile's cells kept as soon as measured: a run cut short keeps them
-                write(args.out, cells, args.margin)
+            for cell in run_profile(profile, args, console):
+                cells.append(cell)
+                if args.out:  # each cell kept as soon as measured: a run cut short (a lease's end) keeps them
+                    write(args.out, cells, args.margin)
     except (PerfAnalyzerError, InferenceServerException) as exc:
         console.print(f"[red]error:[/red] {exc}")
         return 1
@@ -247,11 +265,14 @@ def tally(cells: list[Cell], margin: float) -> str:
 
 
 def write(out: Path, cells: list[Cell], margin: float) -> None:
-    """summary.md and check.csv of ``cells``."""
+    """summary.md and check.csv of ``cells``, and windows.csv: every window's figure, so that
+    a round far from the others (a stall) can be told from a cell's spread afterwards."""
     out.mkdir(parents=True, exist_ok=True)
     rows = [row(cell, margin) for cell in cells]
     with (out / "check.csv").open("w", newline="") as f:
         csv.writer(f).writerows([HEADER, *rows])
+    with (out / "windows.csv").open("w", newline="") as f:
+        csv.writer(f).writerows([WINDOW_HEADER, *(line for cell in cells for line in cell.windows())])
     lines = ["| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER),
              *("| " + " | ".join(line) + " |" for line in rows), "", f"{tally(cells, margin)}."]
     (out / "summary.md").write_text("\n".join(lines) + "\n")
