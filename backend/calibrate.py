@@ -39,10 +39,12 @@ TICK_S = 1 / os.sysconf("SC_CLK_TCK")
 ENERGY_RUN_S = 0.25  # each batch size's runs last this long at least: NVML's counter moves in steps of 10-100 ms
 
 
-def process_cpu_s(pid: int) -> float | None:
-    """User + system CPU seconds of process ``pid`` so far; None where /proc cannot tell."""
+def process_cpu_s(pid: int, thread: int | None = None) -> float | None:
+    """User + system CPU seconds of process ``pid`` (of its thread ``thread`` alone, where given)
+    so far; None where /proc cannot tell."""
     try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        stat = Path(f"/proc/{pid}/stat" if thread is None else f"/proc/{pid}/task/{thread}/stat")
+        fields = stat.read_text().rsplit(")", 1)[1].split()
         return (int(fields[11]) + int(fields[12])) * TICK_S
     except (OSError, IndexError, ValueError):
         return None

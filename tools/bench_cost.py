@@ -21,7 +21,9 @@ rounds. Per model and concurrency it prints answers/s and mean latency (with 95 
 the ratio to ``plain``), Triton's batch size (requests per ``execute``; per step for the
 ensemble), the CPU time per answered request of tritonserver and of the model's Python stubs
 (from /proc, over the window and its warm-up; tritonserver's includes its idle threads, which
-weigh at low rates), and per stage (ensemble step; the plain model's one
+weigh at low rates) and, of the stubs', their main threads' (``execute`` and the stub's messages
+to Triton; the rest is the threads a model starts, such as our executors, and the stub's
+helpers), and per stage (ensemble step; the plain model's one
 run) the rows per batch, the share of the time it was busy and how long a request waited before
 it (Triton's queue, and our entry's before stage 0), so every change to the serving path shows
 its effect and where the time goes. ``--out`` keeps the table (summary.md), the numbers
@@ -63,15 +65,16 @@ DEFAULT_PROFILES = (PROFILES / "zero_2stages.json", PROFILES / "bert_base_trt_a1
 MODELS = ("plain", "ensemble", "pipeline", "auto")
 
 
-def cpu_s(pid: int) -> float:
-    """User + system CPU seconds of a process so far (0 once it is gone)."""
-    return process_cpu_s(pid) or 0.0
+def cpu_s(pid: int, thread: int | None = None) -> float:
+    """User + system CPU seconds of a process (or of its thread) so far (0 once it is gone)."""
+    return process_cpu_s(pid, thread) or 0.0
 
 
 @dataclass(frozen=True)
 class Snapshot:
     server_s: float
     stubs_s: float
+    stub_main_s: float  # the stubs' main threads: ``execute`` and the stub's messages to Triton
     stats: dict[str, dict[str, float]]  # Triton's statistics per model: answered, inferences, executions, ns
     busy_us: dict[int, float]  # our runtime: stage -> wall time busy (dvabatch_stage_busy_us_total)
     entry_wait_us: float
@@ -97,8 +100,8 @@ class Snapshot:
             busy = {int(dict(k)["stage"]): v
                     for k, v in prom.select(values, "dvabatch_stage_busy_us_total", model=ours).items()}
             wait = sum(prom.select(values, "dvabatch_entry_wait_us_total", model=ours).values())
-        stubs = sum(cpu_s(stub) for stub, model in stubs_of(pid).items() if model in models)
-        return cls(cpu_s(pid), stubs, stats, busy, wait)
+        stubs = [stub for stub, model in stubs_of(pid).items() if model in models]
+        return cls(cpu_s(pid), sum(map(cpu_s, stubs)), sum(cpu_s(stub, stub) for stub in stubs), stats, busy, wait)
 
 
 @dataclass(frozen=True)
@@ -117,6 +120,7 @@ class Cost:
     window: Window
     server_us: float  # tritonserver CPU per answered request
     stubs_us: float  # CPU of the model's Python stubs (an ensemble's steps') per answered request
+    stub_main_us: float  # of it, their main threads' (the rest: the threads a model starts, the stub's helpers)
     triton_batch: tuple[float, ...]  # requests per execute (per step for an ensemble)
     stages: tuple[StageLoad, ...]
 
@@ -162,7 +166,8 @@ def measure(bench: Bench, model: str, counted: list[str], load: Load, data: Path
                 if stage == 0 else math.nan
         stages.append(StageLoad(rows, busy, queue))
     return Cost(measured.window, (after.server_s - before.server_s) * 1e6 * per,
-                (after.stubs_s - before.stubs_s) * 1e6 * per, batch, tuple(stages))
+                (after.stubs_s - before.stubs_s) * 1e6 * per, (after.stub_main_s - before.stub_main_s) * 1e6 * per,
+                batch, tuple(stages))
 
 
 def run_profile(profile: Path, plan: Plan, console: Console, failed: dict[str, str],
@@ -228,13 +233,15 @@ def summarise(name: str, model: str, concurrency: int, found: list[Cost], base: 
             "triton_batch": " / ".join(f"{np.mean([c.triton_batch[i] for c in found]):.1f}"
                                        for i in range(len(found[0].triton_batch))),
             "server_us": float(np.mean([c.server_us for c in found])),
-            "stubs_us": float(np.mean([c.stubs_us for c in found])), "stages": stage_text(stages, answers)}
+            "stubs_us": float(np.mean([c.stubs_us for c in found])),
+            "stub_main_us": float(np.mean([c.stub_main_us for c in found])), "stages": stage_text(stages, answers)}
 
 
 COLUMNS = (("model", "model"), ("c", "concurrency"), ("answers/s", "answers_per_s"),
            ("vs plain", "throughput_vs_plain"), ("mean ms", "mean_ms"), ("vs plain", "mean_vs_plain"),
            ("Triton batch", "triton_batch"),
-           ("server µs/req", "server_us"), ("stubs µs/req", "stubs_us"), ("per stage", "stages"))
+           ("server µs/req", "server_us"), ("stubs µs/req", "stubs_us"), ("of it main thread", "stub_main_us"),
+           ("per stage", "stages"))
 
 
 def cell(row: dict, key: str) -> str:
