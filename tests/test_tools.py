@@ -587,7 +587,8 @@ def test_cost_benchmark_measures_four_ways_and_the_trace_shows_the_pipeline(run,
     """``tools.bench_cost`` on the near-zero-compute profile, briefly: every way of serving
     answers, with its CPU per request (the stubs' main threads' part of it) and per-stage rows (two
     stages for ours, pipelined or, for ``auto`` served plain, in turn). ``DVABATCH_TRACE`` makes
-    the pipeline write its execute calls and stage items, which ``tools.trace`` reads."""
+    the pipeline write its execute calls and stage items, and the plain model its execute calls,
+    which ``tools.trace`` reads."""
     out, prefix = tmp_path / "cost", tmp_path / "trace"
     done = run("tools.bench_cost", str(ROOT / "docs" / "profiles" / "zero_2stages.json"), "--concurrency", "2",
                "--rounds", "1", "--seconds", "1", "--out", str(out), extra_env={"DVABATCH_TRACE": str(prefix)})
@@ -603,3 +604,6 @@ def test_cost_benchmark_measures_four_ways_and_the_trace_shows_the_pipeline(run,
     [trace] = tmp_path.glob("trace-pipeline-*.tsv")
     shown = run("tools.trace", str(trace), "--skip", "0")
     assert shown.returncode == 0 and "execute:" in shown.stdout and "stage1:" in shown.stdout, shown.stderr
+    [trace] = tmp_path.glob("trace-plain-*.tsv")  # the peer's execute calls, to set beside ours
+    shown = run("tools.trace", str(trace), "--skip", "0")
+    assert shown.returncode == 0 and "execute:" in shown.stdout and "held" in shown.stdout, shown.stderr

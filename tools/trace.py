@@ -3,7 +3,8 @@
     DVABATCH_TRACE=/tmp/run python -m tools.serve ...    # or any tritonserver with that environment
     python -m tools.trace /tmp/run-MODEL-PID.tsv [--skip 1.0] [--show 30]
 
-Each file holds a line per ``execute`` call and per batch item a stage ran (``backend/model.py``).
+Each file holds a line per ``execute`` call and per batch item a stage ran (``backend/model.py``;
+a peer model of ``tools/lib/plain_model.py`` writes its ``execute`` lines alone).
 Over the span traced (less the first ``--skip`` seconds) it prints, for ``execute``, the calls,
 the requests per call, how long a call held Triton's model instance and the gap until Triton
 called again; for each stage, its items, rows per item and the share of the time it computed;
@@ -37,8 +38,8 @@ def summary(spans: list[tuple[str, float, float, int]]) -> list[str]:
         line = f"{what}: {len(mine)} calls, {counts.mean():.1f} per call, busy {held.sum() / 1e3 / (last - first):.0%}"
         if what == "execute":
             gaps = np.array([b - e for (_, _, e, _), (_, b, _, _) in zip(mine, mine[1:])]) * 1e3
-            line += (f", held {held.mean():.2f} ms; gap to the next call {gaps.mean():.2f} ms "
-                     f"(median {np.median(gaps):.2f}, p90 {np.percentile(gaps, 90):.2f})")
+            line += (f", held {held.mean():.3f} ms (median {np.median(held):.3f}); gap to the next call "
+                     f"{gaps.mean():.3f} ms (median {np.median(gaps):.3f}, p90 {np.percentile(gaps, 90):.3f})")
         lines.append(line)
     return lines
 

@@ -25,10 +25,16 @@ engine does). config.pbtxt parameters:
 
 Without ragged inputs Triton batches only requests of equal shapes. A batch that fails runs
 again request by request, so that only a request that cannot run gets an error.
+
+With ``DVABATCH_TRACE=PREFIX`` in tritonserver's environment it writes a line per ``execute``
+to ``PREFIX-<model>-<pid>.tsv``, as the dvabatch backend does (``python -m tools.trace``): how
+long each call held the instance, beside ours, tells the Python inside ``execute`` from the
+rest of a request's way.
 """
 
 import importlib.util
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -66,6 +72,9 @@ class TritonPythonModel:
         self.ragged = parameters.get("ragged", "false") == "true"
         self.buckets = [int(v) for v in parameters.get("length_buckets", "").split(",") if v]
         self.session = self.graph = None
+        prefix = os.environ.get("DVABATCH_TRACE")  # (the file stays open while the model is loaded: finalize)
+        self.trace = open(f"{prefix}-{args['model_name']}-{os.getpid()}.tsv", "w", buffering=1) \
+            if prefix else None  # noqa: SIM115
         if (folder / "latency_ms.json").is_file():
             self.table = json.loads((folder / "latency_ms.json").read_text())
             return
@@ -85,6 +94,14 @@ class TritonPythonModel:
         self.session = ort.InferenceSession(str(folder / "model.onnx"), options, providers=["CPUExecutionProvider"])
 
     def execute(self, requests: list) -> list:
+        if self.trace is None:
+            return self._execute(requests)
+        began = time.monotonic()
+        responses = self._execute(requests)
+        self.trace.write(f"execute\t{began:.6f}\t{time.monotonic():.6f}\t{len(requests)}\n")
+        return responses
+
+    def _execute(self, requests: list) -> list:
         feeds = [{name: pb_utils.get_input_tensor_by_name(r, name).as_numpy() for name in self.inputs}
                  for r in requests]
         responses = [None] * len(requests)
@@ -102,6 +119,10 @@ class TritonPythonModel:
                 responses[i] = pb_utils.InferenceResponse(error=answer) if isinstance(answer, pb_utils.TritonError) \
                     else pb_utils.InferenceResponse([pb_utils.Tensor(n, a) for n, a in answer.items()])
         return responses
+
+    def finalize(self) -> None:
+        if self.trace is not None:
+            self.trace.close()
 
     def _groups(self, feeds: list) -> list:
         """Requests that run as one batch: all of them where ragged inputs are padded, else
