@@ -19,7 +19,9 @@
 #   engine   tools.engine_bench of each model: every stage's time per bucket beside torch's own model
 #            (transformers' BertModel, torchvision's ResNet-50; FP16, CUDA graph), outputs under --out
 #   cost     tools.bench_cost of each model (closed loops at 1, 16 and 64 in flight: the plain model,
-#            the ensemble, the forced pipeline and auto, with CPU per request), outputs under --out
+#            the ensemble, the forced pipeline and auto, with CPU per request), then near-zero compute
+#            at 1 in flight with every execute call traced (tools.trace: the time inside execute,
+#            ours beside the plain model's, against the time between calls), outputs under --out
 #   auto     (not in `all`) tools.check_auto on the host's CPU: auto against the better of the plain
 #            model and the forced pipeline on the three timed profiles (about 5 minutes), under --out
 #   send     (not in `all`) tools.send_cost: what an answer sent through its response sender costs
@@ -52,12 +54,12 @@ while [ $# -gt 0 ]; do
         gpu) STEPS+=(check setup models gpu_test cost engine archive)
              COST_ROUNDS="${COST_ROUNDS:-1}" COST_SECONDS="${COST_SECONDS:-2}" ;;
         check|setup|models|gpu_test|test|measure|engine|cost|auto|send|env) STEPS+=("$1") ;;
-        -h|--help) sed -n '2,35p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,37p' "$0"; exit 0 ;;
         *) echo "host.sh: unknown step or option '$1' (see --help)" >&2; exit 2 ;;
     esac
     shift
 done
-[ ${#STEPS[@]} -gt 0 ] || { sed -n '2,35p' "$0"; exit 2; }
+[ ${#STEPS[@]} -gt 0 ] || { sed -n '2,37p' "$0"; exit 2; }
 [ -d "$PROJECT/backend" ] || { echo "host.sh: no project at $PROJECT (this bundle has none: give --project DIR)" >&2; exit 2; }
 
 WANT_PYTHON="$(sed -n 's/^python //p' "$HERE/BUNDLE.txt")"
@@ -187,6 +189,13 @@ cost() {
     for model in bert_base resnet50_tv; do
         run "$SERVE" -m tools.bench_cost "$REPOSITORY/$model" --concurrency 1,16,64 --rounds "${COST_ROUNDS:-2}" \
             --seconds "${COST_SECONDS:-3}" --out "$OUT/cost-$model" || failed=1  # (a failed peer: the rest measured)
+    done
+    run mkdir -p "$OUT/trace-zero"
+    run env DVABATCH_TRACE="$OUT/trace-zero/t" "$SERVE" -m tools.bench_cost "$PROJECT/docs/profiles/zero_2stages.json" \
+        --models plain,auto --concurrency 1 --rounds "${COST_ROUNDS:-2}" --seconds "${COST_SECONDS:-3}" \
+        --out "$OUT/cost-zero" || failed=1
+    for trace in "$OUT"/trace-zero/t-*.tsv; do
+        if [ -e "$trace" ]; then run "$SERVE" -m tools.trace "$trace" --show 0 --skip 1; fi
     done
     return "${failed:-0}"
 }
