@@ -75,6 +75,11 @@ DEFAULT_PROFILES = tuple(PROFILES / name for name in ("zero_2stages.json", "bert
 MODELS = ("plain", "pipeline", "auto")
 
 
+def in_turn(turn: int) -> tuple[str, ...]:
+    """The three ways in the order round ``turn`` (from 0) runs them: every other round reversed."""
+    return MODELS if turn % 2 == 0 else MODELS[::-1]
+
+
 @dataclass(frozen=True)
 class Cell:
     """One load of one profile: each model's window in each round (None where it failed)."""
@@ -130,7 +135,7 @@ class Cell:
         seconds (the figure empty where the window failed)."""
         lines = []
         for turn in range(len(self.rounds["auto"])):
-            for model in MODELS if turn % 2 == 0 else MODELS[::-1]:
+            for model in in_turn(turn):
                 window = self.rounds[model][turn]
                 lines.append([self.profile, self.load, str(turn + 1), model] + (
                     ["", "", ""] if window is None else
@@ -191,7 +196,7 @@ def measure(bench: Bench, profile: str, label: str, load: Load, data: Path, args
     for turn in range(args.max_rounds):
         if turn >= args.rounds and cell.verdict(args.margin) != "unresolved":
             break
-        for model in MODELS if turn % 2 == 0 else MODELS[::-1]:
+        for model in in_turn(turn):
             try:
                 window = bench.window(model, load, data, args.seconds, args.warmup).window
             except PerfAnalyzerError as exc:
