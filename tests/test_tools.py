@@ -109,7 +109,7 @@ def test_plain_peer_pads_ragged_batches_and_answers_each_query_its_own(run, clie
     tree = ast.parse((repository / "bert_like_plain" / VERSION / "model.py").read_text())
     imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     assert imported | {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)} <= {
-        "importlib.util", "json", "sys", "time", "pathlib", "numpy", "onnxruntime", "torch",
+        "importlib.util", "json", "os", "sys", "time", "pathlib", "numpy", "onnxruntime", "torch",
         "triton_python_backend_utils"}, "no dvabatch code"
     client.load_model("bert_like_plain")
     manifest = Manifest.load(repository / "bert_like" / VERSION)
