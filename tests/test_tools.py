@@ -24,7 +24,7 @@ from backend.sample import sample_inputs
 from slicer import triton_config
 from slicer.slicing import VERSION
 from tools.lib import prometheus as prom
-from tools.lib.peers import link_version
+from tools.lib.peers import Peer, link_version, write_ways
 from tools.lib.cli import names, numbers
 from tools.lib.client import infer
 from tools.lib.real_models import MODELS
@@ -252,6 +252,18 @@ def test_auto_serves_a_fused_model_inside_execute_as_a_plain_model_does(client, 
     serving = prom.select(prom.scrape(server.metrics_url), "dvabatch_serving", model="bert_like_fused")
     assert {dict(k)["mode"]: v for k, v in serving.items()} == {"fused": 1.0}
     client.unload_model("bert_like_fused")
+
+
+def test_the_ways_of_serving_take_the_peers_settings_to_the_peers_alone(repository, sources, tmp_path):
+    """``write_ways`` (``tools.bench_cost``, ``tools.check_auto``): ``Peer(spinning=False)``
+    (``bench_cost --peers-no-spinning``) makes the plain model's and every ensemble step's ONNX
+    Runtime threads sleep, and ours keep their own settings (``--parameter``)."""
+    sleeping = 'key: "allow_spinning" value: { string_value: "false" }'
+    counted = write_ways(repository / "bert_like", tmp_path, {}, [sources["bert_like"]], Peer(spinning=False))
+    for model in (*counted["plain"], *counted["ensemble"]):
+        assert sleeping in (tmp_path / model / "config.pbtxt").read_text(), model
+    for model in ("auto", "pipeline"):
+        assert sleeping not in (tmp_path / model / "config.pbtxt").read_text(), model
 
 
 def test_ensemble_peer_of_the_same_stages_answers_as_the_unsliced_model(run, client, repository, sources):

@@ -1,7 +1,8 @@
 """python -m tools.bench_cost: what serving costs, per request, where it is paid (not a test).
 
     python -m tools.bench_cost [PROFILE.json | MODEL_DIR ...] [--concurrency 1,32] [--seconds 4] [--rounds 3]
-                               [--length 64] [--parameter KEY=VALUE ...] [--models plain,auto,...]
+                               [--length 64] [--parameter KEY=VALUE ...] [--peers-no-spinning]
+                               [--models plain,auto,...]
                                [--source SRC.onnx ...] [--out docs/results/RUN]
 
 For each timed profile (default: ``docs/profiles/zero_2stages.json``, near-zero compute, and
@@ -55,7 +56,7 @@ from tools.lib.cli import names, numbers, table_console
 from tools.lib.harness import Bench
 from tools.lib.intervals import pooled, ratio
 from tools.lib.paths import ROOT
-from tools.lib.peers import write_ways
+from tools.lib.peers import Peer, write_ways
 from tools.lib.perf_analyzer import Load, PerfAnalyzerError, Window
 from tools.lib.triton import stubs_of
 from tools.lib.workload import interface_of, synthetic, write_input_data
@@ -136,12 +137,13 @@ class Plan:
     parameters: dict[str, str]  # config.pbtxt parameters of our two models
     models: tuple[str, ...] = MODELS
     sources: tuple[Path, ...] = ()  # unsliced sources of sliced model directories, found by sha256
+    peer: Peer = Peer()  # how the plain model and the ensemble's steps are served
 
 
 def build(profile: Path, folder: Path, plan: Plan) -> dict[str, list[str]]:
     """The models of ``profile`` in ``folder`` (``write_ways``): model -> the Triton models whose
     batches count."""
-    return write_ways(profile, folder, plan.parameters, plan.sources)
+    return write_ways(profile, folder, plan.parameters, plan.sources, plan.peer)
 
 
 def measure(bench: Bench, model: str, counted: list[str], load: Load, data: Path, seconds: float) -> Cost:
@@ -293,6 +295,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--length", type=int, default=64, help="tokens per query (default 64)")
     parser.add_argument("--parameter", action="append", default=[], metavar="KEY=VALUE",
                         help="a config.pbtxt parameter of our two models (e.g. buffer_pairs=2); repeatable")
+    parser.add_argument("--peers-no-spinning", action="store_true",
+                        help="the plain model's and the ensemble's ONNX Runtime threads sleep when idle "
+                             "(ours: --parameter allow_spinning=false)")
     parser.add_argument("--models", type=names(MODELS), default=",".join(MODELS),
                         help=f"which of {','.join(MODELS)} to measure (default all; plain always, the ratios' base)")
     parser.add_argument("--source", type=Path, action="append", default=[],
@@ -306,7 +311,7 @@ def main(argv: list[str] | None = None) -> int:
     chosen = set(args.models) | {"plain"}
     plan = Plan(args.concurrency, args.seconds, args.rounds, args.length,
                 dict(p.split("=", 1) for p in args.parameter), tuple(m for m in MODELS if m in chosen),
-                tuple(args.source))
+                tuple(args.source), Peer(spinning=not args.peers_no_spinning))
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
     failed: dict[str, str] = {}

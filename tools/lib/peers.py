@@ -360,12 +360,13 @@ def write_variant(model_dir: Path, repository: Path, name: str, overrides: Mappi
 
 
 def write_ways(profile: Path, folder: Path, parameters: Mapping[str, str] = {},
-               sources: Sequence[Path] = ()) -> dict[str, list[str]]:
+               sources: Sequence[Path] = (), peer: Peer = Peer()) -> dict[str, list[str]]:
     """Four ways of serving one engine in ``folder``, from a timed profile or a sliced model
     directory (real stages, on the device it was sliced for; its unsliced source among
     ``sources`` or where the slicer found it): ``auto`` (ours as the slicer configured it),
     ``pipeline`` (ours, ``policy: pass``), ``plain`` and ``ensemble``; ``parameters`` go on top
-    of ours. Returns model -> the Triton models whose batches count."""
+    of ours, ``peer`` says how the last two are served. Returns model -> the Triton models whose
+    batches count."""
     if profile.is_dir():
         write_variant(profile, folder, "auto", parameters)
         write_variant(profile, folder, "pipeline", {**parameters, "policy": "pass"})
@@ -378,6 +379,6 @@ def write_ways(profile: Path, folder: Path, parameters: Mapping[str, str] = {},
             written = write_timed(model, manifest.inputs, tables, manifest.max_batch_size, *identity, folder / model,
                                   policy, manifest.whole)
         timed_whole(written)
-    write_plain(folder / "auto", folder, "plain", among=sources)
-    steps = [p.name for p in write_ensemble(folder / "auto", folder, "ensemble")[:-1]]
+    write_plain(folder / "auto", folder, "plain", peer, among=sources)
+    steps = [p.name for p in write_ensemble(folder / "auto", folder, "ensemble", peer)[:-1]]
     return {"plain": ["plain"], "ensemble": steps, "pipeline": ["pipeline"], "auto": ["auto"]}
