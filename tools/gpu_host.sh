@@ -44,6 +44,7 @@ OUT="$HERE/results"
 PROJECT="$HERE/project"
 DRY=0
 STEPS=()
+usage() { awk 'NR > 1 && !/^#/ { exit } NR > 1' "$0"; }  # the comment above, however long it grows
 while [ $# -gt 0 ]; do
     case "$1" in
         --dry-run) DRY=1 ;;
@@ -54,12 +55,12 @@ while [ $# -gt 0 ]; do
         gpu) STEPS+=(check setup models gpu_test cost engine archive)
              COST_ROUNDS="${COST_ROUNDS:-1}" COST_SECONDS="${COST_SECONDS:-2}" ;;
         check|setup|models|gpu_test|test|measure|engine|cost|auto|send|env) STEPS+=("$1") ;;
-        -h|--help) sed -n '2,37p' "$0"; exit 0 ;;
+        -h|--help) usage; exit 0 ;;
         *) echo "host.sh: unknown step or option '$1' (see --help)" >&2; exit 2 ;;
     esac
     shift
 done
-[ ${#STEPS[@]} -gt 0 ] || { sed -n '2,37p' "$0"; exit 2; }
+[ ${#STEPS[@]} -gt 0 ] || { usage; exit 2; }
 [ -d "$PROJECT/backend" ] || { echo "host.sh: no project at $PROJECT (this bundle has none: give --project DIR)" >&2; exit 2; }
 
 WANT_PYTHON="$(sed -n 's/^python //p' "$HERE/BUNDLE.txt")"
