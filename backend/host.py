@@ -10,7 +10,8 @@ ancestors (a limit set on a parent binds its children; inside a container the pr
 may not exist under the mount, whose root is then the container's own cgroup). A model's
 instances (``instance_group`` count) share them: each instance's sessions take its share, and
 so does what ``decide.py`` credits its stub and tritonserver with. A session's threads are
-physical cores, as ONNX Runtime's default counts them.
+physical cores, as ONNX Runtime's default counts them, and a session that runs alone has its
+worker threads pinned one to a core, as ONNX Runtime's default pins them (``Cpus.pins``).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ class Cpus:
     pinned: int  # logical CPUs in the affinity mask
     quota: float | None = None  # cores' worth of CPU time per period, the tightest on the path; None: no quota
     instances: int = 1  # the model's instances on these CPUs, each with sessions of its own
-    physical: int | None = None  # physical cores among the pinned CPUs (SMT siblings counted once); None: as pinned
+    cores: tuple[tuple[int, ...], ...] = ()  # the pinned CPUs by physical core (SMT siblings together); (): unread
 
     @property
     def limit(self) -> float:
@@ -45,6 +46,11 @@ class Cpus:
         return self.limit / self.instances
 
     @property
+    def physical(self) -> int | None:
+        """Physical cores among the pinned CPUs; None where the topology cannot be read."""
+        return len(self.cores) or None
+
+    @property
     def threads(self) -> int:
         """Threads for a session: the whole cores of an instance's share of the limit, at least
         one. A fractional share rounds down: the stub and tritonserver spend the same CPUs, and
@@ -55,6 +61,19 @@ class Cpus:
         Runtime's own default counts them not: two threads on one core's compute units share
         them, and the siblings are left to the stub and tritonserver."""
         return max(1, math.floor(min(self.limit, self.physical or self.pinned) / self.instances + 1e-9))
+
+    def pins(self, threads: int) -> tuple[tuple[int, ...], ...]:
+        """The CPUs of each worker thread of a session that runs alone with ``threads`` threads: a
+        physical core each, after the first, which is left to the thread that calls the session.
+        ONNX Runtime pins a session's workers so by default, so a plain model's session has them
+        pinned, and the same threads unpinned cost a fused BERT-like model on 2 shared cores
+        about 90 us a call (its workers' spinning and the caller's met on one core; the pinned
+        ones took what the plain model's took). Its default reads every core of the machine;
+        these are the process's own. None where the instance does not have a core for
+        each thread to itself: instances share the cores, or the topology cannot be read."""
+        if self.instances > 1 or threads > len(self.cores):
+            return ()
+        return self.cores[1:threads]
 
     def describe(self) -> str:
         quota = self.quota is not None and self.quota < self.pinned
@@ -75,7 +94,7 @@ def cpus(instances: int = 1, proc_cgroup: Path = PROC_CGROUP, root: Path = CGROU
     """This process's CPUs: its affinity, its cgroup's quota where one is set, and its physical
     cores, shared by the model's ``instances`` on them."""
     pinned = os.sched_getaffinity(0)
-    return Cpus(len(pinned), cgroup_quota(proc_cgroup, root), max(1, instances), physical_cores(pinned, sysfs))
+    return Cpus(len(pinned), cgroup_quota(proc_cgroup, root), max(1, instances), core_groups(pinned, sysfs))
 
 
 def instances_of(model_config: dict) -> int:
@@ -88,18 +107,18 @@ def instances_of(model_config: dict) -> int:
     return sum(map(count, model_config.get("instance_group", []))) or 1
 
 
-def physical_cores(pinned: set[int], sysfs: Path = SYSFS_CPU) -> int | None:
-    """How many physical cores the ``pinned`` CPUs are on: SMT siblings (a core's hyperthreads)
-    share one ``core_cpus_list`` (``thread_siblings_list`` on older kernels). None where the
-    topology cannot be read."""
-    cores = set()
-    for cpu in pinned:
+def core_groups(pinned: set[int], sysfs: Path = SYSFS_CPU) -> tuple[tuple[int, ...], ...]:
+    """The ``pinned`` CPUs grouped by the physical core they are on, in CPU order: SMT siblings
+    (a core's hyperthreads) share one ``core_cpus_list`` (``thread_siblings_list`` on older
+    kernels). Empty where the topology cannot be read."""
+    cores: dict[str, list[int]] = {}
+    for cpu in sorted(pinned):
         topology = sysfs / f"cpu{cpu}" / "topology"
         siblings = _read(topology / "core_cpus_list") or _read(topology / "thread_siblings_list")
         if not siblings:
-            return None
-        cores.add(siblings)
-    return len(cores) or None
+            return ()
+        cores.setdefault(siblings, []).append(cpu)
+    return tuple(map(tuple, cores.values()))
 
 
 def cgroup_quota(proc_cgroup: Path = PROC_CGROUP, root: Path = CGROUP_ROOT) -> float | None:

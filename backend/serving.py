@@ -106,8 +106,8 @@ def serve(manifest: Manifest, version_dir: Path, config: RuntimeConfig, device: 
         Mode.FUSED if fusable(manifest) and config.batching != "triton" else Mode.IN_TURN)
     metrics.serving(mode.value, choice.capacity)
     alone = mode is not Mode.PIPELINE or len(manifest.stages) == 1  # one session runs at a time
-    engines = load_engines(manifest, version_dir, device, config.intra_op_thread_count or lent.threads,
-                           config.spins(alone), mode is Mode.FUSED, graphs)
+    engines = load_engines(manifest, version_dir, device, config.intra_op_thread_count, config.spins(alone),
+                           mode is Mode.FUSED, graphs, cpus=lent)
     decision = Decision(mode, choice, graphs=describe_graphs(engines), cpus=lent)
     if mode is not Mode.PIPELINE:
         manifest = manifest.fused() if mode is Mode.FUSED else manifest

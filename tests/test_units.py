@@ -15,7 +15,7 @@ from backend.config import RuntimeConfig
 from backend.device import CpuDevice
 from backend.engines import load_engines, ort_options
 from backend.executor import ExecutorState
-from backend.host import Cpus, cgroup_quota, cpus, instances_of, physical_cores
+from backend.host import Cpus, cgroup_quota, core_groups, cpus, instances_of
 from backend.interface import InterfaceError, check
 from backend.errors import ConfigError
 from backend.manifest import Manifest, TensorSpec
@@ -269,10 +269,21 @@ def test_a_session_takes_physical_cores_not_their_hyperthreads(tmp_path):
     for cpu, siblings in enumerate(("0,2", "1,3", "0,2", "1,3")):  # two cores, two threads each
         (tmp_path / f"cpu{cpu}" / "topology").mkdir(parents=True)
         (tmp_path / f"cpu{cpu}" / "topology" / "core_cpus_list").write_text(siblings + "\n")
-    assert (physical_cores({0, 1, 2, 3}, tmp_path), physical_cores({0, 2}, tmp_path)) == (2, 1)
-    assert physical_cores({0, 4}, tmp_path) is None  # a CPU whose topology cannot be read: count them all
-    assert (Cpus(32, None, 1, 16).threads, Cpus(32, 4.0, 1, 16).threads, Cpus(32, None, 2, 16).threads) == (16, 4, 8)
-    assert Cpus(32, None, 1, 16).describe() == "32 CPUs (16 physical cores): 16 threads a session"
+    assert (core_groups({0, 1, 2, 3}, tmp_path), core_groups({0, 2}, tmp_path)) == (((0, 2), (1, 3)), ((0, 2),))
+    assert core_groups({0, 4}, tmp_path) == ()  # a CPU whose topology cannot be read: count them all
+    smt = tuple((core, core + 16) for core in range(16))  # 32 CPUs, 16 cores
+    assert (Cpus(32, None, 1, smt).threads, Cpus(32, 4.0, 1, smt).threads, Cpus(32, None, 2, smt).threads) == (16, 4, 8)
+    assert Cpus(32, None, 1, smt).describe() == "32 CPUs (16 physical cores): 16 threads a session"
+
+
+def test_a_lone_sessions_workers_are_pinned_a_core_each_as_onnx_runtimes_default_pins_them():
+    smt = ((0, 2), (1, 3))  # two cores, two threads each
+    # the caller's thread keeps the first core free of workers; each worker has a core of its own
+    assert (Cpus(4, None, 1, smt).pins(2), Cpus(4, None, 1, smt).pins(1)) == (((1, 3),), ())
+    assert Cpus(4, None, 1, smt).pins(3) == ()  # more threads than cores: none pinned
+    assert (Cpus(4, None, 2, smt).pins(1), Cpus(4).pins(2)) == ((), ())  # shared by instances; topology unread
+    pinned = ort_options(3, spinning=True, between_runs=True, pins=((1, 3), (4,)))
+    assert pinned.get_session_config_entry("session.intra_op_thread_affinities") == "2,4;5"  # counted from 1
 
 
 def test_spinning_threads_stop_at_the_end_of_a_run_unless_their_session_runs_alone():
@@ -285,14 +296,23 @@ def test_spinning_threads_stop_at_the_end_of_a_run_unless_their_session_runs_alo
     assert alone.get_session_config_entry("session.force_spinning_stop") == "0"
 
 
-def test_a_fused_model_spins_between_runs_and_a_pipelines_stages_stop(repository):
+def test_a_fused_model_spins_between_runs_on_pinned_workers_and_a_pipelines_stages_stop(repository):
     manifest = Manifest.load(repository / "bert_like" / VERSION)
+    two_cores = Cpus(2, None, 1, ((0,), (1,)))
 
-    def stops(engine) -> str:
-        return engine._session.get_session_options().get_session_config_entry("session.force_spinning_stop")
-    [fused] = load_engines(manifest, repository / "bert_like" / VERSION, threads=2, spinning=True, fused=True)
-    staged = load_engines(manifest, repository / "bert_like" / VERSION, threads=2, spinning=True)
-    assert stops(fused) == "0" and len(staged) > 1 and {stops(e) for e in staged} == {"1"}
+    def entry(engine, key: str) -> str | None:
+        try:
+            return engine._session.get_session_options().get_session_config_entry(key)
+        except RuntimeError:  # not set
+            return None
+    [fused] = load_engines(manifest, repository / "bert_like" / VERSION, spinning=True, fused=True, cpus=two_cores)
+    staged = load_engines(manifest, repository / "bert_like" / VERSION, spinning=True, cpus=two_cores)
+    assert entry(fused, "session.force_spinning_stop") == "0" and len(staged) > 1
+    assert {entry(e, "session.force_spinning_stop") for e in staged} == {"1"}
+    # the one session's worker on the second core, as ONNX Runtime's default has a plain model's;
+    # the stages, which share the cores, unpinned
+    assert entry(fused, "session.intra_op_thread_affinities") == "2"
+    assert {entry(e, "session.intra_op_thread_affinities") for e in staged} == {None}
 
 
 @pytest.mark.parametrize("dims, shapes", [

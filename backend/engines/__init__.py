@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from ..device import CpuDevice, Device
-from ..host import cpus
+from ..host import Cpus
+from ..host import cpus as host_cpus
 from ..manifest import Manifest, StageSpec
 from ..sample import batch_sizes_up_to, feed_at
 from .base import Engine, Tensors
@@ -58,19 +59,24 @@ Buckets = tuple[tuple[int, ...], tuple[int, ...]]  # (row buckets, length bucket
 
 def load_engines(manifest: Manifest, version_dir: Path, device: Device | None = None, threads: int = 0,
                  spinning: bool = False, fused: bool = False, graphs: bool = False,
-                 buckets: Buckets | None = None) -> list[Engine]:
-    """Every stage's engine, as the backend serves them (``threads`` 0: ``host.Cpus.threads``); with
+                 buckets: Buckets | None = None, cpus: Cpus | None = None) -> list[Engine]:
+    """Every stage's engine, as the backend serves them (``threads`` 0: ``host.Cpus.threads``; a
+    session that runs alone has its workers pinned as ``cpus.pins`` says, by default this
+    process's CPUs'); with
     ``fused``, the one engine of ``manifest.fused()``: ONNX Runtime or torch stages merged back
     into one graph (one run instead of one per stage, and ONNX Runtime's optimiser sees across
     the cuts), or one timed engine for timed stages. With ``graphs``, torch stages replay a CUDA
     graph per shape bucket (``buckets``, by default ``graph_buckets``: what the slicer profiles
     before the tables exist), each captured here (``warm_up``)."""
-    threads = threads or cpus().threads
+    cpus = cpus or host_cpus()
+    threads = threads or cpus.threads
+    pins = cpus.pins(threads)
     device = device or CpuDevice()
     buckets = buckets or graph_buckets(manifest)
     rows = buckets[0] if graphs else ()
     if not fused:  # one stage is a session alone: its spinning threads may spin on between runs
-        engines = [load_engine(stage, version_dir, device, threads, spinning, len(manifest.stages) == 1, rows)
+        alone = len(manifest.stages) == 1
+        engines = [load_engine(stage, version_dir, device, threads, spinning, alone, rows, pins if alone else ())
                    for stage in manifest.stages]
         warm_up(engines, manifest, device, buckets)
         return engines
@@ -86,7 +92,7 @@ def load_engines(manifest: Manifest, version_dir: Path, device: Device | None = 
         engines: list[Engine] = [TorchEngine(merged, outputs, device, threads, manifest.stages[0].precision, rows,
                                              "fused stages")]
     else:
-        engines = [OnnxRuntimeEngine(merged, outputs, threads, spinning, between_runs=True)]
+        engines = [OnnxRuntimeEngine(merged, outputs, threads, spinning, between_runs=True, pins=pins)]
     check_names(engines[0], manifest.fused().stages[0], "the stages fused")
     warm_up(engines, manifest.fused(), device, buckets)
     return engines
@@ -194,9 +200,9 @@ def merge_stages(files: Sequence[Path], inputs: Sequence[str], outputs: Sequence
 
 def load_engine(stage: StageSpec, version_dir: Path, device: Device | None = None,
                 threads: int | None = None, spinning: bool = False, between_runs: bool = False,
-                graph_rows: Sequence[int] = ()) -> Engine:
+                graph_rows: Sequence[int] = (), pins: Sequence[Sequence[int]] = ()) -> Engine:
     """The engine the manifest names for ``stage``, loaded from ``version_dir`` for ``device``
-    (``threads``, ``spinning``, ``between_runs``: see ``ort_options``; ``graph_rows``: a torch
+    (``threads``, ``spinning``, ``between_runs``, ``pins``: see ``ort_options``; ``graph_rows``: a torch
     stage's CUDA graph buckets, see ``TorchEngine``)."""
     device = device or CpuDevice()
     on_cpu = isinstance(device, CpuDevice)
@@ -216,7 +222,7 @@ def load_engine(stage: StageSpec, version_dir: Path, device: Device | None = Non
         elif not on_cpu:
             engine = TensorRTEngine(path, outputs, device)
         else:
-            engine = OnnxRuntimeEngine(path, outputs, threads, spinning, between_runs)
+            engine = OnnxRuntimeEngine(path, outputs, threads, spinning, between_runs, pins)
     check_names(engine, stage, path.name)
     return engine
 

@@ -17,7 +17,8 @@ from ..manifest import TensorSpec
 from ..sample import Probe, feed_at
 
 
-def ort_options(threads: int | None = None, spinning: bool = False, between_runs: bool = False):
+def ort_options(threads: int | None = None, spinning: bool = False, between_runs: bool = False,
+                pins: Sequence[Sequence[int]] = ()):
     """ONNX Runtime session options: quiet, and with ``threads`` set, that many intra-op threads
     that sleep rather than spin when idle unless ``spinning`` (an idle stage must not take cores
     from a busy one; a lone model on idle cores may gain from spinning). Spinning threads stop
@@ -27,7 +28,9 @@ def ort_options(threads: int | None = None, spinning: bool = False, between_runs
     pipeline this beat both spinning between runs and never spinning); a session that runs
     alone (a fused model) keeps ONNX Runtime's default, as a plain model's session does (its
     threads are still spinning when the next batch comes: a 224x224 image model at one in flight
-    0.84x the plain model's answers with the stop, 0.91x without; MiniLM level either way)."""
+    0.84x the plain model's answers with the stop, 0.91x without; MiniLM level either way).
+    ``pins``: the CPUs of each worker thread (``threads - 1`` of them; ``host.Cpus.pins``), for a
+    session that runs alone, as ONNX Runtime pins a plain model's by default."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
@@ -37,6 +40,9 @@ def ort_options(threads: int | None = None, spinning: bool = False, between_runs
         options.add_session_config_entry("session.intra_op.allow_spinning", "1" if spinning else "0")
         options.add_session_config_entry("session.force_spinning_stop",
                                          "1" if spinning and not between_runs else "0")
+        if pins and len(pins) == threads - 1:  # ONNX Runtime's processor ids count from 1
+            options.add_session_config_entry("session.intra_op_thread_affinities",
+                                             ";".join(",".join(str(cpu + 1) for cpu in core) for core in pins))
     return options
 
 
@@ -45,10 +51,10 @@ class OnnxRuntimeEngine:
     see ``ort_options``)."""
 
     def __init__(self, model: Path | bytes, output_names: list[str], threads: int | None = None,
-                 spinning: bool = False, between_runs: bool = False):
+                 spinning: bool = False, between_runs: bool = False, pins: Sequence[Sequence[int]] = ()):
         import onnxruntime as ort
 
-        options = ort_options(threads, spinning, between_runs)
+        options = ort_options(threads, spinning, between_runs, pins)
         model = model if isinstance(model, bytes) else str(model)
         self._session = ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
         self._outputs = output_names
