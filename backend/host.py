@@ -66,10 +66,10 @@ class Cpus:
         """The CPUs of each worker thread of a session that runs alone with ``threads`` threads: a
         physical core each, after the first, which is left to the thread that calls the session.
         ONNX Runtime pins a session's workers so by default, so a plain model's session has them
-        pinned, and the same threads unpinned cost a fused BERT-like model on 2 shared cores
-        about 90 us a call (its workers' spinning and the caller's met on one core; the pinned
-        ones took what the plain model's took). Its default reads every core of the machine;
-        these are the process's own. None where the instance does not have a core for
+        pinned; unpinned, a fused BERT-like model's calls on 2 shared cores took about 90 us
+        longer than the plain model's after 2 of 4 server starts, pinned after none of 7
+        (docs/results/ort-pinned-workers). Its default reads every core of the machine; these
+        are the process's own. None where the instance does not have a core for
         each thread to itself: instances share the cores, or the topology cannot be read."""
         if self.instances > 1 or threads > len(self.cores):
             return ()

@@ -626,3 +626,4 @@ def test_cost_benchmark_measures_four_ways_and_the_trace_shows_the_pipeline(run,
     [trace] = tmp_path.glob("trace-plain-*.tsv")  # the peer's execute calls, to set beside ours
     shown = run("tools.trace", str(trace), "--skip", "0")
     assert shown.returncode == 0 and "execute:" in shown.stdout and "held" in shown.stdout, shown.stderr
+    assert re.search(r"^  \d+ a call: \d+ calls, held median", shown.stdout, re.M), shown.stdout  # by batch size

@@ -7,8 +7,10 @@ Each file holds a line per ``execute`` call and per batch item a stage ran (``ba
 a peer model of ``tools/lib/plain_model.py`` writes its ``execute`` lines alone).
 Over the span traced (less the first ``--skip`` seconds) it prints, for ``execute``, the calls,
 the requests per call, how long a call held Triton's model instance and the gap until Triton
-called again; for each stage, its items, rows per item and the share of the time it computed;
-and ``--show`` lines of the timeline from the middle, in milliseconds, to see who waited for whom.
+called again, also for each number of requests a call that made at least 5 % of the calls (two
+models that form batches of different sizes compare at equal sizes); for each stage, its items,
+rows per item and the share of the time it computed; and ``--show`` lines of the timeline from
+the middle, in milliseconds, to see who waited for whom.
 """
 
 from __future__ import annotations
@@ -40,7 +42,22 @@ def summary(spans: list[tuple[str, float, float, int]]) -> list[str]:
             gaps = np.array([b - e for (_, _, e, _), (_, b, _, _) in zip(mine, mine[1:])]) * 1e3
             line += (f", held {held.mean():.3f} ms (median {np.median(held):.3f}); gap to the next call "
                      f"{gaps.mean():.3f} ms (median {np.median(gaps):.3f}, p90 {np.percentile(gaps, 90):.3f})")
+            lines.append(line)
+            lines += by_requests(held[:-1], gaps, counts[:-1])
+            continue
         lines.append(line)
+    return lines
+
+
+def by_requests(held: np.ndarray, gaps: np.ndarray, counts: np.ndarray) -> list[str]:
+    """Per number of requests a call (those that made at least 5 % of the calls): the median
+    time a call held the instance and the median gap after it, in ms."""
+    lines = []
+    for n in np.unique(counts):
+        calls = counts == n
+        if calls.mean() >= 0.05:
+            lines.append(f"  {n} a call: {calls.sum()} calls, held median {np.median(held[calls]):.3f} ms, "
+                         f"gap after median {np.median(gaps[calls]):.3f}")
     return lines
 
 

@@ -60,9 +60,9 @@ Buckets = tuple[tuple[int, ...], tuple[int, ...]]  # (row buckets, length bucket
 def load_engines(manifest: Manifest, version_dir: Path, device: Device | None = None, threads: int = 0,
                  spinning: bool = False, fused: bool = False, graphs: bool = False,
                  buckets: Buckets | None = None, cpus: Cpus | None = None) -> list[Engine]:
-    """Every stage's engine, as the backend serves them (``threads`` 0: ``host.Cpus.threads``; a
-    session that runs alone has its workers pinned as ``cpus.pins`` says, by default this
-    process's CPUs'); with
+    """Every stage's engine, as the backend serves them (``threads`` 0: ``cpus.threads``, by
+    default this process's; a session that runs alone has its workers pinned as ``cpus.pins``
+    says); with
     ``fused``, the one engine of ``manifest.fused()``: ONNX Runtime or torch stages merged back
     into one graph (one run instead of one per stage, and ONNX Runtime's optimiser sees across
     the cuts), or one timed engine for timed stages. With ``graphs``, torch stages replay a CUDA
