@@ -528,15 +528,15 @@ def test_soak_checks_every_answer_and_reports_windows(run, repository, sources, 
 
 def test_stub_cost_times_ours_and_the_plain_model_inside_one_stub(run, tokenizer, tmp_path):
     """``tools.stub_cost`` on the TensorRT-speed profile and RTE text, briefly: each way's CPU per
-    request inside the benchmark's stub, and ours against the plain model; a model that
-    pipelines is refused with the reason."""
+    request inside the benchmark's stub (with memory read between calls, as ``--evict-mb`` says),
+    and ours against the plain model; a model that pipelines is refused with the reason."""
     done = run("tools.simulate", str(ROOT / "docs" / "profiles" / "bert_base_trt_a100_2stages.json"),
                "--out", str(tmp_path), "--name", "trt")
     assert done.returncode == 0, done.stdout + done.stderr
     workload = ["--dataset", "glue:RTE", "--tokenizer", str(tokenizer), "--max-length", "128"]
     out = tmp_path / "cost"
     done = run("tools.stub_cost", str(tmp_path / "trt"), *workload, "--batch-sizes", "1,4", "--rounds", "1",
-               "--out", str(out))
+               "--evict-mb", "1", "--out", str(out))
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     rows = list(csv.DictReader((out / "stub_cost.csv").read_text().splitlines()))
     assert [row["batch size"] for row in rows] == ["1", "4"]
