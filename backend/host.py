@@ -69,8 +69,8 @@ class Cpus:
         pinned; unpinned, a fused BERT-like model's calls on 2 shared cores took about 90 us
         longer than the plain model's after 2 of 4 server starts, pinned after none of 7
         (docs/results/ort-pinned-workers). Its default reads every core of the machine; these
-        are the process's own. None where the instance does not have a core for
-        each thread to itself: instances share the cores, or the topology cannot be read."""
+        are the process's own. Empty where the instance does not have a core for each thread to
+        itself: instances share the cores, or the topology cannot be read."""
         if self.instances > 1 or threads > len(self.cores):
             return ()
         return self.cores[1:threads]

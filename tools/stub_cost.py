@@ -29,8 +29,8 @@ request and the plain model 53, where this tool says 36.6 and 24.9: its microsec
 floor, and its ratio understated ours there (1.47x against 1.70x). Most of that is the caches:
 ``--evict-mb 16`` reads 16 MiB between two calls, untimed, and ours then takes 37-45 us against
 28-33 (1.24x-1.42x; warm, 1.16x-1.22x) on near-zero compute, one request a call. Cold, a path's
-footprint counts, not only its steps: skipping the call's counters record alone saved 4-5 us
-cold and nothing warm (an experiment, not kept).
+footprint counts, not only its steps: skipping the call's counters record alone saved 4-5 us of
+the cold figure (an experiment, not kept).
 """
 
 from __future__ import annotations

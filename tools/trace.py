@@ -38,14 +38,13 @@ def summary(spans: list[tuple[str, float, float, int]]) -> list[str]:
         held = np.array([e - b for _, b, e, _ in mine]) * 1e3
         counts = np.array([n for *_, n in mine])
         line = f"{what}: {len(mine)} calls, {counts.mean():.1f} per call, busy {held.sum() / 1e3 / (last - first):.0%}"
+        sizes = []
         if what == "execute":
             gaps = np.array([b - e for (_, _, e, _), (_, b, _, _) in zip(mine, mine[1:])]) * 1e3
             line += (f", held {held.mean():.3f} ms (median {np.median(held):.3f}); gap to the next call "
                      f"{gaps.mean():.3f} ms (median {np.median(gaps):.3f}, p90 {np.percentile(gaps, 90):.3f})")
-            lines.append(line)
-            lines += by_requests(held[:-1], gaps, counts[:-1])
-            continue
-        lines.append(line)
+            sizes = by_requests(held[:-1], gaps, counts[:-1])
+        lines += [line, *sizes]
     return lines
 
 
