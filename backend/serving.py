@@ -29,7 +29,7 @@ from .config import RuntimeConfig
 from .decide import Choice, HostCosts, LoneRuns, Mode, ModeSwitch, Window, capacities, choose, interpreted, waits
 from .device import CpuDevice, Device
 from .dispatch import SmdpPolicy
-from .engines import describe_graphs, fusable, graph_buckets, load_engines, on_host_cores
+from .engines import describe_graphs, describe_pins, fusable, graph_buckets, load_engines, on_host_cores
 from .executor import Trace
 from .host import Cpus, cpus
 from .manifest import Manifest
@@ -68,13 +68,15 @@ class Decision:
     waits: bool = False  # a pipeline's ``execute`` waits until stage 0 has computed its queries
     waits_why: str = ""
     graphs: str = ""  # the torch stages' CUDA graphs, where they have them (``engines.describe_graphs``)
+    pins: str = ""  # where a lone ONNX Runtime session's workers are pinned (``engines.describe_pins``)
     costs: HostCosts = HostCosts()
     cpus: Cpus | None = None  # what the host lends this process (``host.py``)
 
     def describe(self) -> str:
         return "; ".join(part for part in (f"serves {self.mode.value} ({self.choice.why})", self.waits_why,
                                            self.costs.describe() if self.costs.measured else "",
-                                           self.graphs, f"on {self.cpus.describe()}" if self.cpus else "") if part)
+                                           self.graphs, f"on {self.cpus.describe()}" if self.cpus else "",
+                                           self.pins) if part)
 
 
 def serve(manifest: Manifest, version_dir: Path, config: RuntimeConfig, device: Device, metrics: Metrics,
@@ -108,7 +110,7 @@ def serve(manifest: Manifest, version_dir: Path, config: RuntimeConfig, device: 
     alone = mode is not Mode.PIPELINE or len(manifest.stages) == 1  # one session runs at a time
     engines = load_engines(manifest, version_dir, device, config.intra_op_thread_count, config.spins(alone),
                            mode is Mode.FUSED, graphs, cpus=lent)
-    decision = Decision(mode, choice, graphs=describe_graphs(engines), cpus=lent)
+    decision = Decision(mode, choice, graphs=describe_graphs(engines), pins=describe_pins(engines), cpus=lent)
     if mode is not Mode.PIPELINE:
         manifest = manifest.fused() if mode is Mode.FUSED else manifest
         config.bind(manifest)

@@ -13,7 +13,7 @@ from backend.batch_table import BatchItem, BatchTable
 from backend.buffers import Boundary, BufferState
 from backend.config import RuntimeConfig
 from backend.device import CpuDevice
-from backend.engines import load_engines, ort_options
+from backend.engines import describe_pins, load_engines, ort_options
 from backend.executor import ExecutorState
 from backend.host import Cpus, cgroup_quota, core_groups, cpus, instances_of
 from backend.interface import InterfaceError, check
@@ -313,6 +313,7 @@ def test_a_fused_model_spins_between_runs_on_pinned_workers_and_a_pipelines_stag
     # the stages, which share the cores, unpinned
     assert entry(fused, "session.intra_op_thread_affinities") == "2"
     assert {entry(e, "session.intra_op_thread_affinities") for e in staged} == {None}
+    assert describe_pins([fused]) == "ONNX Runtime's workers pinned to CPUs 1" and describe_pins(staged) == ""
 
 
 @pytest.mark.parametrize("dims, shapes", [

@@ -34,8 +34,8 @@ from .timed import TimedEngine
 from .torch import TorchEngine
 
 __all__ = ["Engine", "OnnxRuntimeEngine", "TensorRTEngine", "TimedEngine", "TorchEngine",
-           "describe_graphs", "fusable", "graph_buckets", "load_engine", "load_engines", "merge_stages",
-           "on_host_cores", "ort_options", "run_stages", "warm_up", "Buckets"]
+           "describe_graphs", "describe_pins", "fusable", "graph_buckets", "load_engine", "load_engines",
+           "merge_stages", "on_host_cores", "ort_options", "run_stages", "warm_up", "Buckets"]
 
 log = logging.getLogger(__name__)
 
@@ -165,6 +165,14 @@ def describe_graphs(engines: Sequence[Engine]) -> str:
                                                if g.failures else "") for g in graphed]
     total = sum(g.reserved for g in graphed)
     return f"CUDA graphs over row buckets {list(graphed[0].rows)}: {'; '.join(parts)}; {total / 2**20:.0f} MiB"
+
+
+def describe_pins(engines: Sequence[Engine]) -> str:
+    """Where ONNX Runtime sessions among ``engines`` pin their worker threads, for the model's
+    log (``host.Cpus.pins``); empty where none does."""
+    pins = {getattr(engine, "pins", ()) for engine in engines} - {()}
+    return "; ".join(f"ONNX Runtime's workers pinned to CPUs {', '.join('+'.join(map(str, core)) for core in p)}"
+                     for p in sorted(pins))
 
 
 def merge_stages(files: Sequence[Path], inputs: Sequence[str], outputs: Sequence[str]) -> bytes:

@@ -40,7 +40,7 @@ def ort_options(threads: int | None = None, spinning: bool = False, between_runs
         options.add_session_config_entry("session.intra_op.allow_spinning", "1" if spinning else "0")
         options.add_session_config_entry("session.force_spinning_stop",
                                          "1" if spinning and not between_runs else "0")
-        if pins and len(pins) == threads - 1:  # ONNX Runtime's processor ids count from 1
+        if pins:  # one core per worker (``threads - 1`` of them); ONNX Runtime's processor ids count from 1
             options.add_session_config_entry("session.intra_op_thread_affinities",
                                              ";".join(",".join(str(cpu + 1) for cpu in core) for core in pins))
     return options
@@ -55,6 +55,7 @@ class OnnxRuntimeEngine:
         import onnxruntime as ort
 
         options = ort_options(threads, spinning, between_runs, pins)
+        self.pins = tuple(map(tuple, pins))  # each worker thread's CPUs, where pinned (for the model's log)
         model = model if isinstance(model, bytes) else str(model)
         self._session = ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
         self._outputs = output_names
