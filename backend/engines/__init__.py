@@ -62,10 +62,9 @@ def load_engines(manifest: Manifest, version_dir: Path, device: Device | None = 
                  buckets: Buckets | None = None, cpus: Cpus | None = None) -> list[Engine]:
     """Every stage's engine, as the backend serves them (``threads`` 0: ``cpus.threads``, by
     default this process's; a session that runs alone has its workers pinned as ``cpus.pins``
-    says); with
-    ``fused``, the one engine of ``manifest.fused()``: ONNX Runtime or torch stages merged back
-    into one graph (one run instead of one per stage, and ONNX Runtime's optimiser sees across
-    the cuts), or one timed engine for timed stages. With ``graphs``, torch stages replay a CUDA
+    says); with ``fused``, the one engine of ``manifest.fused()``: ONNX Runtime or torch stages
+    merged back into one graph (one run instead of one per stage, and ONNX Runtime's optimiser
+    sees across the cuts), or one timed engine for timed stages. With ``graphs``, torch stages replay a CUDA
     graph per shape bucket (``buckets``, by default ``graph_buckets``: what the slicer profiles
     before the tables exist), each captured here (``warm_up``)."""
     cpus = cpus or host_cpus()

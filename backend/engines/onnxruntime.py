@@ -40,7 +40,7 @@ def ort_options(threads: int | None = None, spinning: bool = False, between_runs
         options.add_session_config_entry("session.intra_op.allow_spinning", "1" if spinning else "0")
         options.add_session_config_entry("session.force_spinning_stop",
                                          "1" if spinning and not between_runs else "0")
-        if pins:  # one core per worker (``threads - 1`` of them); ONNX Runtime's processor ids count from 1
+        if pins:  # ONNX Runtime's processor ids count from 1
             options.add_session_config_entry("session.intra_op_thread_affinities",
                                              ";".join(",".join(str(cpu + 1) for cpu in core) for core in pins))
     return options
