@@ -60,14 +60,15 @@ def test_the_bundle_holds_what_the_host_needs_and_fits(bundle):
 
 def test_the_host_script_dry_run_checks_and_plans_every_step(bundle):
     _, _, top = bundle
-    done = subprocess.run([str(top / "host.sh"), "--dry-run", "all", "cost", "auto", "gpu_test", "send"],
+    done = subprocess.run([str(top / "host.sh"), "--dry-run", "all", "cost", "auto", "gpu_test", "dispatch", "send"],
                           capture_output=True, text=True, env={**os.environ, "PYTHON": sys.executable}, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     for said in ("matches the bundled stub", "every library found", "perf_analyzer 2.51.0 runs",
                  "tools.models bert_base resnet50_tv --target torch --device cuda", "tests/test_cuda.py",
                  "tools.compare", "glue:RTE", "glue:SST-2", "tools.bench_cost",
                  "zero_2stages.json --models plain,auto --concurrency 1", "DVABATCH_TRACE=",
-                 "tools.check_auto --concurrency 1,16,64", "tools.send_cost --rounds 2"):
+                 "tools.check_auto --concurrency 1,16,64", "tools.send_cost --rounds 2",
+                 "tools.bench_dispatch docs/profiles/bert_base_trt_a100_2stages.json"):
         assert said in done.stdout, said
     exports = subprocess.run([str(top / "host.sh"), "env"], capture_output=True, text=True,
                              env={**os.environ, "PYTHON": sys.executable}, timeout=60)

@@ -24,6 +24,9 @@
 #            ours beside the plain model's, against the time between calls), outputs under --out
 #   auto     (not in `all`) tools.check_auto on the host's CPU: auto against the better of the plain
 #            model and the forced pipeline on the three timed profiles (about 5 minutes), under --out
+#   dispatch (not in `all`) tools.bench_dispatch on the host's CPU: `policy: smdp` (pipelined, and with
+#            policy.auto) against Triton's batcher at its best delay, at 0.5 and 0.9 of the peak, on the
+#            TensorRT-speed profile (issue 40's live target, missed on a 2-core host), under --out
 #   send     (not in `all`) tools.send_cost: what an answer sent through its response sender costs
 #            beside one returned from execute on this host, the ceiling of any multi-exit answer
 #            (about 2 minutes), under --out
@@ -54,7 +57,7 @@ while [ $# -gt 0 ]; do
         all) STEPS+=(check setup models test measure) ;;
         gpu) STEPS+=(check setup models gpu_test cost engine archive)
              COST_ROUNDS="${COST_ROUNDS:-1}" COST_SECONDS="${COST_SECONDS:-2}" ;;
-        check|setup|models|gpu_test|test|measure|engine|cost|auto|send|env) STEPS+=("$1") ;;
+        check|setup|models|gpu_test|test|measure|engine|cost|auto|dispatch|send|env) STEPS+=("$1") ;;
         -h|--help) usage; exit 0 ;;
         *) echo "host.sh: unknown step or option '$1' (see --help)" >&2; exit 2 ;;
     esac
@@ -204,6 +207,12 @@ cost() {
 auto() {  # no model of its own: timed profiles, the host's CPU and the stub's interpreter
     run sh -c "cd \"$PROJECT\" && \"$SERVE\" -m tools.check_auto --concurrency 1,16,64 --loads 0.3,0.6,0.9 \
         --seconds ${AUTO_SECONDS:-2} --warmup 1 --out \"$OUT/check-auto\"" || true  # (a cell outside: exit 1)
+}
+
+dispatch() {  # no model of its own: a timed profile, the host's CPU and the stub's interpreter
+    run sh -c "cd \"$PROJECT\" && \"$SERVE\" -m tools.bench_dispatch docs/profiles/bert_base_trt_a100_2stages.json \
+        --loads 0.5,0.9 --policies '' --static 64 --rounds ${DISPATCH_ROUNDS:-2} --seconds ${DISPATCH_SECONDS:-3} \
+        --warmup 1 --out \"$OUT/dispatch\""
 }
 
 send() {  # no model: identity Python models, the host's CPU and tritonserver
