@@ -7,6 +7,7 @@ import io
 import json
 import subprocess
 import tarfile
+import time
 from dataclasses import replace
 
 import numpy as np
@@ -19,9 +20,10 @@ from backend.engines import OnnxRuntimeEngine
 from backend.manifest import Manifest
 from slicer.slicing import VERSION, slice_model
 from tools.lib.workload import interface_of, synthetic
-from tools.lib.perf_analyzer import (ATTEMPTS, HANG_AFTER_S, HANG_FACTOR, ExportError, Load, PerfAnalyzerError,
-                                     WindowLost, check_ended, command, measure, read_csv, read_export,
-                                     run_once, transport, until_kept)
+import tools.lib.perf_analyzer as perf_analyzer
+from tools.lib.perf_analyzer import (ATTEMPTS, HANG_AFTER_S, HANG_FACTOR, Answered, ExportError, Load,
+                                     PerfAnalyzerError, WindowLost, check_ended, command, measure, open_counts,
+                                     read_csv, read_export, run_once, transport, until_kept)
 from tools.lib.perf_analyzer import VERSION as PA_VERSION
 from tools.lib.perf_analyzer import installed_version
 from tools.lib.perf_analyzer_install import _deb_member, install
@@ -93,8 +95,12 @@ def test_windows_of_each_load(server, rte, tmp_path):
     closed = measure("bert_like", server.url, Load(concurrency=2), rte, seconds=1.5, warmup_s=0.5)
     assert closed.requests > 10 and closed.seconds > 1 and closed.schedule_s == closed.seconds
     assert closed.throughput == pytest.approx(closed.requests / closed.seconds)
+    answered = Answered.from_now(server.url, "bert_like", sum(open_counts(Load(rate=30), 1.0, 0.3)), 1.3)
     poisson = measure("bert_like", server.url, Load(rate=30), rte, seconds=1.0, warmup_s=0.3)
     assert poisson.requests == 30 and poisson.schedule_s == pytest.approx(1.0)
+    # Triton's statistics show every request the window sent answered (its warm-up too), and not
+    # before its schedule is over: a run still going then has hung (``run_once``).
+    assert answered(1.3) and not answered(1.2) and not replace(answered, expected=10**9)(1.3)
     assert poisson.goodput(1e9) == pytest.approx(30.0) and poisson.goodput(0) == 0
     assert poisson.percentile_ms(50) > 0
     assert (np.diff(poisson.sent_s) >= 0).all()
@@ -191,3 +197,16 @@ def test_a_run_that_hangs_is_repeated_then_reported(tmp_path):
     with pytest.raises(PerfAnalyzerError, match="failed: Thread .0. had error: model not ready") as raised:
         check_ended(failed, export, "c=64")
     assert not isinstance(raised.value, WindowLost)
+
+
+def test_a_run_still_going_after_the_server_answered_all_it_sends_is_lost_early(monkeypatch):
+    """An open-loop run that hangs although the server answered every request it sends (the race
+    ``Answered`` describes) is killed ``SETTLED_S`` after that, not at its long limit; one that
+    ends meanwhile is kept."""
+    monkeypatch.setattr(perf_analyzer, "SETTLED_S", 0.5)
+    began = time.monotonic()
+    with pytest.raises(WindowLost, match="a settled window.*hung: the server had answered all its requests"):
+        run_once(["sleep", "30"], 25.0, "a settled window", answered=lambda running_s: running_s > 0.2)
+    assert time.monotonic() - began < 5
+    done = run_once(["bash", "-c", "sleep 0.3; echo finished"], 25.0, "a window", answered=lambda running_s: True)
+    assert done.returncode == 0 and done.stdout == "finished\n"

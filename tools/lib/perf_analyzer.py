@@ -16,7 +16,8 @@ states) go through system shared memory instead of gRPC: ``transport``); its CSV
 server-side columns.
 perf_analyzer stops at the first failed request; a window that did raises ``PerfAnalyzerError``
 with perf_analyzer's own words (one that hung, ended without a word or left its export cut short
-is run again). The binary is ``<venv>/bin/perf_analyzer`` (``make setup``
+is run again; an open-loop run is seen to hang seconds after the server answered all it sends,
+``Answered``, rather than at its long limit). The binary is ``<venv>/bin/perf_analyzer`` (``make setup``
 installs it, ``tools.perf_analyzer.install``).
 """
 
@@ -32,6 +33,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,6 +47,11 @@ from tritonclient.utils import InferenceServerException
 DELAYED = re.compile(r"(\d+(?:\.\d+)?)% of the requests were delayed")
 _REQUEST = re.compile(rb'\{"timestamp":(\d+),(?:"sequence_id":\d+,)?"request_inputs":')
 HANG_AFTER_S, HANG_FACTOR, ATTEMPTS = 30.0, 4.0, 3  # a window runs past 30 s + 4 x its length only if hung
+# An open-loop run still going this long after the server answered every request it sends has
+# hung (``Answered``): perf_analyzer then only writes its export and report, in well under a second.
+SETTLED_S = 5.0
+POLL_S = 0.5  # how often a run is looked at
+OPEN_ATTEMPTS = 6  # an open-loop window's: most of its losses cost SETTLED_S, and one core loses half its runs
 T = TypeVar("T")
 _ANSWERS = re.compile(rb'"response_timestamps":\[([0-9,]*)\]')
 
@@ -256,33 +263,94 @@ def command(model: str, url: str, load: Load, data: str | Path, seconds: float, 
         args += ["-p", str(max(100, round(seconds * 1000 / 3))), "-s", "100000", "-r", "3",
                  "--warmup-request-count", str(2 * load.concurrency)]
     else:
-        rate = load.offered()  # perf_analyzer also wants at least a second's worth of requests
-        args += ["--request-count", str(max(16, math.ceil(rate), round(rate * seconds))),
-                 "--warmup-request-count", str(max(8, round(rate * warmup_s)))]
+        warmup, counted = open_counts(load, seconds, warmup_s)
+        args += ["--request-count", str(counted), "--warmup-request-count", str(warmup)]
     return args
 
 
-def run_once(args: list[str], limit: float, what: str, outputs: Sequence[Path] = ()) -> subprocess.CompletedProcess:
+def open_counts(load: Load, seconds: float, warmup_s: float) -> tuple[int, int]:
+    """(warm-up, measured) requests an open-loop window sends: its rate times each length, and
+    at least a second's worth measured (perf_analyzer wants it)."""
+    rate = load.offered()
+    return max(8, round(rate * warmup_s)), max(16, math.ceil(rate), round(rate * seconds))
+
+
+@dataclass(frozen=True)
+class Answered:
+    """Whether the server has answered every request an open-loop run sends (``run_once``): its
+    model's success and failure counts, from Triton's statistics, grown by ``expected`` since
+    ``since``. Asked only once the run's schedule is over (``after_s``), so that the window is not
+    disturbed. perf_analyzer 2.51 sometimes never ends such a run although the server answered
+    everything: its profiler starts the workers and only then clears their records for the window
+    (``InferenceProfiler::Profile``, then ``ProfileHelper``'s ``SwapRequestRecords``), so requests
+    answered in between are lost to the window, which waits for a count it can no longer reach.
+    With every process on one core most windows hit that race. No other client may send to the
+    model meanwhile."""
+
+    url: str
+    model: str
+    expected: int
+    after_s: float
+    since: int
+
+    @classmethod
+    def from_now(cls, url: str, model: str, expected: int, after_s: float) -> Answered:
+        return cls(url, model, expected, after_s, _answered_so_far(url, model))
+
+    def __call__(self, elapsed_s: float) -> bool:
+        if elapsed_s < self.after_s:
+            return False
+        try:
+            return _answered_so_far(self.url, self.model) - self.since >= self.expected
+        except InferenceServerException:  # the server cannot say: the run's own limit decides
+            return False
+
+
+def _answered_so_far(url: str, model: str) -> int:
+    """Requests of ``model`` the server has answered, with a result or an error, since it loaded."""
+    with grpcclient.InferenceServerClient(url) as client:
+        stats = client.get_inference_statistics(model, as_json=True).get("model_stats", [])
+    return sum(int(s.get("inference_stats", {}).get(kind, {}).get("count", 0)) for s in stats
+               for kind in ("success", "fail"))
+
+
+def run_once(args: list[str], limit: float, what: str, outputs: Sequence[Path] = (),
+             answered: Callable[[float], bool] | None = None) -> subprocess.CompletedProcess:
     """Run perf_analyzer once, its ``outputs`` removed first (perf_analyzer refuses a profile
-    export file that exists). perf_analyzer 2.51 sometimes stops sending in the middle of a window
-    and never ends (the server has answered everything it was sent; about one Poisson window in 20
-    here, with or without a warm-up): such a run is killed after ``limit``, a lost window."""
+    export file that exists). perf_analyzer 2.51 sometimes never ends a window (about one Poisson
+    window in 20 on two cores, most of them on one; the server has answered everything it was
+    sent): such a run is killed after ``limit``, or, where ``answered(seconds running)`` says the
+    server answered every request it sends, ``SETTLED_S`` after that, a lost window."""
     for path in outputs:
         path.unlink(missing_ok=True)
-    try:
-        return subprocess.run(args, capture_output=True, text=True, timeout=limit)
-    except subprocess.TimeoutExpired:
-        raise WindowLost(f"perf_analyzer ({what}) hung for {limit:.0f} s") from None
+    began, settled = time.monotonic(), None
+    with subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as process:
+        while True:
+            try:  # (output read meanwhile is kept for the next try)
+                out, err = process.communicate(timeout=POLL_S)
+                return subprocess.CompletedProcess(args, process.returncode, out, err)
+            except subprocess.TimeoutExpired:
+                pass
+            running = time.monotonic() - began
+            if answered is not None and settled is None and answered(running):
+                settled = running
+            if running > limit or (settled is not None and running - settled > SETTLED_S):
+                process.kill()
+                process.communicate()
+                if running > limit:
+                    raise WindowLost(f"perf_analyzer ({what}) hung for {limit:.0f} s")
+                raise WindowLost(f"perf_analyzer ({what}) hung: the server had answered all its requests "
+                                 f"{running - settled:.0f} s before")
 
 
-def until_kept(attempt: Callable[[], T]) -> T:
+def until_kept(attempt: Callable[[], T], attempts: int = ATTEMPTS) -> T:
     """``attempt()``, again while it loses its window (``WindowLost``: it hung, ended without a
-    word or left its export cut short), up to ``ATTEMPTS`` times in all; the last loss is raised."""
-    for tried in range(1, ATTEMPTS):
+    word or left its export cut short), up to ``attempts`` times in all; the last loss is raised."""
+    for tried in range(1, attempts):
         try:
             return attempt()
         except WindowLost as exc:
-            print(f"    {exc} (attempt {tried} of {ATTEMPTS})", file=sys.stderr, flush=True)
+            print(f"    {exc} (attempt {tried} of {attempts})", file=sys.stderr, flush=True)
     return attempt()
 
 
@@ -312,11 +380,13 @@ def measure(model: str, url: str, load: Load, data: str | Path, seconds: float, 
         what = f"{load.label} on {model}"
 
         def attempt() -> tuple[str, np.ndarray, np.ndarray]:
-            done = run_once(args, limit, what, (csv_path, export))
+            settled = None if load.closed else Answered.from_now(url, model, sum(open_counts(load, seconds, warmup_s)),
+                                                                 warmup_s + seconds)
+            done = run_once(args, limit, what, (csv_path, export), settled)
             check_ended(done, export, what)
             return done.stdout + done.stderr, *read_export(export)
 
-        output, sent, answered = until_kept(attempt)
+        output, sent, answered = until_kept(attempt, ATTEMPTS if load.closed else OPEN_ATTEMPTS)
         order = np.argsort(sent, kind="stable")
         sent, answered = sent[order], answered[order]
         delayed = DELAYED.search(output)
