@@ -294,8 +294,12 @@ class Answered:
     since: int
 
     @classmethod
-    def from_now(cls, url: str, model: str, expected: int, after_s: float) -> Answered:
-        return cls(url, model, expected, after_s, _answered_so_far(url, model))
+    def from_now(cls, url: str, model: str, expected: int, after_s: float) -> Answered | None:
+        """Counting from now; None where the server cannot say (perf_analyzer will, in its words)."""
+        try:
+            return cls(url, model, expected, after_s, _answered_so_far(url, model))
+        except InferenceServerException:
+            return None
 
     def __call__(self, elapsed_s: float) -> bool:
         if elapsed_s < self.after_s:
