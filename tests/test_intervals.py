@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from tools.lib.intervals import Ratio, against_margin, across_rounds, pooled, ratio, t_quantile
+from tools.lib.intervals import Ratio, against_margin, across_rounds, pooled, ratio, t_quantile, verdict
 from tools.lib.perf_analyzer import Load, Window
 
 RATE = Load(rate=100)
@@ -78,6 +78,16 @@ def test_a_ratio_is_shown_within_a_margin_outside_it_or_unresolved_between():
     assert against_margin(across_rounds([0.97, 0.98, 0.97], lower_is_better=False), 0.05) == "yes"
     assert against_margin(across_rounds([0.80, 0.82, 0.81], lower_is_better=False), 0.05) == "NO"
     assert against_margin(across_rounds([], lower_is_better=False), 0.05) == "NO"
+
+
+def test_a_cell_with_fewer_paired_rounds_than_asked_for_is_unresolved():
+    """A round that lost a window (perf_analyzer hung every time) has no ratio: where three rounds
+    were asked for and one is left, its ratio alone says nothing (``tools.check_auto`` then runs
+    more rounds, up to ``--max-rounds``); with the rounds asked for, the interval decides."""
+    assert verdict([1.13], lower_is_better=True, margin=0.05, wanted=3) == "unresolved"
+    assert verdict([1.13], lower_is_better=True, margin=0.05) == "NO"  # one round asked for: its ratio says
+    assert verdict([1.13, 1.14, 1.12], lower_is_better=True, margin=0.05, wanted=3) == "NO"
+    assert verdict([], lower_is_better=True, margin=0.05, wanted=3) == "NO"  # nothing measured: no ratio at all
 
 
 def test_across_rounds_is_the_geometric_mean_with_a_t_interval_that_widens_as_rounds_get_fewer():

@@ -24,14 +24,15 @@ one (the geometric mean of the rounds' ratios, each round's windows side by side
 t interval over the rounds (``tools.lib.intervals.across_rounds``: it widens as rounds get
 fewer, as it must on a host whose windows move from round to round), ``auto`` over the better
 one in each round, how far the better one's own rounds lie apart, and a verdict
-(``intervals.against_margin``):
+(``intervals.verdict``):
 
 - ``yes``: the whole interval is within the margin (``auto`` shown within 5 %);
 - ``NO``: the whole interval is outside it (shown outside);
 - ``unresolved``: the interval holds the margin's edge: on this host, at these rounds, the
   windows move by more than the difference, and only more rounds (or a quieter host) can tell.
 
-One round gives no interval: its ratio alone says yes or no.
+One round (``--rounds 1``) gives no interval: its ratio alone says yes or no. Where more were asked
+for, a cell left with fewer rounds that have both windows is unresolved.
 
 With ``--max-rounds`` a cell still unresolved after ``--rounds`` gets more rounds, one at a time,
 until its verdict is read or it has had that many: rounds go where this host's noise needs them.
@@ -42,7 +43,9 @@ most 5 % of the time, whichever look reads it (the table's "95 %" is that guaran
 ``--out`` keeps the table (summary.md, check.csv) and every window's figure (windows.csv),
 rewritten after each cell, so that a run cut short keeps what it measured. A window that fails
 (perf_analyzer hangs now and then, more often with every process on one core) leaves its figure
-out; a cell without one fails. The exit status is 0 only where every cell is shown within the margin.
+out and its round uncounted (another round makes up for it where ``--max-rounds`` allows); a cell
+left with fewer rounds than ``--rounds`` is unresolved, and one without any fails. The exit
+status is 0 only where every cell is shown within the margin.
 """
 
 from __future__ import annotations
@@ -63,7 +66,7 @@ from tritonclient.utils import InferenceServerException
 
 from tools.lib.cli import numbers, table_console
 from tools.lib.harness import Bench
-from tools.lib.intervals import Ratio, against_margin, across_rounds, pooled
+from tools.lib.intervals import Ratio, across_rounds, pooled, verdict
 from tools.lib.paths import ROOT
 from tools.lib.peers import write_ways
 from tools.lib.perf_analyzer import Load, PerfAnalyzerError, Window
@@ -89,6 +92,7 @@ class Cell:
     closed: bool
     rounds: dict[str, list[Window | None]]  # grows while the cell is measured (``measure``)
     confidence: float = 0.95  # each look's interval (``looked``)
+    wanted: int = 1  # rounds with both windows a verdict needs (``--rounds``); a lost window's round does not count
 
     @property
     def statistic(self) -> str:
@@ -143,9 +147,8 @@ class Cell:
         return lines
 
     def verdict(self, margin: float) -> str:
-        """``yes``, ``NO`` or ``unresolved`` (``intervals.against_margin``; ``NO`` where a window
-        failed, so that there is no ratio)."""
-        return against_margin(self.ratio, margin)
+        """``yes``, ``NO`` or ``unresolved`` over the rounds with both windows (``intervals.verdict``)."""
+        return verdict(self.paired(), not self.closed, margin, self.confidence, self.wanted)
 
 
 def run_profile(profile: Path, args: argparse.Namespace, console: Console) -> Iterator[Cell]:
@@ -191,8 +194,10 @@ def measure(bench: Bench, profile: str, label: str, load: Load, data: Path, args
             console: Console) -> Cell:
     """The three models' windows in ``--rounds`` rounds, every other round in the reverse order,
     and then, while the cell's verdict is unresolved, more rounds up to ``--max-rounds``. A window
-    that fails (perf_analyzer hung) is None: the cell is said to fail, the others are measured."""
-    cell = Cell(profile, label, load.closed, {m: [] for m in MODELS}, looked(args))
+    that fails (perf_analyzer hung every time) is None, and its round does not count: the cell
+    stays unresolved until ``--rounds`` rounds have both windows, so a lost window is made up by
+    another round where ``--max-rounds`` allows one."""
+    cell = Cell(profile, label, load.closed, {m: [] for m in MODELS}, looked(args), args.rounds)
     for turn in range(args.max_rounds):
         if turn >= args.rounds and cell.verdict(args.margin) != "unresolved":
             break
