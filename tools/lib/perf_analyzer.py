@@ -51,7 +51,7 @@ HANG_AFTER_S, HANG_FACTOR, ATTEMPTS = 30.0, 4.0, 3  # a window runs past 30 s + 
 # hung (``Answered``): perf_analyzer then only writes its export and report, in well under a second.
 SETTLED_S = 5.0
 POLL_S = 0.5  # how often a run is looked at
-OPEN_ATTEMPTS = 6  # an open-loop window's: most of its losses cost SETTLED_S, and one core loses half its runs
+OPEN_ATTEMPTS = 6  # an open-loop window's: most of its losses cost SETTLED_S, and one core loses a third of its runs
 T = TypeVar("T")
 _ANSWERS = re.compile(rb'"response_timestamps":\[([0-9,]*)\]')
 
@@ -284,8 +284,8 @@ class Answered:
     everything: its profiler starts the workers and only then clears their records for the window
     (``InferenceProfiler::Profile``, then ``ProfileHelper``'s ``SwapRequestRecords``), so requests
     answered in between are lost to the window, which waits for a count it can no longer reach.
-    With every process on one core most windows hit that race. No other client may send to the
-    model meanwhile."""
+    With every process on one core a third of the runs or more hit that race. No other client may
+    send to the model meanwhile."""
 
     url: str
     model: str
@@ -322,7 +322,7 @@ def run_once(args: list[str], limit: float, what: str, outputs: Sequence[Path] =
              answered: Callable[[float], bool] | None = None) -> subprocess.CompletedProcess:
     """Run perf_analyzer once, its ``outputs`` removed first (perf_analyzer refuses a profile
     export file that exists). perf_analyzer 2.51 sometimes never ends a window (about one Poisson
-    window in 20 on two cores, most of them on one; the server has answered everything it was
+    window in 20 on two cores, a third or more on one; the server has answered everything it was
     sent): such a run is killed after ``limit``, or, where ``answered(seconds running)`` says the
     server answered every request it sends, ``SETTLED_S`` after that, a lost window."""
     for path in outputs:
@@ -384,9 +384,9 @@ def measure(model: str, url: str, load: Load, data: str | Path, seconds: float, 
         what = f"{load.label} on {model}"
 
         def attempt() -> tuple[str, np.ndarray, np.ndarray]:
-            settled = None if load.closed else Answered.from_now(url, model, sum(open_counts(load, seconds, warmup_s)),
-                                                                 warmup_s + seconds)
-            done = run_once(args, limit, what, (csv_path, export), settled)
+            all_answered = None if load.closed else Answered.from_now(
+                url, model, sum(open_counts(load, seconds, warmup_s)), warmup_s + seconds)
+            done = run_once(args, limit, what, (csv_path, export), all_answered)
             check_ended(done, export, what)
             return done.stdout + done.stderr, *read_export(export)
 
