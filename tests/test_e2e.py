@@ -241,12 +241,13 @@ def test_a_decoupled_model_answers_each_streamed_request_once_like_the_unsliced_
     client.unload_model(name)
 
 
-@pytest.mark.parametrize("policy", ["input", "operator", "load", "input+load", "operator+load", "auto"])
+@pytest.mark.parametrize("policy", ["input", "operator", "load", "input+load", "operator+load", "auto", "smdp", "slo"])
 def test_every_policy_answers_mixed_lengths_like_the_unsliced_model(client, repository, sources, policy):
-    """Unpadded requests of lengths 1-24 sent at once under each of the paper's policies: Policy I
-    pads queries of different lengths into shared batches (ids and mask padded with 0, so the
-    padding is masked out) and cuts the answers back; every answer equals the unsliced model run
-    on that request alone."""
+    """Unpadded requests of lengths 1-24 sent at once under each of the paper's policies and the
+    other papers' (the SMDP's dispatch, Orloj's batching without deadlines): Policy I pads queries
+    of different lengths into shared batches (ids and mask padded with 0, so the padding is masked
+    out) and cuts the answers back; every answer equals the unsliced model run on that request
+    alone, on real ONNX Runtime stages."""
     name = f"bert_like_{policy.replace('+', '_')}"
     shutil.copytree(repository / "bert_like", repository / name)
     config = (repository / name / "config.pbtxt").read_text().replace('name: "bert_like"', f'name: "{name}"')
