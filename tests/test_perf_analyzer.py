@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import subprocess
+import sys
 import tarfile
 import time
 from dataclasses import replace
@@ -27,9 +29,10 @@ from tools.lib.perf_analyzer import (ATTEMPTS, HANG_AFTER_S, HANG_FACTOR, Answer
 from tools.lib.perf_analyzer import VERSION as PA_VERSION
 from tools.lib.perf_analyzer import installed_version
 from tools.lib.perf_analyzer_install import _deb_member, install
+from tools.lib.processes import CLIENT_CPUS, CpuSplit
 from tools.lib.workload import glue, write_input_data
 
-from .conftest import FAST
+from .conftest import FAST, ROOT
 
 
 def test_installed_into_the_virtualenv_and_installing_again_does_nothing():
@@ -210,3 +213,47 @@ def test_a_run_still_going_after_the_server_answered_all_it_sends_is_lost_early(
     assert time.monotonic() - began < 5
     done = run_once(["bash", "-c", "sleep 0.3; echo finished"], 25.0, "a window", answered=lambda running_s: True)
     assert done.returncode == 0 and done.stdout == "finished\n"
+
+
+
+SPLIT_PROBE = """
+import json, os, subprocess, sys
+import tritonclient.grpc as grpcclient
+from tools.lib.processes import children_of, free_port
+from tools.lib.triton import Server
+
+with Server(sys.argv[1], grpc_port=free_port(), http_port=free_port(), metrics_port=free_port(), log=sys.argv[2],
+            extra_args=["--model-control-mode=explicit"]) as server:
+    with grpcclient.InferenceServerClient(server.grpc_url) as client:
+        client.load_model("bert_like")
+    stubs = [pid for pid, args in children_of(server.process.pid).items() if b"triton_python_backend_stub" in args[0]]
+    child = subprocess.run([sys.executable, "-c", "import os; print(sorted(os.sched_getaffinity(0)))"],
+                           capture_output=True, text=True)
+    print(json.dumps({"server": sorted(os.sched_getaffinity(server.process.pid)),
+                      "stubs": [sorted(os.sched_getaffinity(pid)) for pid in stubs],
+                      "measuring": sorted(os.sched_getaffinity(0)), "started": json.loads(child.stdout)}))
+"""
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="a split needs two CPUs")
+def test_client_cpus_split_the_host_between_the_server_and_its_clients(repository, tmp_path):
+    """With ``DVABATCH_CLIENT_CPUS``, tritonserver and the stubs it starts run on the other CPUs,
+    the measuring process and what it starts (perf_analyzer) on the clients'."""
+    first, *rest = sorted(os.sched_getaffinity(0))
+    env = {**os.environ, CLIENT_CPUS: str(first)}
+    probe = subprocess.run([sys.executable, "-c", SPLIT_PROBE, str(repository), str(tmp_path / "triton.log")],
+                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert probe.returncode == 0, probe.stderr[-3000:]
+    assert json.loads(probe.stdout.splitlines()[-1]) == {
+        "server": rest, "stubs": [rest], "measuring": [first], "started": [first]}
+
+
+def test_a_client_cpus_setting_that_cannot_split_the_host_names_why(monkeypatch):
+    usable = sorted(os.sched_getaffinity(0))
+    for text, why in (("x", "expected CPU numbers"), (str(max(usable) + 1), "may use CPUs"),
+                      (f"{usable[0]}-{usable[-1]}", "leaves no CPU to the server")):
+        monkeypatch.setenv(CLIENT_CPUS, text)
+        with pytest.raises(ValueError, match=why):
+            CpuSplit.from_env()
+    monkeypatch.setenv(CLIENT_CPUS, "")
+    assert CpuSplit.from_env() is None

@@ -25,7 +25,7 @@ from pathlib import Path
 from types import TracebackType
 
 from tools.lib.paths import BACKEND_DIR, DEFAULT_REPOSITORY
-from tools.lib.processes import children_of, in_group
+from tools.lib.processes import CLIENT_CPUS, CpuSplit, children_of, in_group
 
 STOP_TIMEOUT_S = 30.0
 
@@ -100,11 +100,14 @@ def assemble_backends(install: TritonInstall, folder: Path) -> Path:
     return backends
 
 
-def _stop_with_parent() -> None:
+def _stop_with_parent(cpus: frozenset[int] | None = None) -> None:
     """In the child before exec: the kernel sends it SIGTERM when we die, even by SIGKILL, so a
-    killed ``tools.serve`` never leaves a tritonserver holding the ports (Linux only)."""
+    killed ``tools.serve`` never leaves a tritonserver holding the ports (Linux only); with
+    ``cpus``, it runs on those."""
     import ctypes
 
+    if cpus is not None:
+        os.sched_setaffinity(0, cpus)
     pr_set_pdeathsig = 1
     try:
         ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
@@ -226,7 +229,11 @@ class Server:
         return env
 
     def start(self, ready_timeout_s: float = 180.0) -> Server:
-        """Start tritonserver and return once it is ready, or raise with its exit status."""
+        """Start tritonserver and return once it is ready, or raise with its exit status. Where
+        ``$DVABATCH_CLIENT_CPUS`` splits the host (``processes.CpuSplit``), tritonserver (and the
+        stubs it starts) runs on the server's CPUs and this process moves to the clients', where
+        the perf_analyzer runs it starts inherit them."""
+        split = CpuSplit.from_env()
         self._folder = Path(tempfile.mkdtemp(prefix="dvabatch-triton-"))
         backends = assemble_backends(self._install(), self._folder)
         self._output = open(self.log, "ab") if self.log else None  # noqa: SIM115 - closed in stop()
@@ -234,8 +241,11 @@ class Server:
             self.command(backends), env=self._env(), stdout=self._output,
             stderr=subprocess.STDOUT if self._output else None,
             start_new_session=True,  # its own process group: we stop it and its stubs together
-            preexec_fn=_stop_with_parent,
+            preexec_fn=_stop_with_parent if split is None else lambda: _stop_with_parent(split.server),
         )
+        if split is not None:
+            os.sched_setaffinity(0, split.client)
+            print(f"dvabatch: {split.describe()} ({CLIENT_CPUS})", file=sys.stderr)
         try:
             self.wait_ready(ready_timeout_s)
         except BaseException:
