@@ -318,7 +318,13 @@ class ModeSwitch:
     another runs). It switches when the other way's prediction is ``SWITCH_GAIN`` below the current
     one's. At light load both ways predict about a batch's own time, unless the hand-offs' latency
     weighs in it, and the mode stays (the lone batches of a pipeline run inline where ``LoneRuns``
-    says so); where both would be overloaded, the one nearer its capacity gives way. (Switching back
+    says so). Where the way served now is overloaded, its answers per second are its capacity, not
+    the load (which may be higher), so a prediction at that rate says only how the other way's
+    capacity compares: it switches where the other would be ``SWITCH_GAIN`` less busy, as where
+    both would be overloaded (a prediction just under capacity, within the model's error, once
+    flipped the near-zero profile every 1.5 s between plain serving and a pipeline that carries a
+    third less, through a load at 0.9 of the plain capacity: docs/results/check-auto-client-core).
+    (Switching back
     to the pipeline whenever both had room once cost the next load its first second: the near-zero
     profile's pipeline carries about half of what its plain path does;
     docs/results/check-auto-2core-noslack.) A window with hardly any answers changes nothing (when a
@@ -366,7 +372,7 @@ class ModeSwitch:
                      f"{_ms(latency[Mode.PIPELINE])} pipelined ({busy[Mode.PIPELINE]:.0%} busy), "
                      f"{_ms(latency[Mode.IN_TURN])} plain ({busy[Mode.IN_TURN]:.0%}) "
                      f"({self.costs.describe()}, tritonserver {self._server_text()})")
-        if math.isinf(latency[self.mode]) and math.isinf(latency[other]):
+        if math.isinf(latency[self.mode]):  # its answers are its capacity, not the load: weigh capacities
             better = busy[other] < busy[self.mode] * (1 - SWITCH_GAIN)
         else:
             better = latency[other] < latency[self.mode] * (1 - SWITCH_GAIN)

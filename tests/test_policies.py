@@ -473,6 +473,21 @@ def test_the_mode_switch_weighs_tritonserver_by_what_each_way_cost_it_when_serve
     assert "250 us a request pipelined" in seen.last and "90 us a request plain" in seen.last
 
 
+def test_an_overloaded_way_gives_way_only_to_one_that_would_be_clearly_less_busy():
+    """Served plain on one core at 10,000 answers/s, ten rows a run: the stub (30 us a request)
+    and tritonserver (71 us) keep the core 101 % busy, overloaded, so those answers are the plain
+    way's capacity and the load may be more. The pipeline, predicted at that rate 98 % busy (its
+    stub 27 us a request), would carry no more within the model's error: the mode stays (it
+    switched before, and back within seconds, docs/results/check-auto-client-core). With a stub
+    that cost it nothing it would be 71 % busy, clearly less: the switch pipelines."""
+    manifest = timed_manifest([flat(0.01)] * 2)
+    window = _window(0.3, (0.01, 0.01), answered=10000, rows=10.0, server_s=0.71)
+    for pipeline_request_s, switched in ((27e-6, None), (0.0, Mode.PIPELINE)):
+        costs = HostCosts(pipeline_request_s=pipeline_request_s, plain_request_s=30e-6)
+        switch = ModeSwitch([s.latency for s in manifest.stages], costs, cores=1, mode=Mode.IN_TURN)
+        assert switch.observe(window) is switched, switch.last
+
+
 def test_the_mode_switch_serves_plain_where_the_pipelines_hand_offs_outweigh_its_multi_entry():
     """Two stages of 0.3 ms (TensorRT speed), a fast host's stub (150 us a request pipelined, 30
     plain), 500 answers/s one row a run: by CPU alone both ways answer in about 0.77 ms and the
