@@ -73,11 +73,11 @@ class HostCosts:
             return self.pipeline_batch_s + rows * self.pipeline_request_s
         return self.plain_batch_s + rows * self.plain_request_s
 
-    def scaled(self, factor: float) -> HostCosts:
-        """Every stub cost times ``factor`` (what serving showed against what loading measured)."""
-        return replace(self, pipeline_batch_s=self.pipeline_batch_s * factor,
-                       pipeline_request_s=self.pipeline_request_s * factor,
-                       plain_batch_s=self.plain_batch_s * factor, plain_request_s=self.plain_request_s * factor)
+    def scaled(self, pipeline: float, plain: float) -> HostCosts:
+        """Each way's stub costs times its factor (what serving showed against what loading measured)."""
+        return replace(self, pipeline_batch_s=self.pipeline_batch_s * pipeline,
+                       pipeline_request_s=self.pipeline_request_s * pipeline,
+                       plain_batch_s=self.plain_batch_s * plain, plain_request_s=self.plain_request_s * plain)
 
     @property
     def measured(self) -> bool:
@@ -328,10 +328,10 @@ class ModeSwitch:
     to the pipeline whenever both had room once cost the next load its first second: the near-zero
     profile's pipeline carries about half of what its plain path does;
     docs/results/check-auto-2core-noslack.) A window with hardly any answers changes nothing (when a
-    load stops and starts again, as a benchmark's windows do, it is served as it was). The stub's
-    measured costs are corrected by what each window shows against them (``costs``; at most
-    ``MAX_CORRECTION`` either way from what loading measured), and tritonserver's cost per request
-    is learnt for each way while it is served that way, where it can be read."""
+    load stops and starts again, as a benchmark's windows do, it is served as it was). Each way's
+    stub costs measured at load are corrected by what the windows served that way show against them
+    (``costs``; at most ``MAX_CORRECTION`` either way), and tritonserver's cost per request is learnt
+    for each way while it is served that way, where it can be read."""
 
     tables: Sequence[LatencyTable]
     costs: HostCosts
@@ -345,6 +345,11 @@ class ModeSwitch:
     # a ``send()`` of its own: 2-3x what an answer in ``execute``'s list costs it under load,
     # docs/results/send-cost-2core); a way not served yet is taken to cost what the other does
     server: dict[Mode, float] = field(init=False, default_factory=dict)
+    # Each way's correction of the stub's costs measured at load, as last seen served that way; a
+    # way not served yet is taken to be off by as much as the one served now. (One factor for both,
+    # read from the way served, once had the switch flip every 1.5 s at near-zero compute: each
+    # window served plain forgot how much dearer the pipeline had just shown itself.)
+    factors: dict[Mode, float] = field(init=False, default_factory=dict)
 
     def __post_init__(self):
         self.measured = self.costs
@@ -361,8 +366,9 @@ class ModeSwitch:
         if predicted > 0 and window.answered >= CORRECT_AFTER:
             # What loading measured, against what serving shows now (over enough answers that the
             # stub's per-second work, the metrics' export, weighs little in them).
-            factor = min(max(per_request / predicted, 1 / MAX_CORRECTION), MAX_CORRECTION)
-            self.costs = self.measured.scaled(factor)
+            factor = self.factors[self.mode] = min(max(per_request / predicted, 1 / MAX_CORRECTION), MAX_CORRECTION)
+            self.costs = self.measured.scaled(self.factors.get(Mode.PIPELINE, factor),
+                                              self.factors.get(Mode.IN_TURN, factor))
         if window.server_s is not None:
             self.server[self.mode] = window.server_s / window.answered
         other = Mode.IN_TURN if self.mode is Mode.PIPELINE else Mode.PIPELINE

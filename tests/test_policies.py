@@ -441,6 +441,21 @@ def test_a_window_corrects_the_costs_measured_at_load_by_at_most_twice_either_wa
         assert switch.costs.plain_request_s == pytest.approx(corrected / 2)
 
 
+def test_each_way_keeps_the_correction_its_own_windows_showed():
+    """Costs measured at load: 100 us a request pipelined, 50 plain. Served pipelined, a window
+    shows the pipeline's stub at 150 us; served plain next, one shows plain's as measured. The
+    pipeline stays corrected to 150 us (before, the plain window put it back at 100: the way
+    not served looked as cheap as loading had measured it, and the switch flipped back to it)."""
+    manifest = timed_manifest([flat(1.0)] * 2)
+    switch = ModeSwitch([s.latency for s in manifest.stages], HostCosts(pipeline_request_s=100e-6,
+                                                                          plain_request_s=50e-6), cores=16)
+    switch.observe(_window(0.15, (0.01, 0.01)))
+    switch.mode = Mode.IN_TURN
+    switch.observe(_window(0.05, (0.01, 0.01)))
+    assert switch.costs.pipeline_request_s == pytest.approx(150e-6)
+    assert switch.costs.plain_request_s == pytest.approx(50e-6)
+
+
 def test_the_mode_switch_pipelines_where_the_engines_are_the_nearer_limit():
     """Two stages of 10 ms a batch, served plain at 700 answers/s in batches of 8: the engines
     are 88 % busy one after another, and pipelined the slower stage would be 44 % busy while the
