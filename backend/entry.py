@@ -122,9 +122,12 @@ class Entry:
 
     def wake(self) -> None:
         """Rows left the pipeline or moved on in it: there may be room for more, or a window to
-        decide again."""
+        decide again. Only for queries waiting: with none, stage 0 waits for one to come and
+        ``wait_ready`` for stage 0, and neither would find anything changed (a futile wake of
+        stage 0's thread per later stage and batch, each a thread switch)."""
         with self._changed:
-            self._changed.notify_all()
+            if self._waiting:
+                self._changed.notify_all()
 
     def ready(self) -> None:
         """Stage 0 finished computing its item: it takes queries next, once it has an output buffer."""
