@@ -324,9 +324,8 @@ class ModeSwitch:
     both would be overloaded (a prediction just under capacity, within the model's error, once
     flipped the near-zero profile every 1.5 s between plain serving and a pipeline that carries a
     third less, through a load at 0.9 of the plain capacity: docs/results/check-auto-client-core).
-    (Switching back
-    to the pipeline whenever both had room once cost the next load its first second: the near-zero
-    profile's pipeline carries about half of what its plain path does;
+    (Switching back to the pipeline whenever both had room once cost the next load its first
+    second: the near-zero profile's pipeline carries about half of what its plain path does;
     docs/results/check-auto-2core-noslack.) A window with hardly any answers changes nothing (when a
     load stops and starts again, as a benchmark's windows do, it is served as it was). Each way's
     stub costs measured at load are corrected by what the windows served that way show against them
