@@ -24,8 +24,9 @@ ensemble), the CPU time per answered request of tritonserver and of the model's 
 (from /proc, over the window and its warm-up; tritonserver's includes its idle threads, which
 weigh at low rates) and, of the stubs', their main threads' (``execute`` and the stub's messages
 to Triton; the rest is the threads a model starts, such as our executors, and the stub's
-helpers), and per stage (ensemble step; the plain model's one
-run) the rows per batch, the share of the time it was busy and how long a request waited before
+helpers), the stubs' thread switches per answered request (each hand-off between two threads
+is one each way, which CPU time alone does not show apart), and per stage (ensemble step; the
+plain model's one run) the rows per batch, the share of the time it was busy and how long a request waited before
 it (Triton's queue, and our entry's before stage 0), so every change to the serving path shows
 its effect and where the time goes. ``--out`` keeps the table (summary.md), the numbers
 (cost.csv) and tritonserver's log of each profile. A model whose load or window fails is left
@@ -58,6 +59,7 @@ from tools.lib.intervals import pooled, ratio
 from tools.lib.paths import ROOT
 from tools.lib.peers import Peer, write_ways
 from tools.lib.perf_analyzer import Load, PerfAnalyzerError, Window
+from tools.lib.processes import thread_switches
 from tools.lib.triton import stubs_of
 from tools.lib.workload import interface_of, synthetic, write_input_data
 
@@ -76,6 +78,7 @@ class Snapshot:
     server_s: float
     stubs_s: float
     stub_main_s: float  # the stubs' main threads: ``execute`` and the stub's messages to Triton
+    stub_switches: int  # times the stubs' threads were switched out (``processes.thread_switches``)
     stats: dict[str, dict[str, float]]  # Triton's statistics per model: answered, inferences, executions, ns
     busy_us: dict[int, float]  # our runtime: stage -> wall time busy (dvabatch_stage_busy_us_total)
     entry_wait_us: float
@@ -102,7 +105,8 @@ class Snapshot:
                     for k, v in prom.select(values, "dvabatch_stage_busy_us_total", model=ours).items()}
             wait = sum(prom.select(values, "dvabatch_entry_wait_us_total", model=ours).values())
         stubs = [stub for stub, model in stubs_of(pid).items() if model in models]
-        return cls(cpu_s(pid), sum(map(cpu_s, stubs)), sum(cpu_s(stub, stub) for stub in stubs), stats, busy, wait)
+        return cls(cpu_s(pid), sum(map(cpu_s, stubs)), sum(cpu_s(stub, stub) for stub in stubs),
+                   sum(map(thread_switches, stubs)), stats, busy, wait)
 
 
 @dataclass(frozen=True)
@@ -122,6 +126,7 @@ class Cost:
     server_us: float  # tritonserver CPU per answered request
     stubs_us: float  # CPU of the model's Python stubs (an ensemble's steps') per answered request
     stub_main_us: float  # of it, their main threads' (the rest: the threads a model starts, the stub's helpers)
+    stub_switches: float  # the stubs' thread switches per answered request (hand-offs between threads)
     triton_batch: tuple[float, ...]  # requests per execute (per step for an ensemble)
     stages: tuple[StageLoad, ...]
 
@@ -169,7 +174,7 @@ def measure(bench: Bench, model: str, counted: list[str], load: Load, data: Path
         stages.append(StageLoad(rows, busy, queue))
     return Cost(measured.window, (after.server_s - before.server_s) * 1e6 * per,
                 (after.stubs_s - before.stubs_s) * 1e6 * per, (after.stub_main_s - before.stub_main_s) * 1e6 * per,
-                batch, tuple(stages))
+                (after.stub_switches - before.stub_switches) * per, batch, tuple(stages))
 
 
 def run_profile(profile: Path, plan: Plan, console: Console, failed: dict[str, str],
@@ -236,14 +241,15 @@ def summarise(name: str, model: str, concurrency: int, found: list[Cost], base: 
                                        for i in range(len(found[0].triton_batch))),
             "server_us": float(np.mean([c.server_us for c in found])),
             "stubs_us": float(np.mean([c.stubs_us for c in found])),
-            "stub_main_us": float(np.mean([c.stub_main_us for c in found])), "stages": stage_text(stages, answers)}
+            "stub_main_us": float(np.mean([c.stub_main_us for c in found])),
+            "stub_switches": float(np.mean([c.stub_switches for c in found])), "stages": stage_text(stages, answers)}
 
 
 COLUMNS = (("model", "model"), ("c", "concurrency"), ("answers/s", "answers_per_s"),
            ("vs plain", "throughput_vs_plain"), ("mean ms", "mean_ms"), ("vs plain", "mean_vs_plain"),
            ("Triton batch", "triton_batch"),
            ("server µs/req", "server_us"), ("stubs µs/req", "stubs_us"), ("of it main thread", "stub_main_us"),
-           ("per stage", "stages"))
+           ("stub switches/req", "stub_switches"), ("per stage", "stages"))
 
 
 def cell(row: dict, key: str) -> str:
@@ -251,7 +257,7 @@ def cell(row: dict, key: str) -> str:
     if key in ("throughput_vs_plain", "mean_vs_plain"):
         return "" if row["model"] == "plain" else str(value)
     if isinstance(value, float):
-        return f"{value:.2f}" if key == "mean_ms" else f"{value:.0f}"
+        return f"{value:.2f}" if key == "mean_ms" else f"{value:.1f}" if key == "stub_switches" else f"{value:.0f}"
     return str(value)
 
 

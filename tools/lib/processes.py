@@ -109,6 +109,24 @@ def resident_mb(pid: int) -> float:
     return total / 1024
 
 
+def thread_switches(pid: int) -> int:
+    """Times the threads of process ``pid`` alive now were switched out so far, voluntarily (to
+    wait: a lock, a condition, a round trip) or not (0 once it is gone). A hand-off between two
+    threads costs one each way: what a serving path's CPU per request does not show apart."""
+    total = 0
+    try:
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+    except OSError:
+        return 0
+    for task in tasks:
+        try:
+            total += sum(int(line.split()[1]) for line in (task / "status").read_text().splitlines()
+                         if "ctxt_switches:" in line)
+        except (OSError, ValueError, IndexError):
+            continue  # a thread that ended meanwhile
+    return total
+
+
 def in_group(pgid: int) -> list[int]:
     """The live processes of process group ``pgid`` (Linux): a tritonserver started in a session of
     its own and its backend stubs, which stay in its group after it dies (reparented to init)."""
