@@ -19,9 +19,9 @@ class Exit:
     thread (the GIL released), often longer than a cheap stage computes: the last stage must not
     wait for it, and one thread sending one answer after another becomes a queue (the forced
     pipeline at TensorRT speed, 16 and 64 in flight on 2 cores, ``tools.bench_cost``: 0.45x-0.54x
-    the plain model's answers with one thread, 0.70x-0.90x with four, no more with eight). The answers
-    handed over are the caller's to keep: never views of buffers a later batch may overwrite
-    (``Runtime.leave`` copies each output once an item)."""
+    the plain model's answers with one thread, 0.70x-0.90x with four, no more with eight). The
+    answers handed over are the caller's to keep: never views of buffers a later batch may
+    overwrite (``Runtime.leave`` copies each output once an item)."""
 
     def __init__(self, threads: int = ANSWERING_THREADS):
         self._answers: queue.SimpleQueue[tuple[Query, dict[str, np.ndarray]] | None] = queue.SimpleQueue()
