@@ -184,7 +184,8 @@ class Entry:
                     self._changed.wait(left)
                 self._windowing = False
                 head = self._head()
-                if not head:
+                if not head:  # all answered here: ``wait_ready`` may have nothing left to wait for
+                    self._changed.notify_all()
                     continue
                 try:
                     taken, item, formed = self._scheduler.admit(head, self._room(), outlook)
