@@ -20,7 +20,7 @@ from backend.manifest import Manifest
 from backend.metrics import Metrics
 from backend.policy import FixedPolicy, RandomPolicy
 from backend.query import Failure, Handover, Query, refuse_invalid, take_batch, validate
-from backend.runtime import Runtime
+from backend.runtime import BACKPRESSURE_MAX_S, Runtime
 from backend.decide import HostCosts, LoneRuns, Mode, choose, waits
 from backend.serving import serve
 from backend.whole import WholeBatch
@@ -317,6 +317,34 @@ def test_execute_waits_until_stage_0_has_computed_its_queries(tmp_path):
         runtime.close()
 
 
+def test_execute_that_waits_returns_at_once_when_the_entry_refuses_all_it_handed_over(tmp_path):
+    """A query whose timeout expired before stage 0 took it is answered with Triton's timeout
+    error, not computed; ``execute``, waiting for stage 0 to compute what it handed over, returns
+    then too, with or without a batch in the pipeline, not after the back-pressure's bound (5 s:
+    nothing else would tell it that nothing is left to compute)."""
+    manifest = timed_manifest(tmp_path, 400, 400, 2)  # two stages of 200 ms
+    runtime = Runtime(manifest, load_engines(manifest, tmp_path), RuntimeConfig(policy=make_policy("pass", {})))
+    runtime.wait_s = BACKPRESSURE_MAX_S
+    feed = sample_inputs(manifest.inputs, 1, {"sequence": 4}, seed=0)
+    inbox = Inbox()
+    try:
+        for key, in_flight in enumerate((False, True)):
+            if in_flight:  # a batch in the pipeline meanwhile (stage 0 computes it in 200 ms)
+                runtime.submit([inbox.query(10, dict(feed))])
+            expired = inbox.query(key, dict(feed))
+            expired.deadline = time.monotonic() - 1
+            began = time.monotonic()
+            runtime.submit([expired])
+            assert time.monotonic() - began < BACKPRESSURE_MAX_S / 2
+            inbox.wait(key + 1)
+            [(_, failure)] = inbox.answers[key]
+            assert failure is not None and "timeout expired" in failure.message
+        inbox.wait(3)
+        assert inbox.answers[10][0][1] is None
+    finally:
+        runtime.close()
+
+
 def test_a_pipeline_holds_execute_where_the_cpu_caps_it_and_returns_at_once_where_the_engines_do(tmp_path):
     """Back-pressure keeps Triton's batching where serving each request is what is dear; where
     the engines are, ``execute`` returns at once so that the entry sees every query as it
@@ -492,9 +520,12 @@ def test_a_model_served_plain_runs_a_ragged_batch_once_or_in_two_by_length_on_en
     of 16 tokens and half of 128, run once, padded to 128 (1.42 ms by the tables, against 0.56 +
     0.96 ms and the host's part of a second run); 32 run as two, the short ones padded only to
     16 (0.73 + 2.34 against 4.17 ms). Every answer is cut back to its own length. (ONNX Runtime
-    stages run the policy's clusters by length instead.)"""
+    stages run the policy's clusters by length instead.) The host's part of a run is set, 50 µs:
+    as measured at load it is this host's at that moment, and once, on a slow host in a full run,
+    it made one run of the 32 pay."""
     trt = timed_manifest(tmp_path, 0.62, 15.15, 128)
     runtime, metrics = served_plain(trt, tmp_path)
+    runtime.plain.policy.measured(HostCosts(pipeline_batch_s=100e-6, plain_batch_s=50e-6), len(trt.stages))
     try:
         for count in (8, 32):
             inbox = Inbox()
