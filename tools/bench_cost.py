@@ -252,12 +252,15 @@ COLUMNS = (("model", "model"), ("c", "concurrency"), ("answers/s", "answers_per_
            ("stub switches/req", "stub_switches"), ("per stage", "stages"))
 
 
+DECIMALS = {"mean_ms": 2, "stub_switches": 1}  # the columns not shown in whole units
+
+
 def cell(row: dict, key: str) -> str:
     value = row[key]
     if key in ("throughput_vs_plain", "mean_vs_plain"):
         return "" if row["model"] == "plain" else str(value)
     if isinstance(value, float):
-        return f"{value:.2f}" if key == "mean_ms" else f"{value:.1f}" if key == "stub_switches" else f"{value:.0f}"
+        return f"{value:.{DECIMALS.get(key, 0)}f}"
     return str(value)
 
 
