@@ -19,6 +19,7 @@ from backend.host import Cpus, cgroup_quota, core_groups, cpus, instances_of
 from backend.interface import InterfaceError, check
 from backend.errors import ConfigError
 from backend.manifest import Manifest, TensorSpec
+from backend.metrics import Metrics
 from backend.padding import cut, stack
 from backend.policy import FixedPolicy, RandomPolicy
 from backend.query import Query
@@ -371,3 +372,34 @@ def test_config_pbtxt_may_be_stricter_than_the_model_never_disagree():
         assert part in said, said
     with pytest.raises(InterfaceError, match=r"input 'flag' has dims \[1\]"):
         check(_interface([ids, {**flag, "reshape": None}], []), manifest)
+
+
+def test_metrics_sum_what_every_thread_counted_while_they_count_and_clear_keeps_the_gauges():
+    """Each thread counts into its own dict: a reader sees every thread's counts, also while
+    they write, and loses none once they are done."""
+    metrics = Metrics()
+    metrics.serving("in_turn", {"plain": 900.0})
+    metrics.ran_inline(1, 0.5, 1, [(1, [0.0, 1.0, 3.0])])
+    metrics.clear()  # what loading ran is not the model's; the mode it serves in stays
+    assert metrics.snapshot() == {("dvabatch_serving", (("mode", "in_turn"),)): 1.0,
+                                  ("dvabatch_predicted_capacity", (("serving", "plain"),)): 900.0}
+
+    def count():
+        for _ in range(20000):
+            metrics.stage_ran(0, 4, 1e-6)
+    threads = [threading.Thread(target=count) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    seen = []
+    while any(thread.is_alive() for thread in threads):
+        seen.append(metrics.snapshot().get(("dvabatch_batches_total", (("stage", "0"), ("rows", "4"))), 0.0))
+    for thread in threads:
+        thread.join()
+    metrics.ran_inline(2, 0.5, 1, [(2, [0.0, 1.0, 3.0])])
+    totals = metrics.snapshot()
+    assert seen == sorted(seen)
+    assert totals[("dvabatch_batches_total", (("stage", "0"), ("rows", "4")))] == 80000
+    assert totals[("dvabatch_stage_busy_us_total", (("stage", "0"),))] == pytest.approx(80000 + 1e6)
+    assert totals[("dvabatch_stage_busy_us_total", (("stage", "1"),))] == pytest.approx(2e6)
+    assert totals[("dvabatch_entry_queries_total", ())] == 2
+    assert totals[("dvabatch_meta_operations_total", (("kind", "new"),))] == 1
