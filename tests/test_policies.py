@@ -488,6 +488,28 @@ def test_the_mode_switch_weighs_tritonserver_by_what_each_way_cost_it_when_serve
     assert "250 us a request pipelined" in seen.last and "90 us a request plain" in seen.last
 
 
+def test_a_sight_of_the_other_way_at_another_load_never_makes_a_pipelined_request_cheaper_for_tritonserver():
+    """One core, near-zero stages. Pipelined in a light first second, tritonserver took 150 us a
+    request; served plain later, overloaded, it takes 320 us (3,000 answers/s, 64 rows a run).
+    Read as it was, the stale 150 us would predict the pipeline 75 % busy, clearly less, and
+    switch to a pipeline that carries less (a pipelined answer is a ``send()`` of its own, which
+    costs tritonserver as much as an answer in ``execute``'s list or more): taken at no less than
+    the 320 us plain serving shows now, it is overloaded too, and the mode stays. The other way
+    round, a plain sight of 500 us taken overloaded is read as no more than the 200 us a
+    request the pipeline shows now."""
+    manifest = timed_manifest([flat(0.01)] * 2)
+    costs = HostCosts(pipeline_request_s=100e-6, plain_request_s=20e-6)
+    switch = ModeSwitch([s.latency for s in manifest.stages], costs, cores=1)
+    switch.observe(_window(0.1, (0.01, 0.01), answered=1000, rows=50.0, server_s=1000 * 150e-6))
+    switch.mode = Mode.IN_TURN
+    overloaded = _window(0.06, (0.01, 0.01), answered=3000, rows=64.0, server_s=3000 * 320e-6)
+    assert switch.observe(overloaded) is None, switch.last
+    assert switch._server_s(Mode.PIPELINE) == pytest.approx(320e-6)
+    switch.server.update({Mode.IN_TURN: 500e-6, Mode.PIPELINE: 200e-6})
+    switch.mode = Mode.PIPELINE
+    assert switch._server_s(Mode.IN_TURN) == pytest.approx(200e-6)
+
+
 def test_an_overloaded_way_gives_way_only_to_one_that_would_be_clearly_less_busy():
     """Served plain on one core at 10,000 answers/s, ten rows a run: the stub (30 us a request)
     and tritonserver (71 us) keep the core 101 % busy, overloaded, so those answers are the plain
