@@ -315,7 +315,8 @@ class ModeSwitch:
     ``HostCosts.handoff_s``), plus the wait for the limit ahead of it, a queue's
     ``s u / (2 (1 - u))`` for a limit that serves a batch in ``s`` (the whole batch's time plain,
     the bottleneck's pipelined: the pipeline's multi-entry lets a request into stage 0 while
-    another runs). It switches when the other way's prediction is ``SWITCH_GAIN`` below the current
+    another runs; the other way's host taken ``SWITCH_GAIN`` busier than predicted, the model's
+    error). It switches when the other way's prediction is ``SWITCH_GAIN`` below the current
     one's. At light load both ways predict about a batch's own time, unless the hand-offs' latency
     weighs in it, and the mode stays (the lone batches of a pipeline run inline where ``LoneRuns``
     says so). Where the way served now is overloaded, its answers per second are its capacity, not
@@ -373,7 +374,11 @@ class ModeSwitch:
             self.server[self.mode] = window.server_s / window.answered
         other = Mode.IN_TURN if self.mode is Mode.PIPELINE else Mode.PIPELINE
         busy = {self.mode: self._utilisation(self.mode, window), other: self._predicted(other, window, rows)}
-        latency = {mode: self._latency(mode, u, rows) for mode, u in busy.items()}
+        # The way served now shows how busy it is; the other's host is a prediction, weighed as busier
+        # by the model's error: near capacity a few points decide the wait (a near-zero model, plain
+        # 100 % busy, switched to a pipeline predicted 98 %, which could not carry the load).
+        latency = {self.mode: self._latency(self.mode, busy[self.mode], rows),
+                   other: self._latency(other, self._predicted(other, window, rows, 1 + SWITCH_GAIN), rows)}
         self.last = (f"{window.answered / window.seconds:.0f} answers/s, {rows:.1f} rows a run: "
                      f"{_ms(latency[Mode.PIPELINE])} pipelined ({busy[Mode.PIPELINE]:.0%} busy), "
                      f"{_ms(latency[Mode.IN_TURN])} plain ({busy[Mode.IN_TURN]:.0%}) "
@@ -408,12 +413,14 @@ class ModeSwitch:
         engines = (max(busy) if mode is Mode.PIPELINE else sum(busy)) / window.seconds
         return max(engines, self._host(window.stub_s, window, mode))
 
-    def _predicted(self, mode: Mode, window: Window, rows: float) -> float:
-        """The nearest limit's utilisation had the window's load been served ``mode``."""
+    def _predicted(self, mode: Mode, window: Window, rows: float, doubt: float = 1.0) -> float:
+        """The nearest limit's utilisation had the window's load been served ``mode``, the host's
+        taken ``doubt`` times as busy (the engines' is read from their tables; the host's is
+        scaled from costs measured elsewhere)."""
         batches = window.answered / rows
         stub = batches * self.costs.stub_s(mode, rows)
         engines = batches * self._device_s(mode, rows)
-        return max(engines / window.seconds, self._host(stub, window, mode))
+        return max(engines / window.seconds, self._host(stub, window, mode) * doubt)
 
     def _device_s(self, mode: Mode, rows: float) -> float:
         """The engines' seconds for a batch of the ``rows`` seen, served ``mode``."""
