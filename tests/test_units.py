@@ -375,8 +375,8 @@ def test_config_pbtxt_may_be_stricter_than_the_model_never_disagree():
 
 
 def test_metrics_sum_what_every_thread_counted_while_they_count_and_clear_keeps_the_gauges():
-    """Each thread counts into its own dict: a reader sees every thread's counts, also while
-    they write, and loses none once they are done."""
+    """Several threads record at once, without a lock: a reader sees their counts grow while
+    they write and loses none once they are done; clearing forgets the counters, not the gauges."""
     metrics = Metrics()
     metrics.serving("in_turn", {"plain": 900.0})
     metrics.ran_inline(1, 0.5, 1, [(1, [0.0, 1.0, 3.0])])
