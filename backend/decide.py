@@ -373,12 +373,13 @@ class ModeSwitch:
         if window.server_s is not None:
             self.server[self.mode] = window.server_s / window.answered
         other = Mode.IN_TURN if self.mode is Mode.PIPELINE else Mode.PIPELINE
-        busy = {self.mode: self._utilisation(self.mode, window), other: self._predicted(other, window, rows)}
+        engines, host = self._predicted(other, window, rows)
+        busy = {self.mode: self._utilisation(self.mode, window), other: max(engines, host)}
         # The way served now shows how busy it is; the other's host is a prediction, weighed as busier
         # by the model's error: near capacity a few points decide the wait (a near-zero model, plain
         # 100 % busy, switched to a pipeline predicted 98 %, which could not carry the load).
         latency = {self.mode: self._latency(self.mode, busy[self.mode], rows),
-                   other: self._latency(other, self._predicted(other, window, rows, 1 + SWITCH_GAIN), rows)}
+                   other: self._latency(other, max(engines, host * (1 + SWITCH_GAIN)), rows)}
         self.last = (f"{window.answered / window.seconds:.0f} answers/s, {rows:.1f} rows a run: "
                      f"{_ms(latency[Mode.PIPELINE])} pipelined ({busy[Mode.PIPELINE]:.0%} busy), "
                      f"{_ms(latency[Mode.IN_TURN])} plain ({busy[Mode.IN_TURN]:.0%}) "
@@ -413,14 +414,13 @@ class ModeSwitch:
         engines = (max(busy) if mode is Mode.PIPELINE else sum(busy)) / window.seconds
         return max(engines, self._host(window.stub_s, window, mode))
 
-    def _predicted(self, mode: Mode, window: Window, rows: float, doubt: float = 1.0) -> float:
-        """The nearest limit's utilisation had the window's load been served ``mode``, the host's
-        taken ``doubt`` times as busy (the engines' is read from their tables; the host's is
-        scaled from costs measured elsewhere)."""
+    def _predicted(self, mode: Mode, window: Window, rows: float) -> tuple[float, float]:
+        """The engines' and the host's utilisation had the window's load been served ``mode``
+        (the engines' read from their tables; the host's scaled from costs measured elsewhere)."""
         batches = window.answered / rows
         stub = batches * self.costs.stub_s(mode, rows)
         engines = batches * self._device_s(mode, rows)
-        return max(engines / window.seconds, self._host(stub, window, mode) * doubt)
+        return engines / window.seconds, self._host(stub, window, mode)
 
     def _device_s(self, mode: Mode, rows: float) -> float:
         """The engines' seconds for a batch of the ``rows`` seen, served ``mode``."""
@@ -441,10 +441,10 @@ class ModeSwitch:
         model to a pipeline that carried less: docs/results/check-auto-client-core's rerun.)"""
         now = self.server.get(self.mode)
         seen = self.server.get(mode, now)
-        if now is None or seen is None:
-            return seen or 0.0
-        if mode is self.mode:
-            return now
+        if seen is None:
+            return 0.0
+        if now is None or mode is self.mode:
+            return seen
         return max(seen, now) if mode is Mode.PIPELINE else min(seen, now)
 
     def _server_text(self) -> str:

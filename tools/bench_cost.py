@@ -28,8 +28,8 @@ helpers), the stubs' thread switches per answered request (each hand-off between
 is one each way, which CPU time alone does not show apart), and per stage (ensemble step; the
 plain model's one run) the rows per batch, the share of the time it was busy and how long a
 request waited before it (Triton's queue, and our entry's before stage 0), so every change to
-the serving path shows its effect and where the time goes. ``--out`` keeps the table (summary.md), the numbers
-(cost.csv) and tritonserver's log of each profile. A model whose load or window fails is left
+the serving path shows its effect and where the time goes. ``--out`` keeps the table
+(summary.md), the numbers (cost.csv) and tritonserver's log of each profile. A model whose load or window fails is left
 out, said in the table and the log, and the others measured (exit status 1); the plain model's
 failure ends the run.
 """
