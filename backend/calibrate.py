@@ -1,7 +1,7 @@
 """The host's serving costs, measured when a model loads, on the host where it serves.
 
 What the stub's interpreter spends to serve one batch through the pipeline (the entry, the
-executors' hand-offs, the exit) and inside ``execute`` (the stages in turn), at one request a
+executors' hand-offs, the exit) and inside ``execute`` (as served plain), at one request a
 batch and at many, on the model's own engines and inputs shaped like its own: CPU time of this
 process, so engines that run beside the host (a GPU; timed) add only what launching them costs
 it. A batch's fixed cost and a request's follow from the two sizes. A pipelined request is also

@@ -9,8 +9,9 @@ what serving shows), never from a cost measured on another machine:
   pays there only where splitting a batch after a stage answers its rows sooner (Policy II):
   otherwise the stages run fused, as a plain model does, decided once. Stages on engines that
   overlap (a GPU; timed) start pipelined, the paper's multi-entry; the ``ModeSwitch`` then
-  watches each second of serving and runs every batch through the stages in turn inside
-  ``execute`` (as a plain model does) while that answers the load seen sooner (the
+  watches each second of serving and runs every batch inside ``execute`` (as a plain model
+  does: the whole model as one engine where it fuses, ``fuses``, else the stages in turn)
+  while that answers the load seen sooner (the
   pipeline's own cost, the stub's one interpreter, the host's cores, the bottleneck stage,
   weighed against the waits its multi-entry saves), and pipelines again when it does not.
 - **Whether a pipeline's ``execute`` waits** until stage 0 computed its queries (``waits``): where
@@ -42,6 +43,9 @@ CORRECT_AFTER = 200  # answers a window needs for the stub's measured costs to b
 # window once scaled them 15-fold, after which the other mode looked 15 times dearer than it was
 # and the switch kept the pipeline through a load it could not carry (check-auto-2core, zero).
 MAX_CORRECTION = 2.0
+# A whole model's table measured apart and its stages' summed, this close, are taken as equal
+# (the TensorRT-speed profile's differ by 0.02 %: the tables' rounding).
+FUSED_NOISE = 0.01
 MIN_ANSWERS = 20  # a window with fewer answers shows too little to decide on: the mode stays
 
 
@@ -165,6 +169,21 @@ def choose(manifest: Manifest, auto: bool, on_cores: bool, statistic: str = "mea
         return Choice(False, "the stages share the CPU's cores and no split after a stage pays")
     return Choice(True, "the stages overlap: pipelined, and served plain while that answers the load sooner "
                         "(decide.ModeSwitch)", switches=True)
+
+
+def fuses(manifest: Manifest, statistic: str = "mean") -> bool:
+    """Whether the whole model as one engine (``Manifest.fused``) is predicted to take no longer
+    than its stages one after another (within ``FUSED_NOISE``), at every tabulated batch size
+    and length: served plain, it then runs as one. A profile's ``whole`` measured apart may take
+    longer (BERT-base unsliced on an H100 under torch's interpreter: 10.6 ms for one row,
+    against 9.5 for its stages)."""
+    tables = [s.latency for s in manifest.stages]
+    whole = manifest.fused().stages[0].latency
+    if whole is None or any(t is None for t in tables):
+        return False
+    return all(whole.predict(rows, length, statistic)
+               <= (1 + FUSED_NOISE) * sum(t.predict(rows, length, statistic) for t in tables)
+               for rows in tables[0].batch_sizes for length in tables[0].lengths or (None,))
 
 
 def split_pays(tables: Sequence[LatencyTable], statistic: str = "mean") -> bool:
@@ -340,6 +359,9 @@ class ModeSwitch:
     statistic: str = "mean"
     shared_host: bool = False
     mode: Mode = Mode.PIPELINE
+    # The whole model's table where a batch served plain runs it as one engine (``Mode.FUSED``:
+    # ``Manifest.fused``); without it the stages run in turn (``Mode.IN_TURN``).
+    whole: LatencyTable | None = None
     last: str = "nothing seen yet"  # why the mode is what it is: for the log
     measured: HostCosts = field(init=False)  # the costs as loading measured them, which windows correct
     # tritonserver's CPU seconds per request, as last seen served each way (a pipelined answer is
@@ -355,6 +377,11 @@ class ModeSwitch:
     def __post_init__(self):
         self.measured = self.costs
 
+    @property
+    def plain(self) -> Mode:
+        """How a batch served plain runs."""
+        return Mode.IN_TURN if self.whole is None else Mode.FUSED
+
     def observe(self, window: Window) -> Mode | None:
         """Take a window served ``self.mode``; the new mode where it switches, else None."""
         if window.seconds <= 0:
@@ -369,10 +396,11 @@ class ModeSwitch:
             # stub's per-second work, the metrics' export, weighs little in them).
             factor = self.factors[self.mode] = min(max(per_request / predicted, 1 / MAX_CORRECTION), MAX_CORRECTION)
             self.costs = self.measured.scaled(self.factors.get(Mode.PIPELINE, factor),
-                                              self.factors.get(Mode.IN_TURN, factor))
+                                              self.factors.get(self.plain, factor))
         if window.server_s is not None:
             self.server[self.mode] = window.server_s / window.answered
-        other = Mode.IN_TURN if self.mode is Mode.PIPELINE else Mode.PIPELINE
+        plain = self.plain
+        other = plain if self.mode is Mode.PIPELINE else Mode.PIPELINE
         engines, host = self._predicted(other, window, rows)
         busy = {self.mode: self._utilisation(self.mode, window), other: max(engines, host)}
         # The way served now shows how busy it is; the other's host is a prediction, weighed as busier
@@ -382,7 +410,7 @@ class ModeSwitch:
                    other: self._latency(other, max(engines, host * (1 + SWITCH_GAIN)), rows)}
         self.last = (f"{window.answered / window.seconds:.0f} answers/s, {rows:.1f} rows a run: "
                      f"{_ms(latency[Mode.PIPELINE])} pipelined ({busy[Mode.PIPELINE]:.0%} busy), "
-                     f"{_ms(latency[Mode.IN_TURN])} plain ({busy[Mode.IN_TURN]:.0%}) "
+                     f"{_ms(latency[plain])} plain ({busy[plain]:.0%}) "
                      f"({self.costs.describe()}, tritonserver {self._server_text()})")
         if math.isinf(latency[self.mode]):  # its answers are its capacity, not the load: weigh capacities
             better = busy[other] < busy[self.mode] * (1 - SWITCH_GAIN)
@@ -397,9 +425,10 @@ class ModeSwitch:
         if busy >= 1:
             return math.inf
         stub = self.costs.stub_s(mode, rows)
-        own = self._device_s(Mode.IN_TURN, rows) + stub
         if mode is not Mode.PIPELINE:
+            own = self._device_s(mode, rows) + stub
             return own + own * busy / (2 * (1 - busy))
+        own = self._device_s(Mode.IN_TURN, rows, self.tables) + stub  # its stages, one after another
         return own + self.costs.handoff_s + max(self._device_s(mode, rows), stub) * busy / (2 * (1 - busy))
 
     def _switch(self, mode: Mode) -> Mode | None:
@@ -422,10 +451,12 @@ class ModeSwitch:
         engines = batches * self._device_s(mode, rows)
         return engines / window.seconds, self._host(stub, window, mode)
 
-    def _device_s(self, mode: Mode, rows: float) -> float:
-        """The engines' seconds for a batch of the ``rows`` seen, served ``mode``."""
-        whole = max(1, min(round(rows), self.tables[0].batch_sizes[-1]))
-        return device_s(self.tables, mode, whole, middle_length(self.tables), self.statistic, self.shared_host)
+    def _device_s(self, mode: Mode, rows: float, tables: Sequence[LatencyTable] = ()) -> float:
+        """The engines' seconds for a batch of the ``rows`` seen, served ``mode`` (through ``tables``:
+        by default the stages', or the whole model's where it runs fused)."""
+        tables = tables or ([self.whole] if mode is Mode.FUSED and self.whole is not None else self.tables)
+        bs = max(1, min(round(rows), self.tables[0].batch_sizes[-1]))
+        return device_s(tables, mode, bs, middle_length(self.tables), self.statistic, self.shared_host)
 
     def _host(self, stub_s: float, window: Window, mode: Mode) -> float:
         server = window.answered * self._server_s(mode)

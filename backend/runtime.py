@@ -48,9 +48,12 @@ DRAIN_S = 0.05  # how often a switch to plain serving checks whether the pipelin
 class Runtime:
     def __init__(self, manifest: Manifest, engines: Sequence[Engine], config: RuntimeConfig | None = None,
                  device: Device | None = None, trace: Trace | None = None, metrics: Metrics | None = None,
-                 on_death: Callable[[str], None] | None = None, buckets: Buckets = Buckets()):
+                 on_death: Callable[[str], None] | None = None, buckets: Buckets = Buckets(),
+                 fused: Sequence[Engine] = ()):
         """``on_death``: called once, with the reason, if an executor thread dies after all (the
-        backend then has its stub replaced, as Triton cannot be told the model is not ready)."""
+        backend then has its stub replaced, as Triton cannot be told the model is not ready).
+        ``fused``: the one engine of ``manifest.fused()``, which the batches run inline use where
+        given (else they run the stages in turn)."""
         config = config or RuntimeConfig()
         self.dead: str | None = None
         self._on_death = on_death
@@ -88,10 +91,12 @@ class Runtime:
         ]
         for executor in self.executors:
             executor.start()
-        # Batches run inline: the same engines, one stage after another (``serving.serve`` sets
-        # what decides when: ``lone``, and ``mode`` through the ``watch``).
-        self.plain = WholeBatch(manifest, engines, self.device, self.metrics, self.pad_values, self.size_limits,
-                                config.policy.form_inline, buckets, config.policy, config.queue.reject)
+        # Batches run inline: the whole model as one engine where it is given, else the same
+        # engines, one stage after another (``serving.serve`` sets what decides when: ``lone``,
+        # and ``mode`` through the ``watch``).
+        self.plain = WholeBatch(manifest.fused() if fused else manifest, fused or engines, self.device, self.metrics,
+                                self.pad_values, self.size_limits, config.policy.form_inline, buckets, config.policy,
+                                config.queue.reject)
         self.lone: LoneRuns | None = None
         self.mode = Mode.PIPELINE
         self.watch = None  # serving.Watch, where a ModeSwitch decides the mode

@@ -4,8 +4,9 @@
 - A ``Runtime`` (``runtime.py``): the multi-entry multi-exit pipeline. Under ``auto`` on
   engines that overlap it measures this host's serving costs first (``calibrate.py``) and
   watches each second of serving (``Watch``), running every batch inside ``execute`` while
-  ``decide.ModeSwitch`` says the plain way serves the load better, and a lone batch inside it
-  while ``decide.LoneRuns`` says so.
+  ``decide.ModeSwitch`` says the plain way serves the load better (the whole model as one
+  engine there where it fuses: ``_fused``), and a lone batch inside it while
+  ``decide.LoneRuns`` says so.
 - A ``WholeBatch`` (``whole.py``): where ``auto`` steps aside on stages that share the host's
   cores (the stages fused into one engine, ``engines.fusable``) and for ``batching: triton``
   (the stages in turn, as sliced): ``execute`` runs the batch Triton formed and returns every
@@ -26,7 +27,8 @@ from typing import Protocol
 
 from . import calibrate
 from .config import RuntimeConfig
-from .decide import Choice, HostCosts, LoneRuns, Mode, ModeSwitch, Window, capacities, choose, interpreted, waits
+from .decide import (Choice, HostCosts, LoneRuns, Mode, ModeSwitch, Window, capacities, choose, fuses, interpreted,
+                     waits)
 from .device import CpuDevice, Device
 from .dispatch import SmdpPolicy
 from .engines import describe_graphs, describe_pins, fusable, graph_buckets, load_engines, on_host_cores
@@ -118,8 +120,10 @@ def serve(manifest: Manifest, version_dir: Path, config: RuntimeConfig, device: 
         return decision, WholeBatch(manifest, engines, device, metrics, config.pad_values,
                                     config.size_limits(manifest), form, buckets, config.policy,
                                     config.queue.reject)
+    fused = _fused(manifest, version_dir, device, config, graphs, lent, said) \
+        if choice.switches and fuses(manifest, statistic) else []
     runtime = Runtime(manifest, engines, config, device, trace=trace, metrics=metrics, on_death=on_death,
-                      buckets=buckets)
+                      buckets=buckets, fused=fused)
     lone = config.lone_inline == "true" or (config.lone_inline == "auto" and config.policy.auto)
     costs = HostCosts()
     if not on_cores or lone:  # (on the host's cores the CPU time measured would be the engines')
@@ -142,11 +146,34 @@ def serve(manifest: Manifest, version_dir: Path, config: RuntimeConfig, device: 
         if weighs_power:
             config.policy.said("smdp: while the switch serves plain, Triton's batcher dispatches and waits for no "
                                "control limit: the power weight acts only while the model pipelines")
-        switch = ModeSwitch([s.latency for s in manifest.stages], costs, cores, statistic, interpreted(manifest))
+        switch = ModeSwitch([s.latency for s in manifest.stages], costs, cores, statistic, interpreted(manifest),
+                            whole=manifest.fused().stages[0].latency if fused else None)
         runtime.watch = Watch(runtime, switch, metrics, device, len(manifest.stages),
                               _shared(server_cpu_s, lent.instances), said)
         runtime.watch.start()
     return replace(decision, waits=waited, waits_why=waits_why, costs=costs), runtime
+
+
+def _fused(manifest: Manifest, version_dir: Path, device: Device, config: RuntimeConfig, graphs: bool, cpus: Cpus,
+           said: Callable[[str], None] | None) -> list:
+    """The whole model as one engine for the batches a switching model runs inside ``execute``,
+    where its stages fuse (``engines.fusable``) and the whole is no slower (``decide.fuses``).
+    Served plain, it then costs the host one engine's call a batch, as the plain model does, not
+    one a stage (near-zero compute at 1 in flight answered 0.91x the plain model with its two
+    timed stages in turn: docs/results/check-auto-zero-in-stub). Torch stages load their weights
+    a second time and capture their graphs again; where that fails (the device's memory), the
+    stages run in turn and the log says why."""
+    if not fusable(manifest):
+        return []
+    try:
+        engines = load_engines(manifest, version_dir, device, config.intra_op_thread_count, config.spins(True), True,
+                               graphs, cpus=cpus)
+    except Exception as exc:  # the stages in turn serve plain as well, a little dearer
+        log.exception("loading the stages fused failed")
+        (said or log.info)(f"served plain, the stages run in turn: fusing them failed ({type(exc).__name__}: {exc})")
+        return []
+    (said or log.info)("served plain, the stages run fused as one engine (serving._fused)")
+    return engines
 
 
 def _shared(server_cpu_s: Callable[[], float | None] | None, instances: int) -> Callable[[], float | None] | None:

@@ -1,7 +1,8 @@
 """Single-entry single-exit serving: what a plain Python model with Triton's batching does.
 
-Serves a model whose policy stepped aside (``serving.Mode.FUSED``, ``IN_TURN``) and ``batching:
-triton``. Triton's dynamic batcher forms the batch; it runs through every stage in one go and
+Serves a model whose policy stepped aside (``serving.Mode.FUSED``, ``IN_TURN``), ``batching:
+triton``, and a pipeline's batches run inside ``execute`` (``Runtime.plain``: while its mode
+switch serves plain, and its lone batches). Triton's dynamic batcher forms the batch; it runs through every stage in one go and
 every query is answered before ``run`` returns (so the backend returns the responses from
 ``execute``), with the same engines and validation as the pipeline. Where the engines run ahead
 of the host (a GPU; timed), the queries are answered with the arrays their results land in
@@ -71,6 +72,11 @@ class WholeBatch:
         self._judged: Judged = {}
         self._stream = device.stream()
         self._columns = [(spec, itemgetter(spec.name), self.pad_values.get(spec.name, 0)) for spec in manifest.inputs]
+        # One engine (fused, or a model of one stage) that takes the model's inputs and gives its outputs: run
+        # directly, without the chain's bookkeeping (at 1 in flight a model served plain pays it every call).
+        one = manifest.stages[0]
+        self._one = engines[0] if len(engines) == 1 and not one.carry and (one.inputs, one.outputs) == \
+            (manifest.inputs, manifest.outputs) else None
 
     ready = True  # no threads to lose
 
@@ -128,6 +134,8 @@ class WholeBatch:
         if not pending:
             return None, 0, 0.0, 0
         admitted, waited_s = len(pending), waited(pending, time.monotonic())
+        if admitted == 1:  # the usual low-load call: one query, one batch, nothing to form
+            return (pending if self._run_or_alone(pending, runs) else None), 1, waited_s, 1
         batches, whole = 0, None
         while pending:
             try:  # whatever a former says, a lone query runs alone
@@ -186,6 +194,10 @@ class WholeBatch:
     def _stages(self, feed: dict, rows: int, runs: list) -> dict:
         """The stages' outputs for ``feed``; the run, its rows and the clock around each stage, go in ``runs``."""
         clock = [time.monotonic()]
-        outputs = run_stages(self.engines, self.manifest.stages, feed, clock)
+        if self._one is not None:
+            outputs = self._one.run(feed)
+            clock.append(time.monotonic())
+        else:
+            outputs = run_stages(self.engines, self.manifest.stages, feed, clock)
         runs.append((rows, clock))
         return outputs

@@ -3,13 +3,15 @@ which meta operation happens, with which sizes, and when each query leaves, comp
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import numpy as np
 import pytest
 
 from backend.batch_table import Flight
-from backend.decide import HostCosts, LoneRuns, Mode, ModeSwitch, Window, capacities, interpreted
+from backend.manifest import LatencyTable
+from backend.decide import HostCosts, LoneRuns, Mode, ModeSwitch, Window, capacities, fuses, interpreted
 from backend.config import RuntimeConfig, make_policy
 from backend.policy import Outlook
 from backend.errors import ConfigError
@@ -424,6 +426,26 @@ def test_the_mode_switch_pipelines_again_once_the_wait_multi_entry_saves_outweig
     assert switch.observe(_window(0.003, (0.1, 0.1), answered=10, rows=1.0)) is None  # too few answers
     assert switch.observe(Window(4.0, 40, 0.012, None, (0.4, 0.4), 1.0)) is None
     assert switch.observe(_window(0.012, (0.4, 0.4), answered=40, rows=1.0)) is Mode.PIPELINE
+
+
+def test_served_plain_the_whole_model_runs_as_one_engine_where_it_is_no_slower_and_the_switch_reads_its_table():
+    """Two stages of 10 ms a batch. The whole model as one engine runs where its table (a
+    profile's ``whole``, else the stages' summed) says it takes no longer than the stages in
+    turn; one measured slower stays apart. Served so, the switch predicts plain serving from
+    the whole's table: at 40 answers/s of one row, the stages in turn would be 80 % busy and the
+    pipeline answers sooner (the test above), while a whole engine of 10 ms is 40 % busy and
+    answers sooner than a pipeline's 20 ms: it stays fused."""
+    manifest = timed_manifest([flat(10.0)] * 2)
+    assert fuses(manifest)
+    assert fuses(dataclasses.replace(manifest, whole=LatencyTable.from_json(flat(20.0))))
+    assert not fuses(dataclasses.replace(manifest, whole=LatencyTable.from_json(flat(21.0))))
+    costs = HostCosts(pipeline_request_s=600e-6, plain_request_s=300e-6)
+    switch = ModeSwitch([s.latency for s in manifest.stages], costs, cores=4, mode=Mode.FUSED,
+                        whole=LatencyTable.from_json(flat(10.0)))
+    assert switch.plain is Mode.FUSED
+    assert switch.observe(_window(0.012, (0.4, 0.0), answered=40, rows=1.0)) is None and switch.mode is Mode.FUSED
+    switch.mode = Mode.PIPELINE
+    assert switch.observe(_window(0.024, (0.4, 0.4), answered=40, rows=1.0)) is Mode.FUSED
 
 
 def test_a_window_corrects_the_costs_measured_at_load_by_at_most_twice_either_way():

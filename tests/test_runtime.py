@@ -505,11 +505,11 @@ def test_a_switch_to_plain_serving_drains_the_pipeline_before_a_batch_runs_inlin
 
 
 def served_plain(manifest: Manifest, folder: Path) -> tuple[Runtime, Metrics]:
-    """``auto``'s runtime on ``manifest``, its mode switch stopped, serving plain (the stages in turn)."""
+    """``auto``'s runtime on ``manifest``, its mode switch stopped, serving plain (timed stages fused)."""
     metrics = Metrics()
     _, runtime = serve(manifest, folder, RuntimeConfig(policy=make_policy("auto", {})), CpuDevice(), metrics)
     runtime.watch.stop()
-    runtime.mode = Mode.IN_TURN
+    runtime.mode = runtime.watch.switch.plain
     return runtime, metrics
 
 
@@ -541,12 +541,12 @@ def test_a_model_served_plain_runs_a_ragged_batch_once_or_in_two_by_length_on_en
         runtime.close()
 
 
-def test_a_lone_query_served_plain_is_its_own_batch_and_counted_as_a_pipelined_one_would_be(tmp_path):
-    """A model served plain at low load runs one query a call: its inputs go through the stages
-    as they are (nothing stacked, padded or cut) and its answer is the last stage's outputs, while
-    the counters read by the mode switch and Triton's metrics (queries admitted, new batches,
-    each stage's batches by rows and busy time) count it as before; so does a query that fails
-    validation beside it, answered on its own."""
+def test_a_lone_query_served_plain_is_its_own_batch_and_counted_as_one_engine_run(tmp_path):
+    """A model served plain at low load runs one query a call: its inputs go through the whole
+    model as one engine (timed stages fuse) as they are (nothing stacked, padded or cut) and its
+    answer is that engine's outputs, while the counters read by the mode switch and Triton's
+    metrics (queries admitted, new batches, batches by rows and busy time) count it as a run of
+    stage 0, the one engine; so does a query that fails validation beside it, answered on its own."""
     trt = timed_manifest(tmp_path, 0.62, 15.15, 128)
     runtime, metrics = served_plain(trt, tmp_path)
     try:
@@ -562,8 +562,9 @@ def test_a_lone_query_served_plain_is_its_own_batch_and_counted_as_a_pipelined_o
         counted = metrics.snapshot()
         assert counted[("dvabatch_entry_queries_total", ())] == 2
         assert counted[("dvabatch_meta_operations_total", (("kind", "new"),))] == 2
+        assert runtime.mode is Mode.FUSED and len(runtime.plain.engines) == 1
         assert {dict(k)["stage"]: v for (family, k), v in counted.items() if family == "dvabatch_batches_total"} \
-            == {"0": 2, "1": 2}
+            == {"0": 2}
         assert all(v > 0 for (family, _), v in counted.items() if family == "dvabatch_stage_busy_us_total")
     finally:
         runtime.close()

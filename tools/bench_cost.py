@@ -223,17 +223,27 @@ def run_profile(profile: Path, plan: Plan, console: Console, failed: dict[str, s
 
 
 def stage_text(stages: Sequence[StageLoad], answers_per_s: float) -> str:
-    """Per stage: rows per batch, the share of the time it was busy, the wait before it."""
-    return " · ".join(f"{s.rows:.1f} rows, {s.busy_us * answers_per_s / 1e6:.0%} busy"
-                      + ("" if math.isnan(s.queue_us) else f", queued {s.queue_us / 1000:.2f} ms") for s in stages)
+    """Per stage: rows per batch, the share of the time it was busy, the wait before it ("not
+    run" where it ran no batch: a later stage of ``auto`` while it served the stages fused)."""
+    def text(s: StageLoad) -> str:
+        if math.isnan(s.rows):
+            return "not run"
+        queued = "" if math.isnan(s.queue_us) else f", queued {s.queue_us / 1000:.2f} ms"
+        return f"{s.rows:.1f} rows, {s.busy_us * answers_per_s / 1e6:.0%} busy{queued}"
+    return " · ".join(map(text, stages))
+
+
+def _mean_seen(values: Sequence[float]) -> float:
+    """The mean of the values measured (nan where none was)."""
+    seen = [v for v in values if not math.isnan(v)]
+    return float(np.mean(seen)) if seen else math.nan
 
 
 def summarise(name: str, model: str, concurrency: int, found: list[Cost], base: list[Window]) -> dict:
     windows = [c.window for c in found]
     answers = pooled(windows, "throughput")
-    stages = tuple(StageLoad(*(float(np.nanmean([getattr(c.stages[i], f) for c in found]))
-                               for f in ("rows", "busy_us", "queue_us")))
-                   for i in range(len(found[0].stages)))
+    stages = tuple(StageLoad(*(_mean_seen([getattr(c.stages[i], f) for c in found])
+                               for f in ("rows", "busy_us", "queue_us"))) for i in range(len(found[0].stages)))
     return {"profile": name, "model": model, "concurrency": concurrency, "answers_per_s": answers,
             "mean_ms": pooled(windows, "mean"), "throughput_vs_plain": ratio(windows, base, "throughput"),
             "mean_vs_plain": ratio(windows, base, "mean"),
