@@ -2,11 +2,12 @@
 
 Serves a model whose policy stepped aside (``serving.Mode.FUSED``, ``IN_TURN``), ``batching:
 triton``, and a pipeline's batches run inside ``execute`` (``Runtime.plain``: while its mode
-switch serves plain, and its lone batches). Triton's dynamic batcher forms the batch; it runs through every stage in one go and
-every query is answered before ``run`` returns (so the backend returns the responses from
-``execute``), with the same engines and validation as the pipeline. Where the engines run ahead
-of the host (a GPU; timed), the queries are answered with the arrays their results land in
-before the host waits for them, and ``run``'s caller builds its responses meanwhile.
+switch serves plain, and its lone batches). Triton's dynamic batcher forms the batch; it runs
+through every stage in one go and every query is answered before ``run`` returns (so the
+backend returns the responses from ``execute``), with the same validation as the pipeline.
+Where the engines run ahead of the host (a GPU; timed), the queries are answered with the
+arrays their results land in before the host waits for them, and ``run``'s caller builds its
+responses meanwhile.
 
 Requests whose inputs differ along the length axis arrive in one of Triton's batches (the slicer
 writes ``allow_ragged_batch`` on that axis). A ``Former`` decides how they run: stages on the

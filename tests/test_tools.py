@@ -610,8 +610,9 @@ def test_cost_benchmark_measures_four_ways_and_the_trace_shows_the_pipeline(run,
     """``tools.bench_cost`` on the near-zero-compute profile, briefly: every way of serving
     answers, with its CPU per request (the stubs' main threads' part of it), its stubs' thread
     switches per request and per-stage rows (two stages pipelined; ``auto``, served plain, runs
-    its timed stages fused: its first stage's rows, the second "not run"). ``DVABATCH_TRACE`` makes the pipeline write its execute calls and
-    stage items, and the plain model its execute calls, which ``tools.trace`` reads."""
+    its timed stages fused: its first stage's rows, the second "not run"). ``DVABATCH_TRACE``
+    makes the pipeline write its execute calls and stage items, and the plain model its execute
+    calls, which ``tools.trace`` reads."""
     out, prefix = tmp_path / "cost", tmp_path / "trace"
     done = run("tools.bench_cost", str(ROOT / "docs" / "profiles" / "zero_2stages.json"), "--concurrency", "2",
                "--rounds", "1", "--seconds", "1", "--out", str(out), extra_env={"DVABATCH_TRACE": str(prefix)})
@@ -633,3 +634,19 @@ def test_cost_benchmark_measures_four_ways_and_the_trace_shows_the_pipeline(run,
     shown = run("tools.trace", str(trace), "--skip", "0")
     assert shown.returncode == 0 and "execute:" in shown.stdout and "held" in shown.stdout, shown.stderr
     assert re.search(r"^  \d+ a call: \d+ calls, held median", shown.stdout, re.M), shown.stdout  # by batch size
+
+
+def test_two_versions_of_the_backend_serve_side_by_side_in_one_server(run, tmp_path):
+    """``tools.bench_versions`` with this checkout as its own base: the plain model, ``auto`` and
+    ``auto_base`` (the base's backend, loaded as a second backend) all answer in every round, each
+    with Triton's compute time per request, and each version is set against the plain model."""
+    out = tmp_path / "versions"
+    done = run("tools.bench_versions", str(ROOT / "docs" / "profiles" / "zero_2stages.json"), "--base", str(ROOT),
+               "--rounds", "2", "--seconds", "1", "--warmup", "0.5", "--out", str(out))
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    rounds = list(csv.DictReader((out / "rounds.csv").read_text().splitlines()))
+    assert sorted((r["round"], r["model"]) for r in rounds) == sorted(
+        (str(i), m) for i in range(2) for m in ("plain", "auto", "auto_base"))
+    assert all(float(r["answers_per_s"]) > 0 and float(r["compute_us"]) > 0 for r in rounds)
+    summary = (out / "summary.md").read_text()
+    assert re.search(r"\| auto_base \| \d+ \| \d+ \| [\d.]+x \[", summary), summary

@@ -198,6 +198,14 @@ class Server:
     def grpc_url(self) -> str:
         return f"{self.host}:{self.grpc_port}"
 
+    @property
+    def backends(self) -> Path:
+        """The backend directory it was started with: a backend linked into it loads with the
+        first model that names it (``tools.bench_versions`` serves another checkout's so)."""
+        if self._folder is None:
+            raise RuntimeError("tritonserver has not been started")
+        return self._folder / "backends"
+
     def command(self, backends: Path) -> list[str]:
         install = self._install()
         return [
