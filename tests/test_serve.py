@@ -66,9 +66,13 @@ def test_a_killed_serve_leaves_no_tritonserver_behind(tmp_path):
          "--grpc-port", str(grpc_port), "--http-port", str(free_port()), "--metrics-port", str(free_port())],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )
+    seen = []
     for line in process.stdout:
+        seen.append(line)
         if "Triton is ready" in line:
             break
+    # (once it failed here with no tritonserver found; had it exited before it was ready, this says why)
+    assert seen and "Triton is ready" in seen[-1], "tools.serve exited early: " + "".join(seen)[-2000:]
     assert processes_matching(f"--grpc-port={grpc_port}")
     process.kill()
     process.wait(10)
