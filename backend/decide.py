@@ -428,7 +428,7 @@ class ModeSwitch:
         if mode is not Mode.PIPELINE:
             own = self._device_s(mode, rows) + stub
             return own + own * busy / (2 * (1 - busy))
-        own = self._device_s(Mode.IN_TURN, rows, self.tables) + stub  # its stages, one after another
+        own = self._device_s(Mode.IN_TURN, rows) + stub  # its stages, one after another
         return own + self.costs.handoff_s + max(self._device_s(mode, rows), stub) * busy / (2 * (1 - busy))
 
     def _switch(self, mode: Mode) -> Mode | None:
@@ -451,10 +451,10 @@ class ModeSwitch:
         engines = batches * self._device_s(mode, rows)
         return engines / window.seconds, self._host(stub, window, mode)
 
-    def _device_s(self, mode: Mode, rows: float, tables: Sequence[LatencyTable] = ()) -> float:
-        """The engines' seconds for a batch of the ``rows`` seen, served ``mode`` (through ``tables``:
-        by default the stages', or the whole model's where it runs fused)."""
-        tables = tables or ([self.whole] if mode is Mode.FUSED and self.whole is not None else self.tables)
+    def _device_s(self, mode: Mode, rows: float) -> float:
+        """The engines' seconds for a batch of the ``rows`` seen, served ``mode`` (through the
+        whole model's table where it runs fused, else the stages')."""
+        tables = [self.whole] if mode is Mode.FUSED and self.whole is not None else self.tables
         bs = max(1, min(round(rows), self.tables[0].batch_sizes[-1]))
         return device_s(tables, mode, bs, middle_length(self.tables), self.statistic, self.shared_host)
 

@@ -121,7 +121,7 @@ def serve(manifest: Manifest, version_dir: Path, config: RuntimeConfig, device: 
                                     config.size_limits(manifest), form, buckets, config.policy,
                                     config.queue.reject)
     fused = _fused(manifest, version_dir, device, config, graphs, lent, said) \
-        if choice.switches and fuses(manifest, statistic) else []
+        if choice.switches and fusable(manifest) and fuses(manifest, statistic) else []
     runtime = Runtime(manifest, engines, config, device, trace=trace, metrics=metrics, on_death=on_death,
                       buckets=buckets, fused=fused)
     lone = config.lone_inline == "true" or (config.lone_inline == "auto" and config.policy.auto)
@@ -156,15 +156,13 @@ def serve(manifest: Manifest, version_dir: Path, config: RuntimeConfig, device: 
 
 def _fused(manifest: Manifest, version_dir: Path, device: Device, config: RuntimeConfig, graphs: bool, cpus: Cpus,
            said: Callable[[str], None] | None) -> list:
-    """The whole model as one engine for the batches a switching model runs inside ``execute``,
-    where its stages fuse (``engines.fusable``) and the whole is no slower (``decide.fuses``).
+    """The whole model as one engine for the batches a switching model runs inside ``execute``
+    (asked for where its stages fuse, ``engines.fusable``, and the whole is no slower, ``decide.fuses``).
     Served plain, it then costs the host one engine's call a batch, as the plain model does, not
     one a stage (near-zero compute at 1 in flight answered 0.91x the plain model with its two
     timed stages in turn: docs/results/check-auto-zero-in-stub). Torch stages load their weights
     a second time and capture their graphs again; where that fails (the device's memory), the
     stages run in turn and the log says why."""
-    if not fusable(manifest):
-        return []
     try:
         engines = load_engines(manifest, version_dir, device, config.intra_op_thread_count, config.spins(True), True,
                                graphs, cpus=cpus)

@@ -51,7 +51,7 @@ def write_base(repository: Path) -> None:
     config.write_text(text)
 
 
-def compute_us(bench: Bench, model: str) -> tuple[float, int]:
+def compute_ns(bench: Bench, model: str) -> tuple[float, int]:
     """Triton's ``compute_infer`` nanoseconds and successful requests of ``model`` so far."""
     with bench.client() as client:
         stats = client.get_inference_statistics(model, as_json=True)["model_stats"][0]["inference_stats"]
@@ -87,10 +87,10 @@ def main(argv: list[str] | None = None) -> None:
             for concurrency in args.concurrency:
                 for round_ in range(args.rounds):
                     for model in MODELS if round_ % 2 == 0 else MODELS[::-1]:
-                        ns, count = compute_us(bench, model)
+                        ns, count = compute_ns(bench, model)
                         window = measure(model, bench.url, Load(concurrency=concurrency), data, args.seconds,
                                          args.warmup)
-                        ns_after, count_after = compute_us(bench, model)
+                        ns_after, count_after = compute_ns(bench, model)
                         rows.append({"concurrency": concurrency, "round": round_, "model": model,
                                      "answers_per_s": window.throughput,
                                      "compute_us": (ns_after - ns) / max(count_after - count, 1) / 1000})
