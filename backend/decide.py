@@ -37,7 +37,13 @@ SPLIT_GAIN = 0.05  # how much sooner a split must answer, in sum, for ``auto`` t
 # less busy its nearest limit) for the switch.
 SWITCH_GAIN = 0.15
 CPU_BOUND = 0.5  # the share of the stub's interpreter serving would take at the engines' capacity: the CPU caps
-CORRECT_AFTER = 200  # answers a window needs for the stub's measured costs to be corrected by it
+# Answers a window needs for the stub's measured costs to be corrected by it, and for what it shows
+# tritonserver's CPU cost a request to be kept: over fewer, work that is not this model's
+# requests weighs in them (the metrics' export; in a server shared with other models, theirs: a
+# window in which this model's load stopped and another's began once read 2,656 us a request
+# pipelined, against 1,111 served plain, and kept a closed loop plain that the pipeline served
+# 1.6x faster).
+CORRECT_AFTER = 200
 # A window corrects the costs measured at load by at most this factor either way: its stub CPU
 # also holds work that is not serving requests (a drain, the export at a switch), and one such
 # window once scaled them 15-fold, after which the other mode looked 15 times dearer than it was
@@ -311,8 +317,9 @@ class LoneRuns:
 @dataclass(frozen=True)
 class Window:
     """What one window of serving showed: its length, the requests answered, the stub's CPU
-    seconds, tritonserver's (None where it cannot be read), each stage's busy seconds and the
-    mean rows of a stage's run."""
+    seconds, tritonserver's (None where it cannot be read), each stage's busy seconds, the
+    mean rows of a stage's run, and the ``execute`` calls and their wall seconds (0 where not
+    counted)."""
 
     seconds: float
     answered: int
@@ -320,6 +327,38 @@ class Window:
     server_s: float | None
     busy_s: tuple[float, ...]
     rows: float
+    execute_s: float = 0.0
+    executes: int = 0
+
+
+def round_trip_s(window: Window) -> float:
+    """Served plain, the seconds each request held the next batch back beyond what arrivals that
+    do not wait on the answers explain: the instance's idle time between two ``execute`` calls,
+    less what an open (Poisson) load at the window's rate leaves idle (none arrived during a call
+    of the mean length: ``exp(-rate took) / rate``), spread over the requests. Where the clients
+    wait on their answers (a closed loop: perf_analyzer's concurrency) and every request in flight
+    fits in one batch, the next batch cannot form until tritonserver has sent this one's answers
+    and taken the clients' next requests: that round trip runs in series with the engines (64 in
+    flight on the slower engine's two stages, served plain on a one-core server: the engines 73 %
+    busy at 670 answers/s, where the pipeline, whose next batch enters while this one runs,
+    answered 1,027; docs/results/check-auto-fused-plain). Under an open load it is about none."""
+    if not window.executes or not window.answered or window.seconds <= 0:
+        return 0.0
+    rate = window.answered / window.seconds
+    took = window.execute_s / window.executes
+    idle = max(window.seconds - window.execute_s, 0.0) / window.executes
+    return max(idle - math.exp(-rate * took) / rate, 0.0) * window.executes / window.answered
+
+
+@dataclass(frozen=True)
+class Seen:
+    """What the ``ModeSwitch`` kept of a window for the next: its answers/s, the round trip it
+    showed served plain (``round_trip_s``; None pipelined), and the way it found better (None: the
+    one served)."""
+
+    rate: float
+    trip: float | None
+    wanted: Mode | None
 
 
 @dataclass
@@ -327,31 +366,36 @@ class ModeSwitch:
     """Serves pipelined or plain, whichever answers the load seen sooner (auto on engines that
     overlap). Each window it reads the utilisation of every limit serving has in the way it serves
     now (the stub's interpreter, the host's cores with tritonserver, the engines: the bottleneck
-    stage pipelined, all stages plain), and predicts the other way's at the same load, scaling the
-    stub's time by the two ways' measured costs at the batch size seen and reading the engines' from
-    the tables. From each way's utilisation ``u`` it predicts a request's mean latency: a batch's
-    own time through the stages and the stub (pipelined, with the hand-offs' latency:
-    ``HostCosts.handoff_s``), plus the wait for the limit ahead of it, a queue's
-    ``s u / (2 (1 - u))`` for a limit that serves a batch in ``s`` (the whole batch's time plain,
-    the bottleneck's pipelined: the pipeline's multi-entry lets a request into stage 0 while
-    another runs; the other way's host taken ``SWITCH_GAIN`` busier than predicted, the model's
-    error). It switches when the other way's prediction is ``SWITCH_GAIN`` below the current
-    one's. At light load both ways predict about a batch's own time, unless the hand-offs' latency
-    weighs in it, and the mode stays (the lone batches of a pipeline run inline where ``LoneRuns``
-    says so). Where the way served now is overloaded, its answers per second are its capacity, not
-    the load (which may be higher), so a prediction at that rate says only how the other way's
-    capacity compares: it switches where the other would be ``SWITCH_GAIN`` less busy, as where
-    both would be overloaded (a prediction just under capacity, within the model's error, once
-    flipped the near-zero profile every 1.5 s between plain serving and a pipeline that carries a
-    third less, through a load at 0.9 of the plain capacity: docs/results/check-auto-client-core).
-    (Switching back to the pipeline whenever both had room once cost the next load its first
-    second: the near-zero profile's pipeline carries about half of what its plain path does;
+    stage pipelined; plain, the instance: its time inside ``execute`` and each request's round trip
+    in series where the clients wait on their answers, ``round_trip_s``), and predicts the other
+    way's at the same load, scaling the stub's time by the two ways' measured costs at the batch
+    size seen and reading the engines' from the tables. From each way's utilisation ``u`` it
+    predicts a request's mean latency: a batch's own time through the stages and the stub
+    (pipelined, with the hand-offs' latency: ``HostCosts.handoff_s``), plus the wait for the limit
+    ahead of it, a queue's ``s u / (2 (1 - u))`` for a limit that serves a batch in ``s`` (the whole
+    batch's time plain, the bottleneck's pipelined: the pipeline's multi-entry lets a request into
+    stage 0 while another runs; the other way's host taken ``SWITCH_GAIN`` busier than predicted,
+    the model's error). It switches when the other way's prediction is ``SWITCH_GAIN`` below the
+    current one's in two windows in a row at rates within ``SWITCH_GAIN`` of each other (a window
+    may hold a load starting or stopping, whose rate is neither's). At light load both ways predict
+    about a batch's own time, unless the hand-offs' latency weighs in it, and the mode stays (the
+    lone batches of a pipeline run inline where ``LoneRuns`` says so). Where the way served now is
+    overloaded, or served plain with the clients waiting on their answers and the instance busy
+    within ``SWITCH_GAIN`` of all the time (a round trip seen), its answers per second are its
+    capacity, not the load (which may be higher), so a prediction at that rate says only how the
+    other way's capacity compares: it switches where the other would be ``SWITCH_GAIN`` less busy,
+    as where both would be overloaded (a prediction just under capacity, within the model's error,
+    once flipped the near-zero profile every 1.5 s between plain serving and a pipeline that carries
+    a third less, through a load at 0.9 of the plain capacity: docs/results/check-auto-client-core).
+    (Switching back to the pipeline whenever both had room once cost the next load its first second:
+    the near-zero profile's pipeline carries about half of what its plain path does;
     docs/results/check-auto-2core-noslack.) A window with hardly any answers changes nothing (when a
     load stops and starts again, as a benchmark's windows do, it is served as it was). Each way's
     stub costs measured at load are corrected by what the windows served that way show against them
-    (``costs``; at most ``MAX_CORRECTION`` either way), and tritonserver's cost per request is learnt
-    for each way while it is served that way, where it can be read (a pipelined request never
-    taken to cost it less than a plain one: ``_server_s``)."""
+    (``costs``; at most ``MAX_CORRECTION`` either way), and tritonserver's cost per request is
+    learnt for each way while it is served that way, where it can be read, over windows of
+    ``CORRECT_AFTER`` answers (a pipelined request never taken to cost it less than a plain one:
+    ``_server_s``)."""
 
     tables: Sequence[LatencyTable]
     costs: HostCosts
@@ -373,6 +417,14 @@ class ModeSwitch:
     # read from the way served, once had the switch flip every 1.5 s at near-zero compute: each
     # window served plain forgot how much dearer the pipeline had just shown itself.)
     factors: dict[Mode, float] = field(init=False, default_factory=dict)
+    # Served plain, what each request last held the next batch back in series (``round_trip_s``),
+    # and the answers/s it was seen at: a load served pipelined at less than ``1 - SWITCH_GAIN``
+    # of that rate is taken as another one (a closed loop served faster answers no less), where
+    # plain serving is predicted without it. Of two steady windows, the less (a load starting within
+    # a window leaves it idle too: at 16 in flight, the first window read 8 ms a request at 97
+    # answers/s); a switch needs two (``observe``), so the round trip it acted on is such a one.
+    round_trip: tuple[float, float] = field(init=False, default=(0.0, 0.0))
+    _before: Seen | None = field(init=False, default=None)  # the window before, since the last switch
 
     def __post_init__(self):
         self.measured = self.costs
@@ -397,59 +449,92 @@ class ModeSwitch:
             factor = self.factors[self.mode] = min(max(per_request / predicted, 1 / MAX_CORRECTION), MAX_CORRECTION)
             self.costs = self.measured.scaled(self.factors.get(Mode.PIPELINE, factor),
                                               self.factors.get(self.plain, factor))
-        if window.server_s is not None:
+        if window.server_s is not None and window.answered >= CORRECT_AFTER:
             self.server[self.mode] = window.server_s / window.answered
+        rate = window.answered / window.seconds
+        before = self._before
+        steady = before is not None and abs(rate / before.rate - 1) <= SWITCH_GAIN
+        trip = round_trip_s(window) if self.mode is not Mode.PIPELINE and window.executes else None
+        if trip is not None:
+            self.round_trip = (min(trip, before.trip) if steady and before.trip is not None else trip, rate)
+        series = self._series_s(rate)
         plain = self.plain
         other = plain if self.mode is Mode.PIPELINE else Mode.PIPELINE
-        engines, host = self._predicted(other, window, rows)
-        busy = {self.mode: self._utilisation(self.mode, window), other: max(engines, host)}
+        engines, host = self._predicted(other, window, rows, series)
+        busy = {self.mode: self._utilisation(self.mode, window, series), other: max(engines, host)}
         # The way served now shows how busy it is; the other's host is a prediction, weighed as busier
         # by the model's error: near capacity a few points decide the wait (a near-zero model, plain
         # 100 % busy, switched to a pipeline predicted 98 %, which could not carry the load).
-        latency = {self.mode: self._latency(self.mode, busy[self.mode], rows),
-                   other: self._latency(other, max(engines, host * (1 + SWITCH_GAIN)), rows)}
-        self.last = (f"{window.answered / window.seconds:.0f} answers/s, {rows:.1f} rows a run: "
+        latency = {self.mode: self._latency(self.mode, busy[self.mode], rows, series),
+                   other: self._latency(other, max(engines, host * (1 + SWITCH_GAIN)), rows, series)}
+        self.last = (f"{rate:.0f} answers/s, {rows:.1f} rows a run: "
                      f"{_ms(latency[Mode.PIPELINE])} pipelined ({busy[Mode.PIPELINE]:.0%} busy), "
-                     f"{_ms(latency[plain])} plain ({busy[plain]:.0%}) "
-                     f"({self.costs.describe()}, tritonserver {self._server_text()})")
-        if math.isinf(latency[self.mode]):  # its answers are its capacity, not the load: weigh capacities
+                     f"{_ms(latency[plain])} plain ({busy[plain]:.0%}, {series * 1e6:.0f} us a request's round trip "
+                     f"in series) ({self.costs.describe()}, tritonserver {self._server_text()})")
+        # Its answers are its capacity, not the load, where it is overloaded, and where the clients
+        # wait on their answers (a round trip in series) and keep the instance busy within the
+        # model's error of all the time: weigh capacities.
+        looped = self.mode is not Mode.PIPELINE and series > 0 and busy[self.mode] >= 1 - SWITCH_GAIN
+        if looped or math.isinf(latency[self.mode]):
             better = busy[other] < busy[self.mode] * (1 - SWITCH_GAIN)
         else:
             better = latency[other] < latency[self.mode] * (1 - SWITCH_GAIN)
-        return self._switch(other) if better else None
+        self._before = Seen(rate, trip, other if better else None)
+        if not better or not steady or before.wanted is not other:
+            return None  # a window may hold a load starting or stopping: the one before must agree
+        return self._switch(other)
 
-    def _latency(self, mode: Mode, busy: float, rows: float) -> float:
+    def _latency(self, mode: Mode, busy: float, rows: float, series: float) -> float:
         """A request's mean seconds served ``mode`` with its nearest limit ``busy``: its batch's
-        own time, and the wait for the batch ahead at that limit (M/D/1); infinite at or past
-        capacity."""
+        own time, and the wait for the batch ahead at that limit (M/D/1: plain, the batch's time
+        and its requests' round trip in series, ``series`` each); infinite at or past capacity."""
         if busy >= 1:
             return math.inf
         stub = self.costs.stub_s(mode, rows)
         if mode is not Mode.PIPELINE:
             own = self._device_s(mode, rows) + stub
-            return own + own * busy / (2 * (1 - busy))
+            return own + (own + rows * series) * busy / (2 * (1 - busy))
         own = self._device_s(Mode.IN_TURN, rows) + stub  # its stages, one after another
         return own + self.costs.handoff_s + max(self._device_s(mode, rows), stub) * busy / (2 * (1 - busy))
 
     def _switch(self, mode: Mode) -> Mode | None:
         if mode is self.mode:
             return None
-        self.mode = mode
+        self.mode, self._before = mode, None
         return mode
 
-    def _utilisation(self, mode: Mode, window: Window) -> float:
-        """The nearest limit's utilisation as the window showed it."""
+    def _utilisation(self, mode: Mode, window: Window, series: float) -> float:
+        """The nearest limit's utilisation as the window showed it: served plain, the instance's
+        too (its time inside ``execute`` and its requests' round trip in series)."""
         busy = window.busy_s or (0.0,)
         engines = (max(busy) if mode is Mode.PIPELINE else sum(busy)) / window.seconds
+        if mode is not Mode.PIPELINE and window.executes:
+            engines = max(engines, (window.execute_s + window.answered * series) / window.seconds)
         return max(engines, self._host(window.stub_s, window, mode))
 
-    def _predicted(self, mode: Mode, window: Window, rows: float) -> tuple[float, float]:
+    def _predicted(self, mode: Mode, window: Window, rows: float, series: float) -> tuple[float, float]:
         """The engines' and the host's utilisation had the window's load been served ``mode``
-        (the engines' read from their tables; the host's scaled from costs measured elsewhere)."""
+        (the engines' read from their tables; the host's scaled from costs measured elsewhere).
+        Served plain, the engines' is the instance's: each batch runs inside ``execute``, the stub's
+        work and the engines' one after another, and its requests' round trip in series. A
+        pipeline overlaps that round trip with the engines but does not shorten it: in a closed
+        loop of ``n`` it still answers at most ``n`` a round trip, so its share of the window is a
+        limit too (near-zero compute at 64 in flight, served plain on a one-core server: the
+        instance 98 % busy at 1,752 answers/s, 89 % of it the round trip, where the pipeline,
+        predicted 72 % busy by its stub costs alone, answered 1,200)."""
         batches = window.answered / rows
         stub = batches * self.costs.stub_s(mode, rows)
         engines = batches * self._device_s(mode, rows)
+        if mode is not Mode.PIPELINE:
+            engines += stub + window.answered * series
+        else:  # each request's round trip is its own, whoever serves it: a pipeline overlaps it with the engines
+            engines = max(engines, window.answered * series)
         return engines / window.seconds, self._host(stub, window, mode)
+
+    def _series_s(self, rate: float) -> float:
+        """A plain request's round trip in series (``round_trip``) at a load of ``rate`` answers/s."""
+        seconds, seen_at = self.round_trip
+        return seconds if rate >= (1 - SWITCH_GAIN) * seen_at else 0.0
 
     def _device_s(self, mode: Mode, rows: float) -> float:
         """The engines' seconds for a batch of the ``rows`` seen, served ``mode`` (through the

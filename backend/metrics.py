@@ -15,6 +15,8 @@ Families (every metric also carries Triton's ``model`` and ``version`` labels):
   they waited at the entry (the pipeline's queue; Triton's own queue is ``nv_inference_queue_*``);
 - ``dvabatch_queries_waiting``, ``dvabatch_queries_in_flight``: queries at the entry, and queries
   handed to the backend and not yet answered;
+- ``dvabatch_executes_total``, ``dvabatch_execute_us_total``: calls of ``execute`` and the wall
+  time inside them (served plain: the instance's busy time, which ``decide.ModeSwitch`` reads);
 - ``dvabatch_lone_batches_total{ran}``: batches that found the pipeline empty, by where they ran:
   ``inline`` (every stage inside ``execute``, answered in its list) or ``pipeline``
   (``decide.LoneRuns``);
@@ -53,6 +55,9 @@ ENTRY_WAIT = Family("dvabatch_entry_wait_us_total", "counter",
                     "Microseconds admitted queries waited at the entry of the pipeline")
 WAITING = Family("dvabatch_queries_waiting", "gauge", "Queries waiting at the entry of the pipeline")
 IN_FLIGHT = Family("dvabatch_queries_in_flight", "gauge", "Queries handed to the backend and not yet answered")
+EXECUTES = Family("dvabatch_executes_total", "counter", "Calls of the model's execute")
+EXECUTE_TIME = Family("dvabatch_execute_us_total", "counter",
+                      "Microseconds spent inside the model's execute (wall time)")
 LONE = Family("dvabatch_lone_batches_total", "counter",
               "Batches that found the pipeline empty, by where they ran (inline: inside execute; pipeline)")
 SERVING = Family("dvabatch_serving", "gauge",
@@ -60,13 +65,15 @@ SERVING = Family("dvabatch_serving", "gauge",
 CAPACITY = Family("dvabatch_predicted_capacity", "gauge",
                   "Requests/s predicted at load for plain and pipeline serving, from the tables and the host's costs")
 FAMILIES = {f.name: f for f in (META_OPERATIONS, BATCHES, STAGE_BUSY, ENTRY_QUERIES, ENTRY_WAIT, WAITING, IN_FLIGHT,
-                                LONE, SERVING, CAPACITY)}
+                                EXECUTES, EXECUTE_TIME, LONE, SERVING, CAPACITY)}
 
 
 Key = tuple[str, Labels]
 FOLD_AT = 65536  # updates recorded before the recorder folds them itself
 _ENTRY_QUERIES: Key = (ENTRY_QUERIES.name, ())
 _ENTRY_WAIT: Key = (ENTRY_WAIT.name, ())
+_EXECUTES: Key = (EXECUTES.name, ())
+_EXECUTE_TIME: Key = (EXECUTE_TIME.name, ())
 _INLINE: Key = ("", ())  # a record of ``Metrics.ran_inline``, counted when folded
 
 
@@ -118,6 +125,10 @@ class Metrics:
         queries ran alone). Recorded as it is and counted by the reader: a model served plain
         pays for its counters on every ``execute``."""
         self._add((_INLINE, (queries, waited_s, batches, runs)))
+
+    def executed(self, seconds: float) -> None:
+        """An ``execute`` call took ``seconds``."""
+        self._add((_EXECUTES, 1), (_EXECUTE_TIME, seconds * 1e6))
 
     def lone(self, inline: bool) -> None:
         """A batch found the pipeline empty and ran ``inline`` inside ``execute``, or in the pipeline."""

@@ -176,6 +176,7 @@ class TritonPythonModel:
         pb_utils.Logger.log_info(f"{args['model_name']}: {decision.describe()} (backend/decide.py)")
         self._server = server
         labels = {"model": args["model_name"], "version": args["model_version"]}
+        self._metrics = metrics
         self._exporter = MetricsExporter(metrics, server.gauges, labels)
         self._exporter.start()
         # What loading made (modules, graphs, tables) lives as long as the model: keep the
@@ -206,6 +207,7 @@ class TritonPythonModel:
         finally:
             ended = time.monotonic()
             self._reached.ended(ended)
+            self._metrics.executed(ended - began)
             if self._trace is not None:
                 self._trace.write(f"execute\t{began:.6f}\t{ended:.6f}\t{len(requests)}\n")
 

@@ -35,7 +35,7 @@ from .engines import describe_graphs, describe_pins, fusable, graph_buckets, loa
 from .executor import Trace
 from .host import Cpus, cpus
 from .manifest import Manifest
-from .metrics import BATCHES, ENTRY_QUERIES, STAGE_BUSY, Metrics
+from .metrics import BATCHES, ENTRY_QUERIES, EXECUTE_TIME, EXECUTES, STAGE_BUSY, Metrics
 from .nvml import NvmlError
 from .padding import Buckets
 from .query import Query
@@ -149,7 +149,7 @@ def serve(manifest: Manifest, version_dir: Path, config: RuntimeConfig, device: 
         switch = ModeSwitch([s.latency for s in manifest.stages], costs, cores, statistic, interpreted(manifest),
                             whole=manifest.fused().stages[0].latency if fused else None)
         runtime.watch = Watch(runtime, switch, metrics, device, len(manifest.stages),
-                              _shared(server_cpu_s, lent.instances), said)
+                              _shared(server_cpu_s, lent.instances), said, alone=lent.instances == 1)
         runtime.watch.start()
     return replace(decision, waits=waited, waits_why=waits_why, costs=costs), runtime
 
@@ -207,13 +207,17 @@ def _form_on_cores(config: RuntimeConfig, max_batch_size: int):
 class Watch(threading.Thread):
     """Every ``WINDOW_S``, what serving showed (the metrics' counters, this process's CPU and
     tritonserver's) goes to the ``ModeSwitch``, and the runtime serves as it says from the next
-    ``execute`` on. The windows a switch straddles are not shown to it."""
+    ``execute`` on. The windows a switch straddles are not shown to it. Where the model has
+    other instances (``alone`` false), its ``execute`` calls are not shown either: Triton hands
+    a batch to whichever instance is free, so an instance sits idle while another serves, and
+    that idle would read as a round trip in series (``decide.round_trip_s``)."""
 
     def __init__(self, runtime: Runtime, switch: ModeSwitch, metrics: Metrics, device: Device, stages: int,
-                 server_cpu_s: Callable[[], float | None] | None, said: Callable[[str], None] | None):
+                 server_cpu_s: Callable[[], float | None] | None, said: Callable[[str], None] | None,
+                 alone: bool = True):
         super().__init__(name="dvabatch-mode-switch", daemon=True)
         self.runtime, self.switch, self.metrics, self.stages = runtime, switch, metrics, stages
-        self.device = device
+        self.device, self.alone = device, alone
         self._server_cpu_s, self._said = server_cpu_s or (lambda: None), said or log.info
         self._stopping = threading.Event()
 
@@ -254,5 +258,8 @@ class Watch(threading.Thread):
                 runs += delta(key)
                 rows += delta(key) * int(dict(labels)["rows"])
         server = server1 - server0 if server0 is not None and server1 is not None else None
-        return Window(t1 - t0, int(delta((ENTRY_QUERIES.name, ()))), cpu1 - cpu0, server, busy,
-                      rows / runs if runs else 1.0)
+        window = Window(t1 - t0, int(delta((ENTRY_QUERIES.name, ()))), cpu1 - cpu0, server, busy,
+                        rows / runs if runs else 1.0)
+        if not self.alone:
+            return window
+        return replace(window, execute_s=delta((EXECUTE_TIME.name, ())) / 1e6, executes=int(delta((EXECUTES.name, ()))))

@@ -11,7 +11,8 @@ import pytest
 
 from backend.batch_table import Flight
 from backend.manifest import LatencyTable
-from backend.decide import HostCosts, LoneRuns, Mode, ModeSwitch, Window, capacities, fuses, interpreted
+from backend.decide import (HostCosts, LoneRuns, Mode, ModeSwitch, Window, capacities, fuses, interpreted,
+                            round_trip_s)
 from backend.config import RuntimeConfig, make_policy
 from backend.policy import Outlook
 from backend.errors import ConfigError
@@ -391,6 +392,11 @@ def _window(stub_s: float, busy_s: tuple[float, ...], answered: int = 1000, rows
     return Window(1.0, answered, stub_s, server_s, busy_s, rows)
 
 
+def _decides(switch: ModeSwitch, window: Window) -> Mode | None:
+    """What the switch does at a load seen steady: ``window`` twice (one alone never switches)."""
+    return switch.observe(window) or switch.observe(window)
+
+
 def test_the_mode_switch_serves_plain_where_the_pipelines_own_cost_is_the_nearer_limit():
     """Two stages of 1 ms a batch (timed, so the tables are all the engines take); the
     pipeline's stub costs three times the plain path's. At 1,000 answers/s in batches of 8 the
@@ -405,13 +411,32 @@ def test_the_mode_switch_serves_plain_where_the_pipelines_own_cost_is_the_nearer
     manifest = timed_manifest([flat(1.0)] * 2)
     costs = HostCosts(pipeline_request_s=900e-6, plain_request_s=300e-6)
     switch = ModeSwitch([s.latency for s in manifest.stages], costs, cores=4)
-    assert switch.observe(_window(0.9, (0.125, 0.125))) is Mode.IN_TURN
-    assert switch.observe(_window(0.9, (0.375, 0.375), answered=3000)) is None and switch.mode is Mode.IN_TURN
-    assert switch.observe(_window(0.12, (0.05, 0.05), answered=400)) is None
-    assert switch.observe(_window(0.03, (0.0125, 0.0125), answered=100, rows=1.0)) is None
+    assert _decides(switch, _window(0.9, (0.125, 0.125))) is Mode.IN_TURN
+    assert _decides(switch, _window(0.9, (0.375, 0.375), answered=3000)) is None and switch.mode is Mode.IN_TURN
+    assert _decides(switch, _window(0.12, (0.05, 0.05), answered=400)) is None
+    assert _decides(switch, _window(0.03, (0.0125, 0.0125), answered=100, rows=1.0)) is None
     assert "plain" in switch.last and switch.mode is Mode.IN_TURN
     switch.mode = Mode.PIPELINE
     assert switch.observe(_window(0.001, (0.0, 0.0), answered=3)) is None  # too little to go by
+
+
+def test_a_switch_needs_two_windows_in_a_row_at_about_one_rate_and_a_light_one_keeps_no_costs():
+    """The setting above: pipelined at 1,000 answers/s in batches of 8, plain answers sooner. One
+    window alone does not switch, nor one at 3,000/s after it (a load that stopped or started
+    within a window shows a rate that is neither's: the slower engine once went plain on such a
+    window at 128 answers/s between two loads, and stayed plain through a closed loop the
+    pipeline served 1.5x faster); a second at about its rate does. A window of fewer than
+    ``CORRECT_AFTER`` answers changes none of the costs the switch keeps: in a server shared
+    with other models, their requests weigh in tritonserver's CPU."""
+    manifest = timed_manifest([flat(1.0)] * 2)
+    costs = HostCosts(pipeline_request_s=900e-6, plain_request_s=300e-6)
+    switch = ModeSwitch([s.latency for s in manifest.stages], costs, cores=4)
+    assert switch.observe(_window(0.9, (0.125, 0.125), server_s=0.1)) is None
+    assert switch.observe(_window(2.7, (0.375, 0.375), answered=3000, server_s=0.3)) is None
+    assert switch.observe(_window(2.6, (0.375, 0.375), answered=2900, server_s=0.29)) is Mode.IN_TURN
+    assert switch.server == {Mode.PIPELINE: pytest.approx(100e-6)}
+    switch.observe(_window(0.1, (0.01, 0.01), answered=64, server_s=0.17))  # served plain now
+    assert Mode.IN_TURN not in switch.server and Mode.IN_TURN not in switch.factors
 
 
 def test_the_mode_switch_pipelines_again_once_the_wait_multi_entry_saves_outweighs_its_cost():
@@ -425,7 +450,7 @@ def test_the_mode_switch_pipelines_again_once_the_wait_multi_entry_saves_outweig
     switch = ModeSwitch([s.latency for s in manifest.stages], costs, cores=4, mode=Mode.IN_TURN)
     assert switch.observe(_window(0.003, (0.1, 0.1), answered=10, rows=1.0)) is None  # too few answers
     assert switch.observe(Window(4.0, 40, 0.012, None, (0.4, 0.4), 1.0)) is None
-    assert switch.observe(_window(0.012, (0.4, 0.4), answered=40, rows=1.0)) is Mode.PIPELINE
+    assert _decides(switch, _window(0.012, (0.4, 0.4), answered=40, rows=1.0)) is Mode.PIPELINE
 
 
 def test_served_plain_the_whole_model_runs_as_one_engine_where_it_is_no_slower_and_the_switch_reads_its_table():
@@ -443,9 +468,9 @@ def test_served_plain_the_whole_model_runs_as_one_engine_where_it_is_no_slower_a
     switch = ModeSwitch([s.latency for s in manifest.stages], costs, cores=4, mode=Mode.FUSED,
                         whole=LatencyTable.from_json(flat(10.0)))
     assert switch.plain is Mode.FUSED
-    assert switch.observe(_window(0.012, (0.4, 0.0), answered=40, rows=1.0)) is None and switch.mode is Mode.FUSED
+    assert _decides(switch, _window(0.012, (0.4, 0.0), answered=40, rows=1.0)) is None and switch.mode is Mode.FUSED
     switch.mode = Mode.PIPELINE
-    assert switch.observe(_window(0.024, (0.4, 0.4), answered=40, rows=1.0)) is Mode.FUSED
+    assert _decides(switch, _window(0.024, (0.4, 0.4), answered=40, rows=1.0)) is Mode.FUSED
 
 
 def test_a_window_corrects_the_costs_measured_at_load_by_at_most_twice_either_way():
@@ -486,8 +511,61 @@ def test_the_mode_switch_pipelines_where_the_engines_are_the_nearer_limit():
     manifest = timed_manifest([flat(10.0)] * 2)
     costs = HostCosts(pipeline_batch_s=200e-6, pipeline_request_s=60e-6, plain_batch_s=100e-6, plain_request_s=30e-6)
     switch = ModeSwitch([s.latency for s in manifest.stages], costs, cores=2, mode=Mode.IN_TURN)
-    assert switch.observe(_window(0.03, (0.44, 0.44), answered=700)) is Mode.PIPELINE
-    assert switch.observe(_window(0.06, (0.9, 0.9), answered=1400)) is None and switch.mode is Mode.PIPELINE
+    assert _decides(switch, _window(0.03, (0.44, 0.44), answered=700)) is Mode.PIPELINE
+    assert _decides(switch, _window(0.06, (0.9, 0.9), answered=1400)) is None and switch.mode is Mode.PIPELINE
+
+
+def test_served_plain_in_a_closed_loop_the_requests_round_trip_counts_in_series_and_the_switch_pipelines():
+    """The slower engine's two stages (36 ms each for 64 rows), 64 requests in flight from clients
+    that wait on their answers, served plain on a one-core server: 640 answers/s in batches of
+    64, the engines 72 % busy, the core 43 % (tritonserver 650 us a request). The pipeline's stub,
+    corrected by what serving showed, costs 2.3 ms a batch and 349 us a request. Read as an open
+    load at that rate, plain is predicted within 15 % of the pipeline and stays (what happened:
+    docs/results/check-auto-fused-plain, 0.72x). But ``execute`` was busy 74 % of the time and
+    idle 26 ms before each batch, where arrivals that did not wait on the answers would have
+    queued during a 74 ms call: each request held the next batch back 406 us, in series. With
+    that, the instance is saturated, the load is plain's capacity, and the pipeline, predicted
+    76 % busy, carries more: the switch pipelines. Pipelined at 1,000/s, plain is predicted
+    overloaded and it stays; a load under 85 % of the 640/s where the round trip was seen is
+    another load, where plain is predicted without it. An open load of lone batches leaves the
+    instance idle no longer than its arrivals explain: no round trip. A load that starts within a
+    window leaves the instance idle too: a round trip is taken only where two windows in a row, at
+    about the same rate, showed it."""
+    tables = [{"batch_sizes": [1, 64], "mean": [4.0, 36.0]}] * 2
+    manifest = timed_manifest(tables, max_batch_size=64)
+    costs = HostCosts(pipeline_batch_s=2.3e-3, pipeline_request_s=349e-6, plain_request_s=40e-6)
+    closed = Window(1.0, 640, 640 * 40e-6, 640 * 650e-6, (0.36, 0.36), 64.0, execute_s=0.74, executes=10)
+    assert round_trip_s(closed) == pytest.approx(0.26 / 640)
+    unseen = ModeSwitch([s.latency for s in manifest.stages], costs, cores=1, mode=Mode.IN_TURN)
+    assert _decides(unseen, dataclasses.replace(closed, executes=0)) is None, unseen.last  # what it did before
+    switch = ModeSwitch([s.latency for s in manifest.stages], costs, cores=1, mode=Mode.IN_TURN)
+    starting = dataclasses.replace(closed, answered=320, stub_s=320 * 40e-6, server_s=320 * 650e-6,
+                                   busy_s=(0.18, 0.18), execute_s=0.37, executes=5)
+    assert switch.observe(starting) is None  # one window never switches
+    assert switch.observe(closed) is None  # the window before, at half the rate: a load starting
+    assert switch.observe(closed) is Mode.PIPELINE, switch.last
+    assert "406 us a request's round trip in series" in switch.last
+    pipelined = Window(1.0, 1000, 1000 * 420e-6, 1000 * 650e-6, (0.6, 0.6), 32.0)
+    assert _decides(switch, pipelined) is None and "overloaded plain" in switch.last
+    assert switch._series_s(1000) == pytest.approx(0.26 / 640) and switch._series_s(500) == 0.0
+    lone = Window(1.0, 100, 100 * 40e-6, None, (0.4, 0.4), 1.0, execute_s=0.8, executes=100)
+    assert round_trip_s(lone) == 0.0  # idle 2 ms a call, where Poisson arrivals leave 4.5
+
+
+def test_a_pipeline_does_not_shorten_the_round_trip_so_where_it_is_all_the_cycle_plain_stays():
+    """Near-zero stages, 64 in flight served plain on a one-core server: 1,750 answers/s in
+    batches of 50, ``execute`` busy 8 % of the time, and idle 26 ms before each batch: a round
+    trip of 526 us a request, 92 % of the window. The instance is saturated, but a pipeline would
+    not shorten the round trip that fills it, only overlap it with the engines, which here have
+    nothing to do: the round trip's share caps it too, and it is not clearly less busy (92 %,
+    where its stub costs alone predict 83 %): the mode stays (it switched, and the pipeline
+    answered 1,200/s where plain had answered 1,752)."""
+    manifest = timed_manifest([flat(0.01)] * 2, max_batch_size=64)
+    costs = HostCosts(pipeline_batch_s=665e-6, pipeline_request_s=121e-6, plain_batch_s=25e-6, plain_request_s=14e-6)
+    window = Window(1.0, 1750, 1750 * 14.5e-6, 1750 * 276e-6, (0.0004, 0.0004), 50.0, execute_s=0.08, executes=35)
+    switch = ModeSwitch([s.latency for s in manifest.stages], costs, cores=1, mode=Mode.IN_TURN)
+    assert _decides(switch, window) is None, switch.last
+    assert "(92% busy)" in switch.last and "526 us a request's round trip" in switch.last
 
 
 def test_the_mode_switch_weighs_tritonserver_by_what_each_way_cost_it_when_served_that_way():
@@ -502,11 +580,11 @@ def test_the_mode_switch_weighs_tritonserver_by_what_each_way_cost_it_when_serve
     costs = HostCosts(pipeline_batch_s=200e-6, pipeline_request_s=60e-6, plain_batch_s=100e-6, plain_request_s=30e-6)
     plain = _window(3000 * 42.5e-6, (0.375, 0.375), answered=3000, server_s=3000 * 90e-6)
     unseen = ModeSwitch([s.latency for s in manifest.stages], costs, cores=1, mode=Mode.IN_TURN)
-    assert unseen.observe(plain) is Mode.PIPELINE
+    assert _decides(unseen, plain) is Mode.PIPELINE
     seen = ModeSwitch([s.latency for s in manifest.stages], costs, cores=1)
     seen.observe(_window(700 * 85e-6, (0.0875, 0.0875), answered=700, server_s=700 * 250e-6))
     seen.mode = Mode.IN_TURN
-    assert seen.observe(plain) is None
+    assert _decides(seen, plain) is None
     assert "250 us a request pipelined" in seen.last and "90 us a request plain" in seen.last
 
 
@@ -525,7 +603,7 @@ def test_a_sight_of_the_other_way_at_another_load_never_makes_a_pipelined_reques
     switch.observe(_window(0.1, (0.01, 0.01), answered=1000, rows=50.0, server_s=1000 * 150e-6))
     switch.mode = Mode.IN_TURN
     overloaded = _window(0.06, (0.01, 0.01), answered=3000, rows=64.0, server_s=3000 * 320e-6)
-    assert switch.observe(overloaded) is None, switch.last
+    assert _decides(switch, overloaded) is None, switch.last
     assert switch._server_s(Mode.PIPELINE) == pytest.approx(320e-6)
     switch.server.update({Mode.IN_TURN: 500e-6, Mode.PIPELINE: 200e-6})
     switch.mode = Mode.PIPELINE
@@ -545,7 +623,7 @@ def test_near_capacity_the_other_way_is_weighed_as_busier_by_the_models_error():
     for pipeline_request_s, switched in ((168e-6, None), (50e-6, Mode.PIPELINE)):
         costs = HostCosts(pipeline_request_s=pipeline_request_s, plain_request_s=180e-6)
         switch = ModeSwitch([s.latency for s in manifest.stages], costs, cores=1, mode=Mode.IN_TURN)
-        assert switch.observe(window) is switched, switch.last
+        assert _decides(switch, window) is switched, switch.last
 
 
 def test_an_overloaded_way_gives_way_only_to_one_that_would_be_clearly_less_busy():
@@ -560,7 +638,7 @@ def test_an_overloaded_way_gives_way_only_to_one_that_would_be_clearly_less_busy
     for pipeline_request_s, switched in ((27e-6, None), (0.0, Mode.PIPELINE)):
         costs = HostCosts(pipeline_request_s=pipeline_request_s, plain_request_s=30e-6)
         switch = ModeSwitch([s.latency for s in manifest.stages], costs, cores=1, mode=Mode.IN_TURN)
-        assert switch.observe(window) is switched, switch.last
+        assert _decides(switch, window) is switched, switch.last
 
 
 def test_the_mode_switch_serves_plain_where_the_pipelines_hand_offs_outweigh_its_multi_entry():
@@ -574,7 +652,7 @@ def test_the_mode_switch_serves_plain_where_the_pipelines_hand_offs_outweigh_its
     window = Window(1.0, 500, 500 * 150e-6, None, (0.15, 0.15), 1.0)
     for handoff_s, switched in ((0.0, None), (0.8e-3, Mode.IN_TURN)):
         costs = HostCosts(pipeline_request_s=150e-6, plain_request_s=30e-6, handoff_s=handoff_s)
-        assert ModeSwitch([s.latency for s in manifest.stages], costs, cores=16).observe(window) is switched
+        assert _decides(ModeSwitch([s.latency for s in manifest.stages], costs, cores=16), window) is switched
     lone = LoneRuns.of(manifest, HostCosts(pipeline_request_s=150e-6, plain_request_s=30e-6, handoff_s=0.8e-3))
     assert lone.saved_s == pytest.approx(0.92e-3)  # what a lone batch inline saves: CPU and hand-offs
 

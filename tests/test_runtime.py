@@ -504,6 +504,27 @@ def test_a_switch_to_plain_serving_drains_the_pipeline_before_a_batch_runs_inlin
         runtime.close()
 
 
+def test_the_watch_shows_the_switch_the_execute_calls_of_a_lone_instance(tmp_path):
+    """The window the mode switch reads counts ``execute`` calls and the time inside them (what
+    ``decide.round_trip_s`` reads the round trip from), but not where the model has other
+    instances: an instance then sits idle while another serves."""
+    metrics = Metrics()
+    _, runtime = serve(timed_manifest(tmp_path, 20, 20, 2), tmp_path, RuntimeConfig(policy=make_policy("auto", {})),
+                       CpuDevice(), metrics)
+    runtime.watch.stop()
+    try:
+        before = (0.0, 0.0, None, metrics.snapshot())
+        for seconds in (0.01, 0.02, 0.03):
+            metrics.executed(seconds)
+        now = (1.0, 0.0, None, metrics.snapshot())
+        window = runtime.watch._window(before, now)
+        assert window.executes == 3 and window.execute_s == pytest.approx(0.06)
+        runtime.watch.alone = False
+        assert runtime.watch._window(before, now).executes == 0
+    finally:
+        runtime.close()
+
+
 def served_plain(manifest: Manifest, folder: Path) -> tuple[Runtime, Metrics]:
     """``auto``'s runtime on ``manifest``, its mode switch stopped, serving plain (timed stages fused)."""
     metrics = Metrics()

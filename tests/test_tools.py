@@ -639,7 +639,8 @@ def test_cost_benchmark_measures_four_ways_and_the_trace_shows_the_pipeline(run,
 def test_two_versions_of_the_backend_serve_side_by_side_in_one_server(run, tmp_path):
     """``tools.bench_versions`` with this checkout as its own base: the plain model, ``auto`` and
     ``auto_base`` (the base's backend, loaded as a second backend) all answer in every round, each
-    with Triton's compute time per request, and each version is set against the plain model."""
+    with Triton's compute time per request, and each version is set against the plain model;
+    tritonserver's log, with what each model said, is kept beside them."""
     out = tmp_path / "versions"
     done = run("tools.bench_versions", str(ROOT / "docs" / "profiles" / "zero_2stages.json"), "--base", str(ROOT),
                "--rounds", "2", "--seconds", "1", "--warmup", "0.5", "--out", str(out))
@@ -650,3 +651,4 @@ def test_two_versions_of_the_backend_serve_side_by_side_in_one_server(run, tmp_p
     assert all(float(r["answers_per_s"]) > 0 and float(r["compute_us"]) > 0 for r in rounds)
     summary = (out / "summary.md").read_text()
     assert re.search(r"\| auto_base \| \d+ \| \d+ \| [\d.]+x \[", summary), summary
+    assert "auto_base: serves pipeline" in (out / "tritonserver.log").read_text()  # the models' own lines, kept

@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seconds", type=float, default=3.0, help="measured seconds per window (default 3)")
     parser.add_argument("--warmup", type=float, default=2.0, help="unmeasured seconds before each window (default 2)")
     parser.add_argument("--length", type=int, default=64, help="tokens per query (default 64)")
-    parser.add_argument("--out", type=Path, help="write summary.md and rounds.csv here")
+    parser.add_argument("--out", type=Path, help="write summary.md, rounds.csv and tritonserver.log here")
     args = parser.parse_args(argv)
     backend = (args.base / "backend").resolve()
     if not (backend / "model.py").is_file():
@@ -80,7 +80,9 @@ def main(argv: list[str] | None = None) -> None:
         write_base(repository)
         data = write_input_data(synthetic(interface_of(repository / "auto"), 1, {}, lengths=(args.length,)),
                                 folder / "data.json")
-        with Bench(repository, log=folder / "tritonserver.log") as bench:
+        if args.out:
+            args.out.mkdir(parents=True, exist_ok=True)
+        with Bench(repository, log=(args.out or folder) / "tritonserver.log") as bench:
             (bench.server.backends / "dvabatch_base").symlink_to(backend, target_is_directory=True)
             for model in MODELS:
                 bench.load(model)
