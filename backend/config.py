@@ -49,20 +49,25 @@ class QueuePolicy:
     its own queue, which our ``execute`` empties whenever stage 0 has computed a batch, so the entry
     applies it too, to the queries waiting for stage 0: a full queue refuses (UNAVAILABLE), a
     query still waiting when its timeout expires is refused (timeout action REJECT) or kept
-    (DELAY)."""
+    (DELAY). With it, the batcher's ``max_queue_delay_microseconds`` (``delay_us``): how long a
+    request may have waited in Triton's queue unseen (``arrival.py``), and how long the instance
+    may sit idle between two calls while the batcher waits for more (``decide.round_trip_s``)."""
 
     max_queue_size: int = 0
     default_timeout_us: int = 0
     allow_timeout_override: bool = False
     reject: bool = True
+    delay_us: int = 0
 
     @classmethod
     def from_model_config(cls, model_config: Mapping) -> QueuePolicy:
-        policy = model_config.get("dynamic_batching", {}).get("default_queue_policy", {})
+        batching = model_config.get("dynamic_batching", {})
+        policy = batching.get("default_queue_policy", {})
         return cls(max_queue_size=int(policy.get("max_queue_size", 0)),
                    default_timeout_us=int(policy.get("default_timeout_microseconds", 0)),
                    allow_timeout_override=bool(policy.get("allow_timeout_override", False)),
-                   reject=policy.get("timeout_action", "REJECT") != "DELAY")
+                   reject=policy.get("timeout_action", "REJECT") != "DELAY",
+                   delay_us=int(batching.get("max_queue_delay_microseconds", 0)))
 
     def timeout_us(self, requested_us: int) -> int:
         """A request's timeout: its own where the policy allows an override and it is the shorter

@@ -331,11 +331,12 @@ class Window:
     executes: int = 0
 
 
-def round_trip_s(window: Window) -> float:
+def round_trip_s(window: Window, delay_s: float = 0.0) -> float:
     """Served plain, the seconds each request held the next batch back beyond what arrivals that
     do not wait on the answers explain: the instance's idle time between two ``execute`` calls,
     less what an open (Poisson) load at the window's rate leaves idle (none arrived during a call
-    of the mean length: ``exp(-rate took) / rate``), spread over the requests. Where the clients
+    of the mean length: ``exp(-rate took) / rate``) and what Triton's batcher may wait for more
+    (its ``delay_s``, a call), spread over the requests. Where the clients
     wait on their answers (a closed loop: perf_analyzer's concurrency) and every request in flight
     fits in one batch, the next batch cannot form until tritonserver has sent this one's answers
     and taken the clients' next requests: that round trip runs in series with the engines (64 in
@@ -347,7 +348,7 @@ def round_trip_s(window: Window) -> float:
     rate = window.answered / window.seconds
     took = window.execute_s / window.executes
     idle = max(window.seconds - window.execute_s, 0.0) / window.executes
-    return max(idle - math.exp(-rate * took) / rate, 0.0) * window.executes / window.answered
+    return max(idle - math.exp(-rate * took) / rate - delay_s, 0.0) * window.executes / window.answered
 
 
 @dataclass(frozen=True)
@@ -406,6 +407,7 @@ class ModeSwitch:
     # The whole model's table where a batch served plain runs it as one engine (``Mode.FUSED``:
     # ``Manifest.fused``); without it the stages run in turn (``Mode.IN_TURN``).
     whole: LatencyTable | None = None
+    batcher_delay_s: float = 0.0  # Triton's batcher's max_queue_delay (``round_trip_s``)
     last: str = "nothing seen yet"  # why the mode is what it is: for the log
     measured: HostCosts = field(init=False)  # the costs as loading measured them, which windows correct
     # tritonserver's CPU seconds per request, as last seen served each way (a pipelined answer is
@@ -454,7 +456,8 @@ class ModeSwitch:
         rate = window.answered / window.seconds
         before = self._before
         steady = before is not None and abs(rate / before.rate - 1) <= SWITCH_GAIN
-        trip = round_trip_s(window) if self.mode is not Mode.PIPELINE and window.executes else None
+        trip = round_trip_s(window, self.batcher_delay_s) if self.mode is not Mode.PIPELINE and window.executes \
+            else None
         if trip is not None:
             self.round_trip = (min(trip, before.trip) if steady and before.trip is not None else trip, rate)
         series = self._series_s(rate)

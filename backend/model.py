@@ -159,8 +159,7 @@ class TritonPythonModel:
         self._decoupled = pb_utils.using_decoupled_model_transaction_policy(config)
         batch = int(config["max_batch_size"])
         self._queue = QueuePolicy.from_model_config(config)
-        delay_us = config.get("dynamic_batching", {}).get("max_queue_delay_microseconds", 0)
-        self._reached = TritonQueue(batch, int(delay_us) / 1e6)
+        self._reached = TritonQueue(batch, self._queue.delay_us / 1e6)
         runtime_config = dataclasses.replace(RuntimeConfig.from_parameters(triton_parameters(config)),
                                              queue=self._queue)
         device = make_device(args.get("model_instance_kind", "CPU"), int(args.get("model_instance_device_id", 0)))

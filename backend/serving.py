@@ -147,7 +147,8 @@ def serve(manifest: Manifest, version_dir: Path, config: RuntimeConfig, device: 
             config.policy.said("smdp: while the switch serves plain, Triton's batcher dispatches and waits for no "
                                "control limit: the power weight acts only while the model pipelines")
         switch = ModeSwitch([s.latency for s in manifest.stages], costs, cores, statistic, interpreted(manifest),
-                            whole=manifest.fused().stages[0].latency if fused else None)
+                            whole=manifest.fused().stages[0].latency if fused else None,
+                            batcher_delay_s=config.queue.delay_us / 1e6)
         runtime.watch = Watch(runtime, switch, metrics, device, len(manifest.stages),
                               _shared(server_cpu_s, lent.instances), said, alone=lent.instances == 1)
         runtime.watch.start()

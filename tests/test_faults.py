@@ -305,11 +305,12 @@ def test_a_full_queue_refuses_at_once_with_unavailable(repository):
 
 def test_queue_policy_reads_triton_config_json():
     """As Triton hands config.pbtxt to a Python backend (64-bit numbers as strings)."""
-    config = {"dynamic_batching": {"default_queue_policy": {
+    config = {"dynamic_batching": {"max_queue_delay_microseconds": "100", "default_queue_policy": {
         "max_queue_size": "4", "default_timeout_microseconds": "1000", "allow_timeout_override": True,
         "timeout_action": "DELAY"}}}
     policy = QueuePolicy.from_model_config(config)
-    assert policy == QueuePolicy(max_queue_size=4, default_timeout_us=1000, allow_timeout_override=True, reject=False)
+    assert policy == QueuePolicy(max_queue_size=4, default_timeout_us=1000, allow_timeout_override=True, reject=False,
+                                 delay_us=100)
     assert policy.timeout_us(0) == 1000 and policy.timeout_us(50) == 50
     assert policy.timeout_us(5000) == 1000  # an override only shortens the default, as Triton's queue takes it
     strict = QueuePolicy(default_timeout_us=1000)

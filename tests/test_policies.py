@@ -528,7 +528,8 @@ def test_served_plain_in_a_closed_loop_the_requests_round_trip_counts_in_series_
     76 % busy, carries more: the switch pipelines. Pipelined at 1,000/s, plain is predicted
     overloaded and it stays; a load under 85 % of the 640/s where the round trip was seen is
     another load, where plain is predicted without it. An open load of lone batches leaves the
-    instance idle no longer than its arrivals explain: no round trip. A load that starts within a
+    instance idle no longer than its arrivals explain: no round trip, nor what Triton's batcher
+    waits for more where its max_queue_delay lets it. A load that starts within a
     window leaves the instance idle too: a round trip is taken only where two windows in a row, at
     about the same rate, showed it."""
     tables = [{"batch_sizes": [1, 64], "mean": [4.0, 36.0]}] * 2
@@ -550,6 +551,10 @@ def test_served_plain_in_a_closed_loop_the_requests_round_trip_counts_in_series_
     assert switch._series_s(1000) == pytest.approx(0.26 / 640) and switch._series_s(500) == 0.0
     lone = Window(1.0, 100, 100 * 40e-6, None, (0.4, 0.4), 1.0, execute_s=0.8, executes=100)
     assert round_trip_s(lone) == 0.0  # idle 2 ms a call, where Poisson arrivals leave 4.5
+    # Triton's batcher, told to wait up to 5 ms for more, leaves the instance idle that much longer
+    # a call under an open load: not a round trip.
+    batched = Window(1.0, 200, 200 * 40e-6, None, (0.1, 0.1), 2.0, execute_s=0.1, executes=100)
+    assert round_trip_s(batched) > 2e-3 and round_trip_s(batched, delay_s=5e-3) == 0.0
 
 
 def test_a_pipeline_does_not_shorten_the_round_trip_so_where_it_is_all_the_cycle_plain_stays():
