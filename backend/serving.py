@@ -259,8 +259,6 @@ class Watch(threading.Thread):
                 runs += delta(key)
                 rows += delta(key) * int(dict(labels)["rows"])
         server = server1 - server0 if server0 is not None and server1 is not None else None
-        window = Window(t1 - t0, int(delta((ENTRY_QUERIES.name, ()))), cpu1 - cpu0, server, busy,
-                        rows / runs if runs else 1.0)
-        if not self.alone:
-            return window
-        return replace(window, execute_s=delta((EXECUTE_TIME.name, ())) / 1e6, executes=int(delta((EXECUTES.name, ()))))
+        calls = (delta((EXECUTE_TIME.name, ())) / 1e6, int(delta((EXECUTES.name, ())))) if self.alone else (0.0, 0)
+        return Window(t1 - t0, int(delta((ENTRY_QUERIES.name, ()))), cpu1 - cpu0, server, busy,
+                      rows / runs if runs else 1.0, *calls)
