@@ -103,10 +103,41 @@ class WholeBatch:
         long as the engines take to answer it, and that time no longer adds up). An error that
         only the wait reveals (a GPU's asynchronous fault, which leaves its context unusable
         anyway) is raised from here, for the whole call."""
+        if len(queries) == 1 and not self.buckets.sizes:
+            self._run_lone(queries[0], meanwhile)
+            return
         runs: list[tuple[int, list[float]]] = []  # each batch run: its rows, and the clock before and after each stage
         called = time.monotonic()
         with self.device.running_on(self._stream):
             ran, admitted, waited_s, batches = self._run_formed(queries, runs)
+        self._ended(meanwhile, runs, called, admitted, waited_s, batches, ran)
+
+    def _run_lone(self, query: Query, meanwhile: Callable[[], None] | None) -> None:
+        """``run`` for one query, the usual call at low load: it is its own batch, at its own
+        sizes, with nothing to form, stack, pad or cut, run in this one frame. Inside a stub each
+        call and frame on the way costs several times what a warm loop shows: served plain at
+        near-zero compute under 800 Poisson requests/s, going through ``_run_formed`` and ``_run``
+        cost the stub 13 us more CPU a request (docs/results/zero-poisson-stub-cpu). A query
+        the engines fail on fails alone."""
+        runs: list[tuple[int, list[float]]] = []
+        called = time.monotonic()
+        admitted = self._admit((query,))
+        if admitted:
+            device, inputs = self.device, query.inputs
+            with device.running_on(self._stream):
+                try:
+                    outputs = self._stages({spec.name: device.from_host(inputs[spec.name])
+                                            for spec in self.manifest.inputs}, query.rows, runs)
+                    query.answer({spec.name: device.copy_out(outputs[spec.name]) for spec in self.manifest.outputs})
+                except Exception as exc:  # noqa: BLE001 - its own failure, answered
+                    query.answer(failure=Failure.of(exc))
+        self._ended(meanwhile, runs, called, len(admitted), waited(admitted, called), len(admitted),
+                    admitted if runs else None)
+
+    def _ended(self, meanwhile: Callable[[], None] | None, runs: list, called: float, admitted: int,
+               waited_s: float, batches: int, ran: list[Query] | None) -> None:
+        """After the engines were given a call's batches: ``meanwhile``, the wait for the engines
+        (the last stage launched saw it end), the counters, and what a policy that learns hears."""
         if meanwhile is not None:
             meanwhile()
         began = time.monotonic()
@@ -129,14 +160,10 @@ class WholeBatch:
     def _run_formed(self, queries: Sequence[Query], runs: list) -> tuple[list[Query] | None, int, float, int]:
         """Run ``queries`` as the former says; the batch, where it ran them as one, the queries
         admitted, the seconds they waited in all and the batches they ran in."""
-        pending = refuse_invalid(self.manifest, queries, self.size_limits, self._judged)
-        if self.reject and self.policy.may_refuse(pending):
-            pending = refuse_hopeless(pending, self.policy.hopeless, self.policy.late_together)
+        pending = self._admit(queries)
         if not pending:
             return None, 0, 0.0, 0
         admitted, waited_s = len(pending), waited(pending, time.monotonic())
-        if admitted == 1:  # the usual low-load call: one query, one batch, nothing to form
-            return (pending if self._run_or_alone(pending, runs) else None), 1, waited_s, 1
         batches, whole = 0, None
         while pending:
             try:  # whatever a former says, a lone query runs alone
@@ -157,6 +184,14 @@ class WholeBatch:
                 pending = []
         return (whole if batches == 1 else None), admitted, waited_s, batches
 
+    def _admit(self, queries: Sequence[Query]) -> list[Query]:
+        """The queries that may run: each other one is answered with why not (invalid; with
+        ``reject``, one the policy finds cannot meet its deadline)."""
+        pending = refuse_invalid(self.manifest, queries, self.size_limits, self._judged)
+        if self.reject and self.policy.may_refuse(pending):
+            pending = refuse_hopeless(pending, self.policy.hopeless, self.policy.late_together)
+        return pending
+
     def _run_or_alone(self, queries: list[Query], runs: list) -> bool:
         """Whether the batch ran as one (else its queries ran one by one)."""
         try:
@@ -168,12 +203,6 @@ class WholeBatch:
             return False
 
     def _run(self, queries: Sequence[Query], runs: list) -> None:
-        if len(queries) == 1 and not self.buckets.sizes:  # the usual low-load call: nothing to pad, stack or cut
-            query = queries[0]
-            outputs = self._stages({spec.name: self.device.from_host(query.inputs[spec.name])
-                                    for spec in self.manifest.inputs}, query.rows, runs)
-            query.answer({spec.name: self.device.copy_out(outputs[spec.name]) for spec in self.manifest.outputs})
-            return
         sizes = [q.sizes for q in queries]
         first = sizes[0]
         longest = first if sizes.count(first) == len(sizes) else {name: max(s[name] for s in sizes) for name in first}

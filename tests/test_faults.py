@@ -15,11 +15,13 @@ from backend.config import QueuePolicy, RuntimeConfig
 from backend.device import CpuDevice
 from backend.engines import OnnxRuntimeEngine, load_engines
 from backend.manifest import Manifest
+from backend.metrics import Metrics
 from backend.policy import Policy, RandomPolicy
 from backend.query import Code
 from backend.entry import SCAN
 from backend.runtime import CANCEL_IN_FLIGHT_S, Runtime
 from backend.sample import sample_inputs
+from backend.whole import WholeBatch
 from slicer.slicing import VERSION
 
 from .conftest import MAX_BATCH
@@ -161,6 +163,49 @@ class FirstRowOnly:
 
     def run(self, inputs):
         return {name: value[:1] for name, value in self.engine.run(inputs).items()}
+
+
+class FailsOnNan:
+    """A stage that cannot run a batch holding a NaN (a bad input validation cannot see)."""
+
+    def __init__(self, engine):
+        self.engine = engine
+
+    def run(self, inputs):
+        if any(np.isnan(value).any() for value in inputs.values() if value.dtype.kind == "f"):
+            raise RuntimeError("a NaN in the batch")
+        return self.engine.run(inputs)
+
+
+def test_served_plain_a_query_the_engines_fail_on_fails_alone_and_the_model_keeps_serving(repository, sources):
+    """A model served plain (``WholeBatch``, every batch inside ``execute``): a lone query whose
+    input the engines fail on gets its own error naming what failed, and is run once; the next
+    lone query, and the good queries of a batch holding a bad one, get their right answers."""
+    version_dir = repository / "resnet_like" / VERSION
+    manifest = Manifest.load(version_dir)
+    engines = load_engines(manifest, version_dir)
+    first = FailsOnNan(engines[0])
+    calls = []
+    first.run = lambda inputs, run=first.run: calls.append(1) or run(inputs)
+    metrics = Metrics()
+    server = WholeBatch(manifest, [first, *engines[1:]], CpuDevice(), metrics)
+    feeds = [sample_inputs(manifest.inputs, 1, seed=i) for i in range(5)]
+    for i in (0, 3):
+        next(iter(feeds[i].values()))[0, 0] = np.nan
+    inbox = Inbox()
+    server.run([inbox.query(0, feeds[0])])
+    [(outputs, failure)] = inbox.answers[0]
+    assert outputs is None and failure.code is Code.INTERNAL and "a NaN in the batch" in failure.message
+    assert len(calls) == 1  # a lone query is its own batch: nothing to run again one by one
+    server.run([inbox.query(1, feeds[1])])
+    server.run([inbox.query(i, feeds[i]) for i in (2, 3, 4)])
+    assert all(len(inbox.answers[i]) == 1 for i in range(5))
+    assert inbox.answers[3][0][1] is not None and "a NaN in the batch" in inbox.answers[3][0][1].message
+    good = {i: inbox.answers[i] for i in (1, 2, 4)}
+    check = Inbox()
+    check.answers = {k: v for k, v in enumerate(good.values())}
+    assert_like_reference(check, [feeds[i] for i in good], reference(sources, "resnet_like", manifest))
+    assert metrics.snapshot()[("dvabatch_entry_queries_total", ())] == 5
 
 
 def test_an_engine_returning_too_few_rows_never_broadcasts_them(repository, sources):

@@ -638,17 +638,20 @@ def test_cost_benchmark_measures_four_ways_and_the_trace_shows_the_pipeline(run,
 
 def test_two_versions_of_the_backend_serve_side_by_side_in_one_server(run, tmp_path):
     """``tools.bench_versions`` with this checkout as its own base: the plain model, ``auto`` and
-    ``auto_base`` (the base's backend, loaded as a second backend) all answer in every round, each
-    with Triton's compute time per request, and each version is set against the plain model;
-    tritonserver's log, with what each model said, is kept beside them."""
+    ``auto_base`` (the base's backend, loaded as a second backend) all answer in every round of a
+    closed loop and of a Poisson load, each with Triton's compute time and its stub's CPU per
+    request, and each version is set against the plain model (answers/s in the closed loop, mean
+    latency under Poisson); tritonserver's log, with what each model said, is kept beside them."""
     out = tmp_path / "versions"
     done = run("tools.bench_versions", str(ROOT / "docs" / "profiles" / "zero_2stages.json"), "--base", str(ROOT),
-               "--rounds", "2", "--seconds", "1", "--warmup", "0.5", "--out", str(out))
+               "--rates", "200", "--rounds", "2", "--seconds", "1", "--warmup", "0.5", "--out", str(out))
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     rounds = list(csv.DictReader((out / "rounds.csv").read_text().splitlines()))
-    assert sorted((r["round"], r["model"]) for r in rounds) == sorted(
-        (str(i), m) for i in range(2) for m in ("plain", "auto", "auto_base"))
-    assert all(float(r["answers_per_s"]) > 0 and float(r["compute_us"]) > 0 for r in rounds)
+    assert sorted((r["load"], r["round"], r["model"]) for r in rounds) == sorted(
+        (load, str(i), m) for load in ("concurrency 1", "200/s Poisson") for i in range(2)
+        for m in ("plain", "auto", "auto_base"))
+    assert all(float(r[k]) > 0 for r in rounds for k in ("figure", "compute_us", "stub_us"))
     summary = (out / "summary.md").read_text()
-    assert re.search(r"\| auto_base \| \d+ \| \d+ \| [\d.]+x \[", summary), summary
+    assert re.search(r"\| concurrency 1 \| auto_base \| \d+ \| \d+ \| \d+ \| [\d.]+x \[", summary), summary
+    assert re.search(r"\| 200/s Poisson \| auto \| [\d.]+ ms \| \d+ \| \d+ \| [\d.]+x \[", summary), summary
     assert "auto_base: serves pipeline" in (out / "tritonserver.log").read_text()  # the models' own lines, kept

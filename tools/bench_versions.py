@@ -1,7 +1,8 @@
 """python -m tools.bench_versions: this checkout's backend against another's, side by side (not a test).
 
-    python -m tools.bench_versions PROFILE.json --base DIR [--concurrency 1] [--rounds 8]
-                                   [--seconds 3] [--warmup 2] [--length 64] [--out docs/results/RUN]
+    python -m tools.bench_versions PROFILE.json --base DIR [--concurrency 1] [--rates 800,...]
+                                   [--rounds 8] [--seconds 3] [--warmup 2] [--length 64]
+                                   [--out docs/results/RUN]
 
 A change to the path a request takes through our stub moves its cost by a few microseconds,
 while perf_analyzer's windows on a shared host move by 10-25 % from one run to the next: two
@@ -9,13 +10,17 @@ runs of ``tools.check_auto``, one before the change and one after, cannot tell t
 one tritonserver serves three models of the same timed profile (``tools.lib.peers.write_ways``):
 ``plain`` (the plain Python model), ``auto`` (this checkout's backend, as the slicer configures
 it) and ``auto_base`` (the same model on the backend of ``--base``, another checkout, say a git
-worktree of the commit before, loaded as a second backend, ``dvabatch_base``). Closed loops at
-each ``--concurrency`` run the three in turn, every other round in the reverse order. Per model:
-answers/s (the mean over the rounds) and Triton's ``compute_infer`` per request (the median over
-the rounds: the time its instance spent in ``execute``, steadier than answers/s at one in
-flight); per version, its answers/s over the plain model's, round by round, as a geometric mean
-with a 95 % t interval over the rounds (``intervals.across_rounds``). Both versions run the
-model directory this checkout writes, so ``--base`` must read the same manifest format.
+worktree of the commit before, loaded as a second backend, ``dvabatch_base``). Each load (closed
+loops at each ``--concurrency``, then Poisson loads at each of ``--rates`` requests/s) runs the
+three in turn, every other round in the reverse order. Per model: its figure (answers/s in a
+closed loop, the mean latency under Poisson; the mean over the rounds), Triton's
+``compute_infer`` per request (the time its instance spent in ``execute``) and the CPU its stub
+process spent per answered request, read from /proc over each window (warm-up included): the
+steadiest of the three, within a few per cent from round to round where the figures move by
+10-25 % (both medians over the rounds). Per version, its figure over the plain model's, round by
+round, as a geometric mean with a 95 % t interval over the rounds
+(``intervals.across_rounds``). Both versions run the model directory this checkout writes, so
+``--base`` must read the same manifest format.
 """
 
 from __future__ import annotations
@@ -29,11 +34,14 @@ from pathlib import Path
 
 from rich.table import Table
 
+from backend.calibrate import process_cpu_s
+
 from tools.lib.cli import numbers, table_console
 from tools.lib.harness import Bench
 from tools.lib.intervals import across_rounds
 from tools.lib.peers import write_ways
 from tools.lib.perf_analyzer import Load, measure
+from tools.lib.triton import stubs_of
 from tools.lib.workload import interface_of, synthetic, write_input_data
 
 MODELS = ("plain", "auto", "auto_base")
@@ -51,24 +59,32 @@ def write_base(repository: Path) -> None:
     config.write_text(text)
 
 
-def compute_ns(bench: Bench, model: str) -> tuple[float, int]:
-    """Triton's ``compute_infer`` nanoseconds and successful requests of ``model`` so far."""
+def spent(bench: Bench, model: str) -> tuple[float, int, float]:
+    """Triton's ``compute_infer`` nanoseconds and successful requests of ``model`` so far, and its
+    stub's CPU seconds."""
     with bench.client() as client:
         stats = client.get_inference_statistics(model, as_json=True)["model_stats"][0]["inference_stats"]
-    return float(stats["compute_infer"].get("ns", 0)), int(stats["success"].get("count", 0))
+    stub = next((pid for pid, name in stubs_of(bench.server.process.pid).items() if name == model), None)
+    cpu = (process_cpu_s(stub) if stub is not None else None) or 0.0
+    return float(stats["compute_infer"].get("ns", 0)), int(stats["success"].get("count", 0)), cpu
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m tools.bench_versions", description=__doc__.split("\n\n")[0])
     parser.add_argument("profile", type=Path, help="a timed profile (docs/profiles/*.json) or a sliced model directory")
     parser.add_argument("--base", type=Path, required=True, help="the root of the other checkout")
-    parser.add_argument("--concurrency", type=numbers(int), default="1")
+    parser.add_argument("--concurrency", type=numbers(int, empty=True), default="1",
+                        help="closed-loop concurrencies (default 1; empty: none)")
+    parser.add_argument("--rates", type=numbers(float, empty=True), default="",
+                        help="Poisson loads, requests/s (default: none)")
     parser.add_argument("--rounds", type=int, default=8)
     parser.add_argument("--seconds", type=float, default=3.0, help="measured seconds per window (default 3)")
     parser.add_argument("--warmup", type=float, default=2.0, help="unmeasured seconds before each window (default 2)")
     parser.add_argument("--length", type=int, default=64, help="tokens per query (default 64)")
     parser.add_argument("--out", type=Path, help="write summary.md, rounds.csv and tritonserver.log here")
     args = parser.parse_args(argv)
+    if not args.concurrency and not args.rates:
+        parser.error("no load: give --concurrency or --rates")
     backend = (args.base / "backend").resolve()
     if not (backend / "model.py").is_file():
         parser.error(f"--base {args.base}: no backend/model.py there")
@@ -86,37 +102,44 @@ def main(argv: list[str] | None = None) -> None:
             (bench.server.backends / "dvabatch_base").symlink_to(backend, target_is_directory=True)
             for model in MODELS:
                 bench.load(model)
-            for concurrency in args.concurrency:
+            for load in loads(args):
                 for round_ in range(args.rounds):
                     for model in MODELS if round_ % 2 == 0 else MODELS[::-1]:
-                        ns, count = compute_ns(bench, model)
-                        window = measure(model, bench.url, Load(concurrency=concurrency), data, args.seconds,
-                                         args.warmup)
-                        ns_after, count_after = compute_ns(bench, model)
-                        rows.append({"concurrency": concurrency, "round": round_, "model": model,
-                                     "answers_per_s": window.throughput,
-                                     "compute_us": (ns_after - ns) / max(count_after - count, 1) / 1000})
+                        ns, count, cpu = spent(bench, model)
+                        window = measure(model, bench.url, load, data, args.seconds, args.warmup)
+                        ns_after, count_after, cpu_after = spent(bench, model)
+                        answered = max(count_after - count, 1)
+                        rows.append({"load": load.label, "round": round_, "model": model,
+                                     "figure": window.throughput if load.closed else window.mean_ms,
+                                     "compute_us": (ns_after - ns) / answered / 1000,
+                                     "stub_us": (cpu_after - cpu) / answered * 1e6})
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     report(args, rows)
 
 
+def loads(args: argparse.Namespace) -> list[Load]:
+    return [Load(concurrency=c) for c in args.concurrency] + [Load(rate=r) for r in args.rates]
+
+
 def report(args: argparse.Namespace, rows: list[dict]) -> None:
     table = Table(title=f"{args.profile.stem}: this checkout against {args.base}, {args.rounds} rounds")
-    for column in ("c", "model", "answers/s", "compute_infer µs/req (median)", "answers / plain [95 %]",
-                   "each round"):
-        table.add_column(column, justify="left" if column in ("model", "each round") else "right")
-    lines = ["| c | model | answers/s | compute_infer µs/req | answers / plain [95 %] | each round |",
-             "|---|---|---|---|---|---|"]
-    for concurrency in args.concurrency:
-        mine = {m: [r for r in rows if r["concurrency"] == concurrency and r["model"] == m] for m in MODELS}
+    header = ("load", "model", "answers/s or mean ms", "compute_infer µs/req", "stub CPU µs/req",
+              "figure / plain [95 %]", "each round")
+    for column in header:
+        table.add_column(column, justify="left" if column in ("load", "model", "each round") else "right")
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for load in loads(args):
+        mine = {m: [r for r in rows if r["load"] == load.label and r["model"] == m] for m in MODELS}
         for model in MODELS:
-            answers = statistics.fmean(r["answers_per_s"] for r in mine[model])
+            figure = statistics.fmean(r["figure"] for r in mine[model])
             compute = statistics.median(r["compute_us"] for r in mine[model])
-            ratios = [r["answers_per_s"] / p["answers_per_s"] for r, p in zip(mine[model], mine["plain"])]
-            versus = "" if model == "plain" else str(across_rounds(ratios, lower_is_better=False))
+            stub = statistics.median(r["stub_us"] for r in mine[model])
+            ratios = [r["figure"] / p["figure"] for r, p in zip(mine[model], mine["plain"])]
+            versus = "" if model == "plain" else str(across_rounds(ratios, lower_is_better=not load.closed))
             each = "" if model == "plain" else " / ".join(f"{x:.2f}" for x in ratios)
-            cells = (str(concurrency), model, f"{answers:.0f}", f"{compute:.0f}", versus, each)
+            cells = (load.label, model, f"{figure:.0f}" if load.closed else f"{figure:.2f} ms", f"{compute:.0f}",
+                     f"{stub:.0f}", versus, each)
             table.add_row(*cells)
             lines.append("| " + " | ".join(cells) + " |")
     table_console().print(table)
