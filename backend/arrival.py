@@ -15,12 +15,21 @@ call's requests all arrived after it began; a full one did not, and the next cal
 after its own. Within those bounds the requests are taken to have arrived evenly spread, in
 order (their expected times under Poisson arrivals). Under a load the instance cannot keep up
 with, full calls take the oldest requests and the spread reaches past them: the waits are
-underestimated there, never invented. Nothing here imports Triton.
+underestimated there, never invented (``TritonQueue``). From those times, the rate at which
+queries arrive, which a policy's batch window and the SMDP read (``Arrivals``).
+
+Nothing here imports Triton.
 """
 
 from __future__ import annotations
 
+import bisect
+import math
+from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+
+from .query import Query
 
 # A call beginning within this of the previous one's end is taken to have had requests waiting:
 # an upper bound on Triton's hand-off from one call to the next (0.5-2 ms, median 1.6, on this
@@ -28,6 +37,16 @@ from dataclasses import dataclass, field
 # low a bound takes most busy calls for idle ones (1 ms did here: 16 % of the calls were within
 # it); too high one takes a request that came just after a call ended for one that waited.
 IDLE_S = 0.005
+RATE_SAMPLES = 8  # arrivals before a policy trusts its estimate of the arrival rate
+RECENT = 32  # the recent rate is over this many latest arrivals
+# The steady rate is over this many: Triton hands requests over in batches (one ``execute``),
+# whose queries arrive within microseconds, so a few dozen arrivals span two or three batches
+# and read twice the offered rate or more (2,700 queries/s offered read as 5,000-20,000).
+STEADY = 512
+# ... and no older than this: at a low rate 512 arrivals span seconds, and where the load paused
+# (between two of a benchmark's windows) the pause read as a load of 7-9 queries/s offered 128
+# (docs/results/smdp-power-weight-2core).
+STEADY_S = 2.0
 
 
 @dataclass
@@ -52,3 +71,34 @@ class TritonQueue:
     def ended(self, now: float) -> None:
         """The call ended at ``now``."""
         self._ended = now
+
+
+class Arrivals:
+    """When the latest queries arrived (``Query.arrived``, in order): the rates a policy reads.
+    Not locked: its owner's lock guards it."""
+
+    def __init__(self):
+        self._times: deque[float] = deque(maxlen=STEADY)
+
+    def add(self, queries: Sequence[Query]) -> None:
+        self._times.extend(q.arrived for q in queries)
+
+    def rate(self, over: int = RECENT, within: float = math.inf) -> float:
+        """Queries per second over the latest ``over`` arrivals, those no more than ``within``
+        seconds before the latest (0 until there are ``RATE_SAMPLES``: two queries that happen
+        to come close together are not a load)."""
+        count = min(over, len(self._times))
+        if count < RATE_SAMPLES:
+            return 0.0
+        arrivals, latest = self._times, self._times[-1]
+        if latest - arrivals[-count] > within:  # (in arrival order: a bisection, on stage 0's path)
+            count = len(arrivals) - bisect.bisect_left(arrivals, latest - within, len(arrivals) - count)
+            if count < RATE_SAMPLES:
+                return 0.0
+        span = latest - arrivals[-count]
+        return (count - 1) / span if span > 0 else 0.0
+
+    def steady(self) -> float:
+        """The rate over the latest ``STEADY`` arrivals, none more than ``STEADY_S`` before the
+        latest."""
+        return self.rate(STEADY, STEADY_S)

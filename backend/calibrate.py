@@ -83,7 +83,7 @@ def measure(manifest: Manifest, device: Device, pipeline: Callable[[Sequence[Que
     (pipe_batch, pipe_request), (plain_batch, plain_request) = line("pipeline"), line("plain")
     return HostCosts(pipeline_batch_s=pipe_batch, pipeline_request_s=pipe_request + trip,
                      plain_batch_s=plain_batch, plain_request_s=plain_request + (trip if plain_sends else 0.0),
-                     handoff_s=handoff,
+                     handoff_s=handoff, send_s=0.0 if plain_sends else trip,
                      how=f"measured at load, batches of 1 and {many}" + (f", send {trip * 1e6:.0f} us" if trip else ""))
 
 

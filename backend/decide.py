@@ -75,6 +75,10 @@ class HostCosts:
     plain_batch_s: float = 0.0
     plain_request_s: float = 0.0
     handoff_s: float = 0.0
+    # What answering a plain request by a ``send()`` adds to it, as a hold does (``hold.py``): a
+    # round trip to tritonserver (in ``pipeline_request_s`` already; 0 where every plain answer
+    # is sent anyway: a decoupled model).
+    send_s: float = 0.0
     how: str = "not measured"
 
     def stub_s(self, mode: Mode, rows: float) -> float:
@@ -426,6 +430,7 @@ class ModeSwitch:
     # a window leaves it idle too: at 16 in flight, the first window read 8 ms a request at 97
     # answers/s); a switch needs two (``observe``), so the round trip it acted on is such a one.
     round_trip: tuple[float, float] = field(init=False, default=(0.0, 0.0))
+    _seen: tuple[Mode, float] = field(init=False, default=(Mode.PIPELINE, 0.0))  # the last window's way, how busy
     _before: Seen | None = field(init=False, default=None)  # the window before, since the last switch
 
     def __post_init__(self):
@@ -465,6 +470,7 @@ class ModeSwitch:
         other = plain if self.mode is Mode.PIPELINE else Mode.PIPELINE
         engines, host = self._predicted(other, window, rows, series)
         busy = {self.mode: self._utilisation(self.mode, window, series), other: max(engines, host)}
+        self._seen = (self.mode, busy[self.mode])
         # The way served now shows how busy it is; the other's host is a prediction, weighed as busier
         # by the model's error: near capacity a few points decide the wait (a near-zero model, plain
         # 100 % busy, switched to a pipeline predicted 98 %, which could not carry the load).
@@ -486,6 +492,37 @@ class ModeSwitch:
         if not better or not steady or before.wanted is not other:
             return None  # a window may hold a load starting or stopping: the one before must agree
         return self._switch(other)
+
+    def hold_rate(self, window: Window, held: bool) -> float | None:
+        """The arrival rate up to which a hold (``hold.py``) may hold queries back, from a window
+        served plain with answers enough (None from any other: the rate stays as it was): the
+        capacity it shows, its rate over its nearest limit's utilisation. That is exact at
+        capacity and less below it, wherever the host has costs that do not grow with the load
+        (tritonserver's and the stub's own threads): no margin for the model's error on top (with
+        0.85 of it, at 0.5 of the plain peak at TensorRT speed, the hold mostly held nothing and
+        read 1.01x the best benchmark's objective; without, 0.72x).
+        A held answer is a ``send()``, which costs the stub a round trip and
+        tritonserver more than an answer in ``execute``'s list (204-250 against 88 us a request:
+        docs/results/send-cost-2core), so a window that sent few answers (``held`` false) is
+        taken to carry as much less as the costs predict (``_sent_share``). Held for the SMDP's
+        control limit at 0.9 of the plain peak at TensorRT speed on this project's 2-core host,
+        with no such bound, the mean went from 112 to 324 ms
+        (docs/results/smdp-power-weight-plain-hold)."""
+        mode, busy = self._seen
+        if mode is Mode.PIPELINE or window.answered < CORRECT_AFTER or busy <= 0:
+            return None
+        capacity = window.answered / window.seconds / busy
+        return capacity * (1.0 if held else self._sent_share(window.rows))
+
+    def _sent_share(self, rows: float) -> float:
+        """What the host carries with every answer sent, as a share of what it carries with
+        every answer in ``execute``'s list, by the costs: a ``send()`` is a round trip
+        (``HostCosts.send_s``) of the stub's, and about as much again of tritonserver's."""
+        rows = max(rows, 1.0)
+        stub, server = self.costs.stub_s(self.plain, rows) / rows, self._server_s(self.plain)
+        listed = max(stub, (stub + server) / self.cores)
+        sent = max(stub + self.costs.send_s, (stub + server + 2 * self.costs.send_s) / self.cores)
+        return listed / sent if sent > 0 else 1.0
 
     def _latency(self, mode: Mode, busy: float, rows: float, series: float) -> float:
         """A request's mean seconds served ``mode`` with its nearest limit ``busy``: its batch's

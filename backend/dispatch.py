@@ -14,9 +14,9 @@ stage's time), a proxy. ``power_weight`` weighs the mean power against the mean 
 minimises the response time alone.
 
 The policy is solved per tabulated length (the oldest query's, where the model has a length
-axis) and per arrival rate (the entry's steady rate, over its last ``entry.STEADY`` arrivals:
+axis) and per arrival rate (the entry's steady rate, over its last ``arrival.STEADY`` arrivals:
 Triton hands queries over in batches, so a shorter count reads a burst; none older than
-``entry.STEADY_S`` before the latest, so a pause is no load), rounded to
+``arrival.STEADY_S`` before the latest, so a pause is no load), rounded to
 ``RATE_STEP`` steps, on a thread of its own and kept:
 stage 0's path only looks a solution up. Until one is solved for the rate seen (a few ms to a
 second), and where the rate is unknown, the entry serves what waits (work-conserving). Late
@@ -26,6 +26,15 @@ for do not come (the load stopped), the oldest waits at most twice the time they
 average at the measured rate. With ``static`` set, the entry serves exactly that many instead
 (waiting as long, bounded alike) and no late query stretches them: the paper's static
 benchmark, served as the policy is.
+
+Served plain (``policy.auto: true`` while ``decide.ModeSwitch`` runs every batch inside
+``execute``), the server is the instance: a batch of ``b`` takes every stage's time one after
+another and the stub's measured work for it served so. There the SMDP decides too, where it
+weighs power or serves a static size (``holds``): the queries an ``execute`` hands over are held
+(``hold.Hold``) while the policy solved for that server would wait (``hold_until``), and run
+once it serves or its wait bound ends. At weight 0 its optimum is within a fraction of a percent
+of work-conserving, which Triton's batcher already is, and a held query costs a ``send()``: it
+holds nothing there.
 
 Nothing here imports Triton.
 """
@@ -59,12 +68,15 @@ class SmdpPolicy(DiversityPolicy):
     load: bool = True  # Policy III's stretch: late queries join a running batch
     power_weight: float = 0.0  # seconds of mean response time one watt (or one busy engine) is worth
     static: int = 0  # > 0: serve exactly this many, none stretched in (the paper's static benchmark), not the SMDP's
-    _problems: dict[int | None, smdp.Problem] = field(init=False, repr=False, default_factory=dict)  # by length
+    # By length and whether the batch runs inside ``execute`` (served plain) or through the pipeline.
+    _problems: dict[tuple[int | None, bool], smdp.Problem] = field(init=False, repr=False, default_factory=dict)
     _costs: HostCosts = field(init=False, repr=False, default_factory=HostCosts)
     _joules: dict[int, float] = field(init=False, repr=False, default_factory=dict)  # measured energy per batch
-    _solved: dict[tuple[int | None, int | None], smdp.Solution] = field(init=False, repr=False, default_factory=dict)
-    _wanted: list[tuple[int | None, int]] = field(init=False, repr=False, default_factory=list)
-    _solving: tuple[int | None, int] | None = field(init=False, repr=False, default=None)
+    # By length, served plain or not, and rate step (None: static).
+    _solved: dict[tuple[int | None, bool, int | None], smdp.Solution] = field(init=False, repr=False,
+                                                                              default_factory=dict)
+    _wanted: list[tuple[int | None, bool, int]] = field(init=False, repr=False, default_factory=list)
+    _solving: tuple[int | None, bool, int] | None = field(init=False, repr=False, default=None)
     _lock: threading.Condition = field(init=False, repr=False, default_factory=threading.Condition)
     _solver: threading.Thread | None = field(init=False, repr=False, default=None)
 
@@ -101,44 +113,56 @@ class SmdpPolicy(DiversityPolicy):
             self._problems.clear()
             self._solved.clear()
 
-    def problem(self, length: int | None, arrivals_per_s: float) -> smdp.Problem:
+    @property
+    def holds(self) -> bool:
+        """Whether, served plain, it holds queries back for more (``hold_until``): where it weighs
+        power or serves a static size."""
+        return self.power_weight > 0 or self.static > 0
+
+    def problem(self, length: int | None, arrivals_per_s: float, plain: bool = False) -> smdp.Problem:
         """The dispatch problem at ``length`` and ``arrivals_per_s``: per batch size, the
-        pipeline's period and the engines' busy seconds (every stage's time) as its energy. The
-        period is its slowest stage (with the host's cost of a stage run), or where longer the
-        stub's own work for the batch, as measured where the model serves (``measured``): on
-        BERT-base's TensorRT tables the stages take 2 ms for 64 rows and this host's stub 4.7,
-        so without it the policy took a load of 0.9 for 0.1."""
-        problem = self._problems.get(length)
+        server's time for a batch and the engines' busy seconds (every stage's time) as its
+        energy. Pipelined, the server's time is its slowest stage (with the host's cost of a
+        stage run) or where longer the stub's own work for the batch, as measured where the
+        model serves (``measured``): on BERT-base's TensorRT tables the stages take 2 ms for 64
+        rows and this host's stub 4.7, so without it the policy took a load of 0.9 for 0.1.
+        Served plain (``plain``), every stage's time and the stub's work served so, one after
+        another."""
+        return replace(self._base(length, plain), arrivals_per_s=arrivals_per_s)
+
+    def _base(self, length: int | None, plain: bool) -> smdp.Problem:
+        """``problem`` at no arrival rate, made once (its capacity is read on stage 0's path)."""
+        problem = self._problems.get((length, plain))
         if problem is None:
             sizes = range(1, self._max + 1)
-            periods = [max(max(self._times(b, length)), self._costs.stub_s(Mode.PIPELINE, b)) for b in sizes]
+            engines = [sum(t.predict(b, length, self.statistic) for t in self._tables) / 1000 for b in sizes]
+            if plain:
+                periods = [e + self._costs.stub_s(Mode.IN_TURN, b) for e, b in zip(engines, sizes)]
+            else:
+                periods = [max(max(self._times(b, length)), self._costs.stub_s(Mode.PIPELINE, b)) for b in sizes]
             if self._joules:  # the device's own energy per batch (``calibrate.energy``), between sizes measured
                 measured = sorted(self._joules)
                 engines = list(np.interp(sizes, measured, [self._joules[b] for b in measured]))
-            else:
-                engines = [sum(t.predict(b, length, self.statistic) for t in self._tables) / 1000 for b in sizes]
-            problem = self._problems[length] = smdp.Problem(tuple(periods), tuple(engines), 0.0, 1.0,
-                                                            self.power_weight)
-        return replace(problem, arrivals_per_s=arrivals_per_s)
+            problem = self._problems[(length, plain)] = smdp.Problem(tuple(periods), tuple(engines), 0.0, 1.0,
+                                                                     self.power_weight)
+        return problem
 
-    def solution(self, queries: Sequence[Query], arrivals_per_s: float) -> smdp.Solution | None:
-        """The policy solved for ``queries``' length at about ``arrivals_per_s``, or None until it
-        is (asking for it); the nearest solved rate meanwhile where there is one."""
+    def solution(self, queries: Sequence[Query], arrivals_per_s: float, plain: bool = False) -> smdp.Solution | None:
+        """The policy solved for ``queries``' length at about ``arrivals_per_s`` (served plain
+        or pipelined), or None until it is (asking for it); the nearest solved rate meanwhile
+        where there is one."""
         if arrivals_per_s <= 0:
             return None
         length = self.tabulated_length(self._length(None, queries[:1]))
-        if length not in self._problems:
-            self.problem(length, arrivals_per_s)
+        problem = self._base(length, plain)
         if self.static:  # one rule at every rate
             with self._lock:
-                solution = self._solved.get((length, None))
+                solution = self._solved.get((length, plain, None))
                 if solution is None:
-                    solution = self._solved[(length, None)] = smdp.unsolved(self._problems[length],
-                                                                             smdp.static(self.static))
+                    solution = self._solved[(length, plain, None)] = smdp.unsolved(problem, smdp.static(self.static))
             return solution
-        rate = min(arrivals_per_s, MAX_LOAD * self._problems[length].capacity)
-        step = round(math.log(rate) / math.log(RATE_STEP))
-        key = (length, step)
+        rate = min(arrivals_per_s, MAX_LOAD * problem.capacity)
+        key = (length, plain, round(math.log(rate) / math.log(RATE_STEP)))
         with self._lock:
             solution = self._solved.get(key)
             if solution is not None:
@@ -149,20 +173,20 @@ class SmdpPolicy(DiversityPolicy):
             if self._solver is None:
                 self._solver = threading.Thread(target=self._solve_wanted, name="dvabatch-smdp", daemon=True)
                 self._solver.start()
-            return self._nearest(length, rate)
+            return self._nearest(length, plain, rate)
 
-    def _nearest(self, length: int | None, rate: float) -> smdp.Solution | None:
-        """The solution at ``length`` for the rate nearest ``rate`` (the lock held)."""
-        near = [solution for (at, _), solution in self._solved.items() if at == length]
+    def _nearest(self, length: int | None, plain: bool, rate: float) -> smdp.Solution | None:
+        """The solution at ``length`` (served so) for the rate nearest ``rate`` (the lock held)."""
+        near = [solution for (at, served, _), solution in self._solved.items() if (at, served) == (length, plain)]
         return min(near, key=lambda solution: abs(math.log(solution.problem.arrivals_per_s / rate)), default=None)
 
     def _solve_wanted(self) -> None:
         while True:
             with self._lock:
                 self._lock.wait_for(lambda: self._wanted)
-                length, step = self._solving = self._wanted.pop()  # the latest rate first
-                problem = self.problem(length, RATE_STEP ** step)
-                start = self._nearest(length, problem.arrivals_per_s)
+                length, plain, step = self._solving = self._wanted.pop()  # the latest rate first
+                problem = self.problem(length, RATE_STEP ** step, plain)
+                start = self._nearest(length, plain, problem.arrivals_per_s)
             rate = problem.arrivals_per_s
             try:
                 solution = smdp.solve(problem, start)
@@ -171,20 +195,29 @@ class SmdpPolicy(DiversityPolicy):
                 with self._lock:
                     self._solving = None
                 continue
-            self.said(f"smdp at length {length}: {solution.describe()}")
+            self.said(f"smdp at length {length}{' served plain' if plain else ''}: {solution.describe()}")
             with self._lock:
-                self._solved[(length, step)] = solution
+                self._solved[(length, plain, step)] = solution
                 self._solving = None
 
     def window_end(self, waiting: Sequence[Query], rows: int, outlook: Outlook, now: float) -> float:
         """Now where the solved policy serves the queries waiting; else until the next arrival
         (the entry asks again when one comes), at most twice the time the control limit's
         arrivals take on average after the oldest came."""
-        solution = self.solution(waiting, outlook.steady_per_s)
+        return self._wait_until(waiting, outlook.steady_per_s, now, plain=False)
+
+    def hold_until(self, waiting: Sequence[Query], arrivals_per_s: float, now: float) -> float:
+        """Served plain, as ``window_end`` for the pipeline: now where the policy solved for
+        the instance as the server serves the queries ``waiting`` (oldest first), else until the
+        next ``execute`` brings more, at most twice the time the control limit's arrivals take."""
+        return self._wait_until(waiting, arrivals_per_s, now, plain=True) if self.holds else now
+
+    def _wait_until(self, waiting: Sequence[Query], arrivals_per_s: float, now: float, plain: bool) -> float:
+        solution = self.solution(waiting, arrivals_per_s, plain)
         if solution is None or solution.action(len(waiting)) > 0:
             return now
         limit = solution.control_limit or len(waiting)
-        return waiting[0].arrived + 2 * limit / outlook.steady_per_s
+        return waiting[0].arrived + 2 * limit / arrivals_per_s
 
     def form(self, waiting: Sequence[Query], room: int, now: float, outlook: Outlook = Outlook()
              ) -> list[tuple[list[Query], BatchShape]]:

@@ -8,16 +8,15 @@ over: the back-pressure that keeps Triton's batcher forming batches in front of 
 
 from __future__ import annotations
 
-import bisect
 import contextlib
 import itertools
 import logging
-import math
 import threading
 import time
 from collections import deque
 from collections.abc import Iterator, Sequence
 
+from .arrival import Arrivals
 from .batch_table import BatchItem
 from .config import QueuePolicy
 from .policy import Outlook
@@ -25,16 +24,6 @@ from .query import BatchShape, Code, Failure, Query, refuse_hopeless
 from .scheduler import Scheduler
 
 log = logging.getLogger(__name__)
-RATE_SAMPLES = 8  # arrivals before the entry trusts its estimate of the arrival rate
-RECENT = 32  # the recent rate is over this many latest arrivals
-# The steady rate is over this many: Triton hands requests over in batches (one ``execute``),
-# whose queries arrive within microseconds, so a few dozen arrivals span two or three batches
-# and read twice the offered rate or more (2,700 queries/s offered read as 5,000-20,000).
-STEADY = 512
-# ... and no older than this: at a low rate 512 arrivals span seconds, and where the load paused
-# (between two of a benchmark's windows) the pause read as a load of 7-9 queries/s offered 128
-# (docs/results/smdp-power-weight-2core).
-STEADY_S = 2.0
 SCAN = 64  # waiting queries an admission looks at, from the oldest
 CANCEL_AFTER_S = 0.02  # a waiting query is asked whether it was cancelled once it has waited this long
 CANCELLED = Failure("the request was cancelled", Code.CANCELLED)
@@ -59,7 +48,7 @@ class Entry:
         self._queue = queue or QueuePolicy()
         self._waiting: deque[Query] = deque()
         self._formed: deque[tuple[list[Query], BatchShape]] = deque()
-        self._arrivals: deque[float] = deque(maxlen=STEADY)
+        self._arrivals = Arrivals()
         self._counting = True  # whether queries put count in the arrival rate (``unseen``)
         self._changed = threading.Condition()
         self._closed = False
@@ -77,18 +66,24 @@ class Entry:
             accepted, refused = queries[:max(room, 0)], queries[max(room, 0):]
             self._waiting.extend(accepted)
             if self._counting:
-                self._arrivals.extend(q.arrived for q in accepted)
+                self._arrivals.add(accepted)
             self._changed.notify_all()
         for query in refused:
             query.answer(failure=Failure(f"Exceeds maximum queue size ({limit} queries waiting)", Code.UNAVAILABLE))
 
     def arrived(self, queries: Sequence[Query]) -> None:
         """Queries that ran without waiting here (a lone batch run inline, ``decide.LoneRuns``)
-        still count in the arrival rate the policy's window reads. (While the mode switch serves
-        the model plain, nothing reads it and ``Runtime.run`` does not call this.)"""
+        still count in the arrival rate the policy's window reads, as do the queries a hold
+        takes (``hold.py``). (Otherwise, while the mode switch serves the model plain, nothing
+        reads it and ``Runtime.run`` does not call this.)"""
         if self._counting:
             with self._changed:
-                self._arrivals.extend(q.arrived for q in queries)
+                self._arrivals.add(queries)
+
+    def steady_rate(self) -> float:
+        """The arrivals' steady rate (``Arrivals.steady``), which the policy is solved for."""
+        with self._changed:
+            return self._arrivals.steady()
 
     @contextlib.contextmanager
     def unseen(self) -> Iterator[None]:
@@ -174,8 +169,8 @@ class Entry:
                     self._changed.wait()
                     continue
                 while True:
-                    outlook = Outlook(tuple(self._scheduler.table.flights()), self._arrival_rate(),
-                                      self._arrival_rate(STEADY, STEADY_S))
+                    outlook = Outlook(tuple(self._scheduler.table.flights()), self._arrivals.rate(),
+                                      self._arrivals.steady())
                     now = time.monotonic()
                     if self._closed or (left := self._window_end(room, outlook, now) - now) <= 0:
                         break
@@ -241,21 +236,6 @@ class Entry:
         larger than the bound still runs."""
         limit, in_flight = self._scheduler.policy.max_in_flight, self._scheduler.table.rows_in_flight()
         return min(self._max, limit - in_flight) if limit > 0 and in_flight else self._max
-
-    def _arrival_rate(self, over: int = RECENT, within: float = math.inf) -> float:
-        """Queries per second over the latest ``over`` arrivals, those no more than ``within``
-        seconds before the latest (0 until there are ``RATE_SAMPLES``: two queries that happen
-        to come close together are not a load)."""
-        count = min(over, len(self._arrivals))
-        if count < RATE_SAMPLES:
-            return 0.0
-        arrivals, latest = self._arrivals, self._arrivals[-1]
-        if latest - arrivals[-count] > within:  # (in arrival order: a bisection, on stage 0's path)
-            count = len(arrivals) - bisect.bisect_left(arrivals, latest - within, len(arrivals) - count)
-            if count < RATE_SAMPLES:
-                return 0.0
-        span = latest - arrivals[-count]
-        return (count - 1) / span if span > 0 else 0.0
 
     def __len__(self) -> int:
         with self._changed:

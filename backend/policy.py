@@ -32,7 +32,7 @@ log = logging.getLogger(__name__)
 class Outlook:
     """What the entry knows when it admits: the batches ``ahead`` in the pipeline (oldest first),
     the queries' recent arrival rate and their steady one, over many more arrivals (each 0 until
-    it has enough arrivals to say; ``entry.STEADY``)."""
+    it has enough arrivals to say; ``arrival.Arrivals``)."""
 
     ahead: tuple[Flight, ...] = ()
     arrivals_per_s: float = 0.0
@@ -47,6 +47,7 @@ class Policy:
     split_serially = False  # split parts enter the next stage as soon as it is free
     learns = False  # it hears how long each run took (``observe``): only then is it told
     max_in_flight = 0  # rows admitted and not yet answered, at most (0: no limit but the batch size)
+    holds = False  # served plain, it may hold queries back for more (``hold_until``; ``hold.Hold``)
     # Where a policy says what it decided while serving (``serving.serve`` points it at the model's log).
     said: Callable[[str], None] = staticmethod(log.info)
 
@@ -84,6 +85,12 @@ class Policy:
         """Until when (``time.monotonic()`` seconds) the entry may wait for more queries to batch
         with ``waiting`` (those that can share a batch with the oldest, oldest first, of which
         ``rows`` rows would enter now). Asked again whenever more arrive. Here: not at all."""
+        return now
+
+    def hold_until(self, waiting: Sequence[Query], arrivals_per_s: float, now: float) -> float:
+        """Served plain (every batch inside ``execute``), until when the queries ``waiting``
+        (oldest first; ``arrivals_per_s``: their steady rate) are held back for more, where
+        ``holds``: asked again whenever an ``execute`` brings more. Here: not at all."""
         return now
 
     def joins(self, oldest: Query, query: Query) -> bool:

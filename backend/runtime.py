@@ -10,7 +10,9 @@ answered as soon as its own rows leave the last stage (multi-exit), wherever spl
 moved them. A batch may instead run through every stage in the caller's thread and be
 answered before ``run`` returns (``runs_inline``): a batch that finds the pipeline empty, where
 ``decide.LoneRuns`` says so, and every batch while ``decide.ModeSwitch`` serves the model plain
-(the pipeline drained first, so that no request overtakes one handed over before it).
+(the pipeline drained first, so that no request overtakes one handed over before it); served
+plain under a policy that holds queries back for more (``hold.py``), they are handed over and
+run once it serves.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from .entry import CANCELLED, Entry
 from .executor import BatchQueue, StageExecutor, Trace
 from .exit import Exit
 from .decide import LoneRuns, Mode
+from .hold import Hold, batches
 from .manifest import Manifest
 from .metrics import IN_FLIGHT, WAITING, Family, Metrics
 from .padding import Buckets, cut, stack
@@ -98,6 +101,7 @@ class Runtime:
                                 self.pad_values, self.size_limits, config.policy.form_inline, buckets, config.policy,
                                 config.queue.reject)
         self.lone: LoneRuns | None = None
+        self.held: Hold | None = None  # served plain, the queries the policy holds back (``serving.serve``)
         self.mode = Mode.PIPELINE
         self.watch = None  # serving.Watch, where a ModeSwitch decides the mode
         self.wait_s = 0.0  # ``submit`` returns once stage 0 has computed its queries, at most after this long
@@ -105,13 +109,21 @@ class Runtime:
 
     def submit(self, queries: Sequence[Query]) -> None:
         """Validate and hand over; never waits for inference. With ``wait_s``, return once stage 0
-        has computed them (``Entry.wait_ready``), at most after that long."""
+        has computed them (``Entry.wait_ready``), at most after that long. Served plain with a
+        hold (``held``), they are held, and run here once the policy serves."""
         if self.dead:
             for query in queries:
                 query.answer(failure=Failure(self.dead, Code.UNAVAILABLE))
             return
+        valid = refuse_invalid(self.manifest, queries, self.size_limits, self._judged)
+        if self.held is not None:
+            if self.mode is not Mode.PIPELINE:
+                self.held.put(valid)
+                return
+            if len(self.held):  # held while the model served plain: they enter first
+                valid = self.held.take() + valid
         self._drained = False
-        self.entry.put(refuse_invalid(self.manifest, queries, self.size_limits, self._judged))
+        self.entry.put(valid)
         if self.wait_s > 0:
             self.entry.wait_ready(self.wait_s)
 
@@ -121,14 +133,14 @@ class Runtime:
         has drained), and a lone batch where ``lone`` says so. ``execute`` is called by one
         thread at a time (one instance, one stub), so once drained, the pipeline stays empty
         until the next ``submit``: while serving plain, the drain is not looked at again (three
-        locks an ``execute``)."""
+        locks an ``execute``). Served plain with a hold, every batch is handed over (``submit``)."""
         if self.mode is not Mode.PIPELINE and not self.dead:
             if not self._drained:
                 while (len(self.entry) or len(self.table) or self.exit.pending) and not self.dead:
                     if self.table.wait_empty(DRAIN_S):
                         self.exit.wait_sent(DRAIN_S)
                 self._drained = True
-            return True
+            return self.held is None
         if self.lone is None:
             return False
         # Nothing waits at the entry and no batch is in the pipeline, checked in that order:
@@ -153,6 +165,16 @@ class Runtime:
             self.entry.arrived(queries)
         self.plain.run(queries, meanwhile)
 
+    def run_held(self, queries: list[Query]) -> None:
+        """Run the queries a hold let go (``hold.Hold``: inside ``execute``, or on the hold's
+        thread once its wait bound ended), in batches of at most the model's largest; where the
+        model pipelines again by then, they enter the pipeline."""
+        if self.dead or self.mode is Mode.PIPELINE:
+            self.submit(queries)
+            return
+        for batch in batches(queries, self.manifest.max_batch_size):
+            self.plain.run(batch)
+
     @property
     def ready(self) -> bool:
         """Whether it can serve: no executor died and every executor thread runs."""
@@ -166,7 +188,7 @@ class Runtime:
                 return
             self.dead = (f"stage {stage}'s executor died ({type(error).__name__}: {error}); "
                          "the model must be loaded again")
-        for query in self.entry.close():
+        for query in [*self.entry.close(), *(self.held.take() if self.held is not None else ())]:
             query.answer(failure=Failure(self.dead, Code.UNAVAILABLE))
         for row in self.table.rows():
             if self.scheduler.discard(row.id) is not None:
@@ -176,7 +198,7 @@ class Runtime:
 
     def gauges(self) -> dict[Family, float]:
         """Queries waiting at the entry, and every query handed over and not yet answered."""
-        waiting = len(self.entry)
+        waiting = len(self.entry) + (len(self.held) if self.held is not None else 0)
         running = len({id(m.query) for row in self.table.rows() for m in row.members if not m.query.answered})
         return {WAITING: waiting, IN_FLIGHT: waiting + running}
 
@@ -184,7 +206,7 @@ class Runtime:
         """Finish what was admitted, refuse what was still waiting, stop the executors."""
         if self.watch is not None:
             self.watch.stop()
-        for query in self.entry.close():
+        for query in [*(self.held.close() if self.held is not None else ()), *self.entry.close()]:
             query.answer(failure=Failure("the model is unloading", Code.UNAVAILABLE))
         if self.dead:  # nothing in flight will finish: do not wait for it
             timeout = min(timeout, 1.0)

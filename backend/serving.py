@@ -5,8 +5,8 @@
   engines that overlap it measures this host's serving costs first (``calibrate.py``) and
   watches each second of serving (``Watch``), running every batch inside ``execute`` while
   ``decide.ModeSwitch`` says the plain way serves the load better (the whole model as one
-  engine there where it fuses: ``_fused``), and a lone batch inside it while
-  ``decide.LoneRuns`` says so.
+  engine there where it fuses: ``_fused``; where the policy holds queries back for more, once it
+  serves them: ``hold.py``), and a lone batch inside it while ``decide.LoneRuns`` says so.
 - A ``WholeBatch`` (``whole.py``): where ``auto`` steps aside on stages that share the host's
   cores (the stages fused into one engine, ``engines.fusable``) and for ``batching: triton``
   (the stages in turn, as sliced): ``execute`` runs the batch Triton formed and returns every
@@ -33,6 +33,7 @@ from .device import CpuDevice, Device
 from .dispatch import SmdpPolicy
 from .engines import describe_graphs, describe_pins, fusable, graph_buckets, load_engines, on_host_cores
 from .executor import Trace
+from .hold import HeldBatch, Hold
 from .host import Cpus, cpus
 from .manifest import Manifest
 from .metrics import BATCHES, ENTRY_QUERIES, EXECUTE_TIME, EXECUTES, STAGE_BUSY, Metrics
@@ -117,9 +118,11 @@ def serve(manifest: Manifest, version_dir: Path, config: RuntimeConfig, device: 
         manifest = manifest.fused() if mode is Mode.FUSED else manifest
         config.bind(manifest)
         form = together if config.batching == "triton" else _form_on_cores(config, manifest.max_batch_size)
-        return decision, WholeBatch(manifest, engines, device, metrics, config.pad_values,
-                                    config.size_limits(manifest), form, buckets, config.policy,
-                                    config.queue.reject)
+        whole = WholeBatch(manifest, engines, device, metrics, config.pad_values, config.size_limits(manifest), form,
+                           buckets, config.policy, config.queue.reject)
+        if config.policy.holds and config.batching != "triton":
+            return decision, HeldBatch(whole, config.policy)
+        return decision, whole
     fused = _fused(manifest, version_dir, device, config, graphs, lent, said) \
         if choice.switches and fusable(manifest) and fuses(manifest, statistic) else []
     runtime = Runtime(manifest, engines, config, device, trace=trace, metrics=metrics, on_death=on_death,
@@ -143,9 +146,8 @@ def serve(manifest: Manifest, version_dir: Path, config: RuntimeConfig, device: 
     if lone and all(s.latency is not None for s in manifest.stages):
         runtime.lone = LoneRuns.of(manifest, costs)
     if choice.switches:
-        if weighs_power:
-            config.policy.said("smdp: while the switch serves plain, Triton's batcher dispatches and waits for no "
-                               "control limit: the power weight acts only while the model pipelines")
+        if config.policy.holds:
+            runtime.held = Hold(config.policy, runtime.run_held, runtime.entry.arrived, runtime.entry.steady_rate)
         switch = ModeSwitch([s.latency for s in manifest.stages], costs, cores, statistic, interpreted(manifest),
                             whole=manifest.fused().stages[0].latency if fused else None,
                             batcher_delay_s=config.queue.delay_us / 1e6)
@@ -230,8 +232,10 @@ class Watch(threading.Thread):
         before = self._read()
         while not self._stopping.wait(WINDOW_S):
             now = self._read()
+            window = self._window(before, now)
             try:
-                changed = self.switch.observe(self._window(before, now))
+                changed = self.switch.observe(window)
+                self._hold(window, now[-1] - before[-1])
             except Exception:  # the switch must never take serving down: the mode stays
                 log.exception("the mode switch failed")
                 changed = None
@@ -243,11 +247,29 @@ class Watch(threading.Thread):
                 time.sleep(WINDOW_S / 2)  # the switch's own transient is no window
                 before = self._read()
 
-    def _read(self) -> tuple[float, float, float | None, dict]:
-        return time.monotonic(), calibrate.host_cpu_s(self.device), self._server_cpu_s(), self.metrics.snapshot()
+    def _hold(self, window: Window, sent: int) -> None:
+        """The arrival rate up to which a hold (``hold.py``) may hold queries back from now on
+        (``ModeSwitch.hold_rate``: ``sent``, the answers it sent in the window, says whether it
+        held); the log says when the window's own rate crosses it."""
+        held = self.runtime.held
+        most = None if held is None else self.switch.hold_rate(window, sent >= window.answered / 2)
+        if most is None:
+            return
+        rate = window.answered / window.seconds
+        if (rate < most) != (rate < held.most_per_s):
+            self._said(f"{'holds queries' if rate < most else 'holds no queries'} served plain at {rate:.0f} "
+                       f"answers/s: the host has room for each held answer's send() up to {most:.0f}/s")
+        held.most_per_s = most
+
+    def _read(self) -> tuple[float, float, float | None, dict, int]:
+        """The clock, this process's CPU seconds and tritonserver's, the metrics' counters, and
+        the answers a hold has sent (``Hold.sent``)."""
+        sent = self.runtime.held.sent if self.runtime.held is not None else 0
+        return (time.monotonic(), calibrate.host_cpu_s(self.device), self._server_cpu_s(), self.metrics.snapshot(),
+                sent)
 
     def _window(self, before, now) -> Window:
-        (t0, cpu0, server0, counted0), (t1, cpu1, server1, counted1) = before, now
+        (t0, cpu0, server0, counted0, sent0), (t1, cpu1, server1, counted1, sent1) = before, now
 
         def delta(key) -> float:
             return counted1.get(key, 0.0) - counted0.get(key, 0.0)
@@ -259,6 +281,8 @@ class Watch(threading.Thread):
                 runs += delta(key)
                 rows += delta(key) * int(dict(labels)["rows"])
         server = server1 - server0 if server0 is not None and server1 is not None else None
-        calls = (delta((EXECUTE_TIME.name, ())) / 1e6, int(delta((EXECUTES.name, ())))) if self.alone else (0.0, 0)
+        # A hold's calls return at once, and one runs the held batch: they say nothing of a round trip.
+        shown = self.alone and sent1 == sent0
+        calls = (delta((EXECUTE_TIME.name, ())) / 1e6, int(delta((EXECUTES.name, ())))) if shown else (0.0, 0)
         return Window(t1 - t0, int(delta((ENTRY_QUERIES.name, ()))), cpu1 - cpu0, server, busy,
                       rows / runs if runs else 1.0, *calls)

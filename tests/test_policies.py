@@ -420,6 +420,27 @@ def test_the_mode_switch_serves_plain_where_the_pipelines_own_cost_is_the_nearer
     assert switch.observe(_window(0.001, (0.0, 0.0), answered=3)) is None  # too little to go by
 
 
+def test_a_hold_holds_up_to_the_rate_a_window_served_plain_shows_the_host_can_carry():
+    """Served plain on one core, the stub 30 us a request and tritonserver 100 (seen): a window
+    at 2,000 answers/s keeps the host 26 % busy, so it carries 7,692/s at least, and a hold may
+    hold up to that where the window's answers were mostly sent (held), as the sends are in
+    what it measured. Where they went back in ``execute``'s list, a send() (50 us of the stub,
+    and about as much of tritonserver) makes each 230 us where it was 130: up to 4,348/s.
+    A pipelined window, or one with too few answers, says nothing."""
+    manifest = timed_manifest([flat(0.01)] * 2)
+    costs = HostCosts(pipeline_request_s=300e-6, plain_request_s=30e-6, send_s=50e-6)
+    switch = ModeSwitch([s.latency for s in manifest.stages], costs, cores=1, mode=Mode.IN_TURN)
+    window = _window(0.06, (0.01, 0.01), answered=2000, rows=1.0, server_s=0.2)
+    switch.observe(window)
+    assert switch.server[Mode.IN_TURN] == pytest.approx(100e-6)
+    assert switch.hold_rate(window, held=True) == pytest.approx(2000 / 0.26)
+    assert switch.hold_rate(window, held=False) == pytest.approx(2000 / 0.26 * 130 / 230)
+    assert switch.hold_rate(_window(0.003, (0.0, 0.0), answered=100, rows=1.0), held=True) is None
+    switch.mode = Mode.PIPELINE
+    switch.observe(window)
+    assert switch.hold_rate(window, held=True) is None
+
+
 def test_a_switch_needs_two_windows_in_a_row_at_about_one_rate_and_a_light_one_keeps_no_costs():
     """The setting above: pipelined at 1,000 answers/s in batches of 8, plain answers sooner. One
     window alone does not switch, nor one at 3,000/s after it (a load that stopped or started

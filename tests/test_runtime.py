@@ -448,8 +448,8 @@ def test_auto_measures_the_host_and_starts_pipelined_on_engines_that_overlap(tmp
     that and the tables (in the metrics), starts pipelined (multi-entry), runs lone batches
     inline where the looks allow, and watches serving to switch. A configured policy pipelines
     and neither watches nor runs lone batches inline, unless ``policy.auto`` asks (``policy:
-    smdp`` then dispatches whenever the switch pipelines, and its log says that a power weight
-    acts only then)."""
+    smdp`` then dispatches whichever way it serves: served plain, with a power weight, by
+    holding queries, as its log says: ``hold.py``)."""
     trt = timed_manifest(tmp_path, 0.62, 15.15, 128)
     metrics = Metrics()
     decision, runtime = serve(trt, tmp_path, RuntimeConfig(policy=make_policy("auto", {})), CpuDevice(), metrics)
@@ -471,8 +471,8 @@ def test_auto_measures_the_host_and_starts_pipelined_on_engines_that_overlap(tmp
     decision, runtime = serve(trt, tmp_path, RuntimeConfig(policy=smdp), CpuDevice(), Metrics(), said=said.append)
     runtime.close()
     assert decision.choice.switches and runtime.watch is not None and runtime.lone is not None
-    assert runtime.scheduler.policy is smdp
-    assert any("the power weight acts only while the model pipelines" in line for line in said)
+    assert runtime.scheduler.policy is smdp and runtime.held is not None
+    assert any("served plain, the queries are held back while the policy waits for more" in line for line in said)
 
 
 def test_a_switch_to_plain_serving_drains_the_pipeline_before_a_batch_runs_inline(tmp_path):
@@ -507,18 +507,20 @@ def test_a_switch_to_plain_serving_drains_the_pipeline_before_a_batch_runs_inlin
 def test_the_watch_shows_the_switch_the_execute_calls_of_a_lone_instance(tmp_path):
     """The window the mode switch reads counts ``execute`` calls and the time inside them (what
     ``decide.round_trip_s`` reads the round trip from), but not where the model has other
-    instances: an instance then sits idle while another serves."""
+    instances (an instance then sits idle while another serves), nor where a hold sent answers
+    (its calls return at once, and one runs the batch it held: ``hold.py``)."""
     metrics = Metrics()
     _, runtime = serve(timed_manifest(tmp_path, 20, 20, 2), tmp_path, RuntimeConfig(policy=make_policy("auto", {})),
                        CpuDevice(), metrics)
     runtime.watch.stop()
     try:
-        before = (0.0, 0.0, None, metrics.snapshot())
+        before = (0.0, 0.0, None, metrics.snapshot(), 0)
         for seconds in (0.01, 0.02, 0.03):
             metrics.executed(seconds)
-        now = (1.0, 0.0, None, metrics.snapshot())
+        now = (1.0, 0.0, None, metrics.snapshot(), 0)
         window = runtime.watch._window(before, now)
         assert window.executes == 3 and window.execute_s == pytest.approx(0.06)
+        assert runtime.watch._window(before, (*now[:4], 2)).executes == 0
         runtime.watch.alone = False
         assert runtime.watch._window(before, now).executes == 0
     finally:

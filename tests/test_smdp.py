@@ -89,9 +89,9 @@ def _queries(count: int, at: float) -> list[Query]:
     return [Query({"x": np.zeros((1, 8), np.float32)}, None, arrived=at) for _ in range(count)]
 
 
-def _solved(policy, queries, rate: float):
+def _solved(policy, queries, rate: float, plain: bool = False):
     deadline = time.monotonic() + 30
-    while (solution := policy.solution(queries, rate)) is None or solution.problem.arrivals_per_s < rate / 1.2:
+    while (solution := policy.solution(queries, rate, plain)) is None or solution.problem.arrivals_per_s < rate / 1.2:
         assert time.monotonic() < deadline, "the SMDP was not solved"
         time.sleep(0.01)
     return solution
@@ -126,6 +126,121 @@ def test_the_entry_waits_below_the_control_limit_and_serves_what_the_policy_says
     assert [len(batch) for batch, _ in policy.form(full, 8, now, outlook)] == [8]
     assert policy.window_end(few, 3, Outlook(), now) == now
     assert policy.stretchable(full, now)  # late queries may still stretch into its batches (Policy III)
+
+
+def test_served_plain_the_smdp_holds_queries_below_its_control_limit(tmp_path):
+    """``policy: smdp`` with ``policy.auto: true`` and power weighed heavily, served plain (as
+    its mode switch serves it where the pipeline cannot pay): at 200 queries/s the policy solved
+    for the instance as the server (both 10 ms stages in turn) waits for a full batch of 8.
+    ``execute`` then hands its requests over: 3 are held, unanswered, and run with the next 5
+    once 8 wait, each answered once with its own rows. A query held alone runs once the wait
+    bound ends (2 x 8 / 200 s after it came), although no more come. Where queries arrive
+    faster than the host has room for every held answer's ``send()`` (``Hold.most_per_s``, which
+    the mode switch sets), none is held. Held when the model pipelines again, they enter the
+    pipeline before the next queries."""
+    from backend.config import RuntimeConfig
+    from backend.decide import Mode
+    from backend.device import make_device
+    from backend.metrics import Metrics
+    from backend.serving import serve
+
+    manifest = timed_manifest([{"batch_sizes": [1, 8], "mean": [10.0, 10.0]}] * 2, dims=(8,))
+    policy = make_policy("smdp", {"power_weight": "100", "auto": "true"})
+    _, runtime = serve(manifest, tmp_path, RuntimeConfig(policy=policy), make_device("CPU"), Metrics())
+    runtime.watch.stop()
+    runtime.mode = Mode.FUSED
+    answers: dict[int, list] = {}
+
+    def queries(first: int, count: int) -> list[Query]:
+        def respond(key):
+            return lambda outputs, failure: answers.setdefault(key, []).append((outputs, failure))
+        return [Query({"x": np.full((1, 8), key, np.float32)}, respond(key)) for key in range(first, first + count)]
+
+    def own_rows(keys) -> bool:
+        return all(len(answers.get(k, ())) == 1 and answers[k][0][1] is None
+                   and np.array_equal(answers[k][0][0]["x"], np.full((1, 8), k, np.float32)) for k in keys)
+    try:
+        now = time.monotonic()
+        runtime.entry.arrived([Query({}, None, now - 1 + i / 200) for i in range(200)])  # 200/s so far
+        assert _solved(policy, _queries(1, now), 200.0, plain=True).control_limit == 8
+        assert not runtime.runs_inline()  # every batch is handed over (Handover: senders)
+        runtime.submit(queries(0, 3))
+        assert not answers and len(runtime.held) == 3
+        runtime.submit(queries(3, 5))
+        assert own_rows(range(8)) and not len(runtime.held)
+        runtime.submit(queries(8, 1))
+        assert not answers.get(8)
+        time.sleep(2 * 8 / 200 + 0.3)
+        assert own_rows([8])
+        runtime.held.most_per_s = 50.0
+        runtime.submit(queries(20, 1))
+        assert own_rows([20])
+        runtime.held.most_per_s = float("inf")
+        runtime.submit(queries(9, 2))
+        assert len(runtime.held) == 2
+        runtime.mode = Mode.PIPELINE
+        runtime.submit(queries(11, 1))
+        deadline = time.monotonic() + 5
+        while not own_rows(range(9, 12)) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert own_rows(range(12))
+    finally:
+        runtime.close()
+
+
+def test_a_model_served_by_its_whole_batch_alone_holds_for_a_static_size():
+    """Where ``auto`` steps aside on the host's cores, a ``WholeBatch`` alone serves: with
+    ``policy.static: 4`` it holds too (``HeldBatch``). Eight queries arriving at 100/s run at
+    once (4 or more wait); 3 more are held until a fourth comes; one alone runs once the wait
+    bound ends (2 x 4 / 100 s after it came). Each is answered once, with its own rows."""
+    from backend.device import make_device
+    from backend.engines import load_engines
+    from backend.hold import HeldBatch
+    from backend.metrics import Metrics
+    from backend.whole import WholeBatch
+
+    manifest = timed_manifest([{"batch_sizes": [1, 8], "mean": [1.0, 1.0]}] * 2, dims=(8,))
+    policy = make_policy("smdp", {"static": "4", "auto": "true"})
+    policy.bind(manifest)
+    device = make_device("CPU")
+    server = HeldBatch(WholeBatch(manifest, load_engines(manifest, ".", device), device, Metrics(), policy=policy),
+                       policy)
+    answers: dict[int, list] = {}
+
+    def queries(first: int, count: int) -> list[Query]:
+        def respond(key):
+            return lambda outputs, failure: answers.setdefault(key, []).append((outputs, failure))
+        now = time.monotonic()
+        return [Query({"x": np.full((1, 8), key, np.float32)}, respond(key), now - (first + count - key) / 100)
+                for key in range(first, first + count)]
+
+    def own_rows(keys) -> bool:
+        return all(len(answers.get(k, ())) == 1 and answers[k][0][1] is None
+                   and np.array_equal(answers[k][0][0]["x"], np.full((1, 8), k, np.float32)) for k in keys)
+    try:
+        assert not server.runs_inline()
+        server.submit(queries(0, 8))
+        assert own_rows(range(8))
+        server.submit(queries(8, 3))
+        assert not any(k in answers for k in range(8, 11)) and len(server.hold) == 3
+        server.submit(queries(11, 1))
+        assert own_rows(range(12))
+        server.submit(queries(12, 1))
+        assert 12 not in answers
+        time.sleep(2 * 4 / 100 + 0.3)
+        assert own_rows(range(13))
+    finally:
+        server.close()
+
+
+def test_held_queries_run_in_order_in_batches_of_at_most_the_largest():
+    """A hold lets go of up to twice the largest batch (it held fewer than its limit, and
+    Triton hands over a batch more): they run oldest first, each batch as full as the next query
+    allows, a query larger than the largest alone."""
+    from backend.hold import batches
+
+    held = [Query({"x": np.zeros((rows, 8), np.float32)}, None) for rows in (3, 4, 2, 9, 1)]
+    assert [[q.rows for q in batch] for batch in batches(held, 8)] == [[3, 4], [2], [9], [1]]
 
 
 def test_energy_per_batch_is_the_counters_rise_over_each_sizes_runs():
@@ -206,7 +321,6 @@ def test_the_steady_rate_the_smdp_is_solved_for_forgets_a_pause():
     from backend.config import RuntimeConfig
     from backend.device import make_device
     from backend.engines import load_engines
-    from backend.entry import STEADY, STEADY_S
     from backend.runtime import Runtime
 
     manifest = timed_manifest([{"batch_sizes": [1, 8], "mean": [1.0, 2.0]}] * 2, dims=(8,))
@@ -218,7 +332,7 @@ def test_the_steady_rate_the_smdp_is_solved_for_forgets_a_pause():
     before = [Query(x, None, now - 20 + i * 0.1, None) for i in range(100)]  # 10/s, until 10 s ago
     after = [Query(x, None, now - 0.4 + i * 0.01, None) for i in range(40)]
     runtime.entry.arrived(before + after)
-    steady = runtime.entry._arrival_rate(STEADY, STEADY_S)
+    steady = runtime.entry.steady_rate()
     runtime.close()
     assert steady == pytest.approx(100, rel=0.05)
 
@@ -273,3 +387,33 @@ def test_policy_smdp_serves_every_request_its_own_rows_through_tritonserver(clie
             assert all(pool.map(ask, range(200)))
         time.sleep(0.5)
         assert ask(1000)
+
+
+def test_served_plain_on_the_cpus_cores_requests_are_held_for_a_static_size_through_tritonserver(
+        client, repository, sources, server):
+    """``policy: smdp`` with ``policy.auto: true`` and ``policy.static: 4`` on a CPU model
+    (``auto`` steps aside on the host's cores: a ``WholeBatch`` alone serves, through a
+    ``HeldBatch``): the model's log says it holds; 48 requests from 8 clients at once are each
+    answered as the unsliced model answers them, and a request alone is answered once the wait
+    bound ends."""
+    import shutil
+
+    from backend.engines import OnnxRuntimeEngine
+
+    name = "resnet_like_held"
+    shutil.copytree(repository / "resnet_like", repository / name)
+    config = (repository / name / "config.pbtxt").read_text().replace('name: "resnet_like"', f'name: "{name}"')
+    config += "".join(f'parameters: {{ key: "{key}" value: {{ string_value: "{value}" }} }}\n' for key, value in
+                      {"policy": "smdp", "policy.static": "4", "policy.auto": "true"}.items())
+    (repository / name / "config.pbtxt").write_text(config)
+    reference = OnnxRuntimeEngine(sources["resnet_like"], ["logits"])
+    feeds = [{"image": np.random.default_rng(i).random((1, 3, 32, 32), np.float32)} for i in range(48)]
+    with serving(client, repository, name):
+        with ThreadPoolExecutor(8) as pool:
+            answers = list(pool.map(lambda feed: infer(client, name, feed, []), feeds))
+        time.sleep(0.5)
+        answers.append(infer(client, name, feeds[0], []))
+    for feed, answer in zip([*feeds, feeds[0]], answers):
+        np.testing.assert_allclose(answer["logits"], reference.run(feed)["logits"], atol=1e-5)
+    said = server.log.read_text()
+    assert f"{name}: smdp: served plain, the queries are held back" in said, said[-3000:]

@@ -16,7 +16,8 @@ For each timed profile (default: the slower engine and TensorRT-speed BERT-base 
 2. **Live**, through one tritonserver and perf_analyzer's Poisson loads at each fraction of the
    peak (the better of the two below at 64 in flight): mean latency of ``smdp`` (ours, ``policy:
    smdp`` with ``--power-weight``), ``smdp auto`` (the same with ``policy.auto: true``: served as a
-   plain model where the pipeline cannot pay, Triton's batcher then dispatching), ``pass`` (ours,
+   plain model where the pipeline cannot pay, where with a power weight it holds the requests
+   for the SMDP solved for the instance: ``backend/hold.py``), ``pass`` (ours,
    the work-conserving pipeline), ``auto`` (ours, the paper's policies as the slicer writes
    them), each of ``--policies`` (ours, the paper's Policies one by one) and the plain model
    behind Triton's dynamic batcher at delay 0 and at each delay worth trying
