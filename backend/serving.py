@@ -127,7 +127,12 @@ def serve(manifest: Manifest, version_dir: Path, config: RuntimeConfig, device: 
         if choice.switches and fusable(manifest) and fuses(manifest, statistic) else []
     runtime = Runtime(manifest, engines, config, device, trace=trace, metrics=metrics, on_death=on_death,
                       buckets=buckets, fused=fused)
-    lone = config.lone_inline == "true" or (config.lone_inline == "auto" and config.policy.auto)
+    # A lone batch inside ``execute`` would not wait for the control limit of a policy that holds
+    # queries for more (an ``smdp`` weighing power: the slower engine, where it pipelines, read
+    # 1.28x / 1.30x the best benchmark's objective at 0.1 / 0.5 load with them, pipelined ``smdp`` 1.00x /
+    # 1.02x: docs/results/smdp-power-weight-plain-hold).
+    lone = config.lone_inline == "true" or (config.lone_inline == "auto" and config.policy.auto
+                                            and not config.policy.holds)
     costs = HostCosts()
     if not on_cores or lone:  # (on the host's cores the CPU time measured would be the engines')
         with runtime.entry.unseen():

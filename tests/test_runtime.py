@@ -449,7 +449,8 @@ def test_auto_measures_the_host_and_starts_pipelined_on_engines_that_overlap(tmp
     inline where the looks allow, and watches serving to switch. A configured policy pipelines
     and neither watches nor runs lone batches inline, unless ``policy.auto`` asks (``policy:
     smdp`` then dispatches whichever way it serves: served plain, with a power weight, by
-    holding queries, as its log says: ``hold.py``)."""
+    holding queries, as its log says: ``hold.py``; and, as it waits for its control limit, it
+    runs no lone batch inline)."""
     trt = timed_manifest(tmp_path, 0.62, 15.15, 128)
     metrics = Metrics()
     decision, runtime = serve(trt, tmp_path, RuntimeConfig(policy=make_policy("auto", {})), CpuDevice(), metrics)
@@ -470,8 +471,8 @@ def test_auto_measures_the_host_and_starts_pipelined_on_engines_that_overlap(tmp
     smdp, said = make_policy("smdp", {"auto": "true", "power_weight": "1"}), []
     decision, runtime = serve(trt, tmp_path, RuntimeConfig(policy=smdp), CpuDevice(), Metrics(), said=said.append)
     runtime.close()
-    assert decision.choice.switches and runtime.watch is not None and runtime.lone is not None
-    assert runtime.scheduler.policy is smdp and runtime.held is not None
+    assert decision.choice.switches and runtime.watch is not None and runtime.held is not None
+    assert runtime.scheduler.policy is smdp and runtime.lone is None  # a lone batch inline would not wait
     assert any("served plain, the queries are held back while the policy waits for more" in line for line in said)
 
 
