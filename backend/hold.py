@@ -70,12 +70,8 @@ class Hold:
         self._arrived(queries)
         with self._changed:
             self._held.extend(queries)
-            now, rate = time.monotonic(), self._rate()
-            try:
-                until = self._policy.hold_until(self._held, rate, now) if rate < self.most_per_s else now
-            except Exception:  # a policy's bug must not hold queries: they run now
-                log.exception("policy %r failed to say how long to hold queries", self._policy.name)
-                until = now
+            now = time.monotonic()
+            until = self._due(now)
             if until <= now:
                 self._release(len(queries))
             else:
@@ -97,6 +93,18 @@ class Hold:
         self._thread.join()
         return self.take()
 
+    def _due(self, now: float) -> float:
+        """When the queries held run, as the policy says (the lock held): now where they arrive
+        faster than ``most_per_s``, or the policy fails."""
+        rate = self._rate()
+        if rate >= self.most_per_s:
+            return now
+        try:
+            return self._policy.hold_until(self._held, rate, now)
+        except Exception:  # a policy's bug must not hold queries: they run now
+            log.exception("policy %r failed to say how long to hold queries", self._policy.name)
+            return now
+
     def _release(self, arrived: int = 0) -> None:
         """Run every query held (the lock held, so that ``execute`` and the hold's thread never
         run the engines at once); the latest ``arrived`` of them came with the ``put`` running
@@ -114,13 +122,17 @@ class Hold:
                     query.answer(failure=Failure.of(exc))
 
     def _bound(self) -> None:
+        """Once the wait bound ends, the policy is asked again, as the entry asks when its window
+        ends: it counts the waits that ran out (``dispatch.SmdpPolicy``), and says when to run."""
         with self._changed:
             while not self._closed:
-                left = self._until - time.monotonic()
-                if left > 0:
-                    self._changed.wait(None if math.isinf(left) else left)
-                else:
+                now = time.monotonic()
+                if self._until > now:
+                    self._changed.wait(None if math.isinf(self._until) else self._until - now)
+                elif (until := self._due(now) if self._held else now) <= now:
                     self._release()
+                else:
+                    self._until = until
 
 
 def batches(queries: Sequence[Query], largest: int) -> list[Sequence[Query]]:
