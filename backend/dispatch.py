@@ -24,14 +24,17 @@ queries still stretch a running batch (Policy III, as ``policy: load``): the met
 compose with the dispatch rule. A wait is bounded: where the queries the control limit waits
 for do not come (the load stopped), the oldest waits at most twice the time they take on
 average at the measured rate. Under Poisson arrivals that bound is rarely reached (1-2 % of
-the waits at the smallest control limits, fewer at larger ones); where it is often, the queries
-do not come while others wait: a closed loop of fewer clients than the control limit
+the waits at the smallest control limits, fewer at larger ones), and more rarely still with no
+query arriving in the second half of the wait (starved). Where waits often run out starved, the
+queries do not come while others wait: a closed loop of fewer clients than the control limit
 (perf_analyzer's concurrency mode), whose next requests wait for the answers held back, or a
 load that stopped. Waiting then saves nothing (the batches stay as small) and only adds the bound
 to the answers: served plain at TensorRT speed with power weight 1, one client in flight read 66
 answers/s where the plain model answered 710. So where ``STARVED`` of the latest ``WAITS``
-waits ran out, the policy serves what waits for ``EAGER_S`` (the arrival rate meanwhile forgets
-the waits), then waits again where the load lets it. With
+waits ran out starved, the policy serves what waits for ``EAGER_S`` (the arrival rate meanwhile
+forgets the waits), then waits again where the load lets it. (Waits that run out while queries
+still come, fewer than the rate said, as Triton's bursts into an overloaded pipeline do, count
+as a load: there a batch served sooner would only be smaller.) With
 ``static`` set, the entry serves exactly that many instead (waiting as long, bounded alike) and
 no late query stretches them: the paper's static benchmark, served as the policy is.
 
@@ -71,7 +74,7 @@ log = logging.getLogger(__name__)
 RATE_STEP = 1.25  # arrival rates are solved for on a geometric grid of this step (25 % apart)
 MAX_LOAD = 0.95  # rates nearer capacity are solved as this load (the truncation grows without end)
 WAITS = 8  # the latest waits that ended (by the control limit, or by running out at their bound) ...
-STARVED = 3  # ... of which this many ran out: the load does not come while queries wait (Poisson: 3e-4)
+STARVED = 3  # ... of which this many ran out starved: the load does not come while queries wait
 EAGER_S = 2 * STEADY_S  # ... and for this long the policy then serves what waits
 
 
@@ -92,8 +95,8 @@ class SmdpPolicy(DiversityPolicy):
     _solving: tuple[int | None, bool, int] | None = field(init=False, repr=False, default=None)
     _lock: threading.Condition = field(init=False, repr=False, default_factory=threading.Condition)
     _solver: threading.Thread | None = field(init=False, repr=False, default=None)
-    # How the latest waits ended (True: ran out; the oldest query of the latest that did), until
-    # when it serves what waits, and whether the log said so since the waits last went well.
+    # How the latest waits ended (True: ran out starved; the oldest query of the latest that ran
+    # out), until when it serves what waits, and whether the log said so since they last went well.
     _ended: deque[bool] = field(init=False, repr=False, default_factory=lambda: deque(maxlen=WAITS))
     _ran_out_for: Query | None = field(init=False, repr=False, default=None)
     _eager_until: float = field(init=False, repr=False, default=0.0)
@@ -249,16 +252,18 @@ class SmdpPolicy(DiversityPolicy):
         limit = solution.control_limit or len(waiting)
         until = waiting[0].arrived + 2 * limit / arrivals_per_s
         if until <= now and waiting[0] is not self._ran_out_for:
+            # Starved: none came in its second half. Arrivals that kept coming, only fewer than
+            # the rate said (Triton's bursts into an overloaded pipeline), are a load, not a loop.
             self._ran_out_for = waiting[0]
-            self._ended.append(True)
+            self._ended.append(waiting[-1].arrived <= waiting[0].arrived + limit / arrivals_per_s)
             if sum(self._ended) >= STARVED:
                 self._ended.clear()
                 self._eager_until = now + EAGER_S
                 if not self._starving:
                     self._starving = True
-                    self.said(f"smdp: {STARVED} of its latest {WAITS} waits ran out without the queries the control "
-                              f"limit waits for (a closed loop of fewer clients, or the load stopped): serves what "
-                              f"waits, {EAGER_S:g} s at a time, until the waits go well")
+                    self.said(f"smdp: {STARVED} of its latest {WAITS} waits ran out with no query arriving in their "
+                              f"second half (a closed loop of fewer clients than the control limit, or the load "
+                              f"stopped): serves what waits, {EAGER_S:g} s at a time, until the waits go well")
         return until
 
     def form(self, waiting: Sequence[Query], room: int, now: float, outlook: Outlook = Outlook()

@@ -193,7 +193,8 @@ def test_a_model_served_by_its_whole_batch_alone_holds_for_a_static_size():
     ``policy.static: 4`` it holds too (``HeldBatch``). Eight queries arriving at 100/s run at
     once (4 or more wait); 3 more are held until a fourth comes; one alone runs once the wait
     bound ends (2 x 4 / 100 s after it came), and so do the next two; with 3 of its latest 5
-    waits run out, the one after runs at once. Each is answered once, with its own rows."""
+    waits run out starved (no query came meanwhile), the one after runs at once. Each is
+    answered once, with its own rows."""
     from backend.device import make_device
     from backend.engines import load_engines
     from backend.hold import HeldBatch
@@ -237,7 +238,7 @@ def test_a_model_served_by_its_whole_batch_alone_holds_for_a_static_size():
             while key not in answers and time.monotonic() < deadline:
                 time.sleep(0.01)
             assert own_rows(range(key + 1))
-        server.submit(queries(15, 1))  # 3 of the latest 5 ran out: the load does not come while queries wait
+        server.submit(queries(15, 1))  # 3 of the latest 5 ran out starved: the load does not come while queries wait
         assert own_rows(range(16))
     finally:
         server.close()
@@ -347,13 +348,14 @@ def test_the_steady_rate_the_smdp_is_solved_for_forgets_a_pause():
     assert steady == pytest.approx(100, rel=0.05)
 
 
-def test_where_its_waits_run_out_it_serves_what_waits_for_a_while():
+def test_where_its_waits_run_out_starved_it_serves_what_waits_for_a_while():
     """A closed loop of fewer clients than the control limit (perf_analyzer's concurrency mode)
-    sends no query while its others wait: its waits run out at their bound, and the batches stay
-    as small. At 400 queries/s the policy waits for 8 (bound 2 x 8 / 400 s). A wait that ran out
-    counts once, however often it is asked; where 3 of the latest 8 waits ran out (in a row, or
-    between waits the limit ended) it serves what waits for ``EAGER_S``, says so once, and then
-    waits again."""
+    sends no query while its others wait: its waits run out at their bound, none arriving in
+    their second half (starved), and the batches stay as small. At 400 queries/s the policy
+    waits for 8 (bound 2 x 8 / 400 s). A wait that ran out counts once, however often it is
+    asked, and only starved: one a query came late in is a load. Where 3 of the latest 8 waits ran
+    out starved (in a row, or between waits the limit ended) it serves what waits for
+    ``EAGER_S``, says so once, and then waits again."""
     from backend.dispatch import EAGER_S
 
     policy, _, now, (full,) = _waiting({"power_weight": "100"}, 8)
@@ -363,24 +365,27 @@ def test_where_its_waits_run_out_it_serves_what_waits_for_a_while():
     _solved(policy, full, 400.0)
     bound = 2 * 8 / 400
 
-    def ran_out(at: float) -> None:  # a query alone waits from ``at`` until its bound, and is asked again there
-        alone = _queries(1, at)
-        assert policy.window_end(alone, 1, outlook, at) == pytest.approx(at + bound)
+    def ran_out(at: float, late: bool = False) -> None:
+        """A query waits from ``at`` until its bound (with another arriving at 3/4 of it where
+        ``late``), and is asked again there."""
+        waiting = _queries(1, at) + (_queries(1, at + 0.75 * bound) if late else [])
+        assert policy.window_end(waiting[:1], 1, outlook, at) == pytest.approx(at + bound)
         for _ in range(2):
-            assert policy.window_end(alone, 1, outlook, at + bound) <= at + bound
+            assert policy.window_end(waiting, len(waiting), outlook, at + bound) <= at + bound
 
     def starved() -> list[str]:
         return [line for line in said if "waits ran out" in line]
 
-    ran_out(now)
-    assert policy.window_end(full, 8, outlook, now + 1) == now + 1  # the limit ended this one
-    ran_out(now + 2)
-    assert policy.window_end(full, 8, outlook, now + 3) == now + 3
+    for k in range(3):
+        ran_out(now + k, late=True)
+    ran_out(now + 3)
+    assert policy.window_end(full, 8, outlook, now + 4) == now + 4  # the limit ended this one
+    ran_out(now + 5)
     assert not starved()
-    ran_out(now + 4)  # (``ran_out`` asserts that it still waited)
-    assert len(starved()) == 1 and "3 of its latest 8 waits ran out" in starved()[0]
-    at = now + 5
-    assert policy.window_end(_queries(1, at), 1, outlook, at) == at  # 3 of 5 ran out: serves what waits
+    ran_out(now + 6)  # (``ran_out`` asserts that it still waited)
+    assert len(starved()) == 1 and "3 of its latest 8 waits ran out with no query arriving" in starved()[0]
+    at = now + 7
+    assert policy.window_end(_queries(1, at), 1, outlook, at) == at  # serves what waits
     at += EAGER_S
     assert policy.window_end(_queries(1, at), 1, outlook, at) == pytest.approx(at + bound)  # and then waits again
     for k in range(1, 4):

@@ -53,7 +53,7 @@ from tritonclient.utils import InferenceServerException
 from backend.calibrate import process_cpu_s
 from slicer.errors import SliceError
 from tools.lib import prometheus as prom
-from tools.lib.cli import names, numbers, table_console
+from tools.lib.cli import add_parameter_argument, names, numbers, table_console
 from tools.lib.harness import Bench
 from tools.lib.intervals import pooled, ratio
 from tools.lib.paths import ROOT
@@ -312,8 +312,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=4.0, help="seconds per window (default 4)")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--length", type=int, default=64, help="tokens per query (default 64)")
-    parser.add_argument("--parameter", action="append", default=[], metavar="KEY=VALUE",
-                        help="a config.pbtxt parameter of our two models (e.g. buffer_pairs=2); repeatable")
+    add_parameter_argument(parser, "our two models")
     parser.add_argument("--peers-no-spinning", action="store_true",
                         help="the plain model's and the ensemble's ONNX Runtime threads sleep when idle "
                              "(ours: --parameter allow_spinning=false)")
@@ -325,11 +324,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, help="write summary.md and cost.csv here")
     args = parser.parse_args(argv)
     console = table_console()
-    if any("=" not in p for p in args.parameter):
-        parser.error("--parameter takes KEY=VALUE")
     chosen = set(args.models) | {"plain"}
     plan = Plan(args.concurrency, args.seconds, args.rounds, args.length,
-                dict(p.split("=", 1) for p in args.parameter), tuple(m for m in MODELS if m in chosen),
+                dict(args.parameter), tuple(m for m in MODELS if m in chosen),
                 tuple(args.source), Peer(spinning=not args.peers_no_spinning))
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)

@@ -2,14 +2,14 @@
 
     python -m tools.bench_versions PROFILE.json --base DIR [--concurrency 1] [--rates 800,...]
                                    [--rounds 8] [--seconds 3] [--warmup 2] [--length 64]
-                                   [--out docs/results/RUN]
+                                   [--parameter KEY=VALUE ...] [--out docs/results/RUN]
 
 A change to the path a request takes through our stub moves its cost by a few microseconds,
 while perf_analyzer's windows on a shared host move by 10-25 % from one run to the next: two
 runs of ``tools.check_auto``, one before the change and one after, cannot tell them apart. Here
 one tritonserver serves three models of the same timed profile (``tools.lib.peers.write_ways``):
 ``plain`` (the plain Python model), ``auto`` (this checkout's backend, as the slicer configures
-it) and ``auto_base`` (the same model on the backend of ``--base``, another checkout, say a git
+it, ``--parameter`` on top) and ``auto_base`` (the same model on the backend of ``--base``, another checkout, say a git
 worktree of the commit before, loaded as a second backend, ``dvabatch_base``). Each load (closed
 loops at each ``--concurrency``, then Poisson loads at each of ``--rates`` requests/s) runs the
 three in turn, every other round in the reverse order. Per model: its figure (answers/s in a
@@ -36,7 +36,7 @@ from rich.table import Table
 
 from backend.calibrate import process_cpu_s
 
-from tools.lib.cli import numbers, table_console
+from tools.lib.cli import add_parameter_argument, numbers, table_console
 from tools.lib.harness import Bench
 from tools.lib.intervals import across_rounds
 from tools.lib.peers import write_ways
@@ -81,6 +81,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seconds", type=float, default=3.0, help="measured seconds per window (default 3)")
     parser.add_argument("--warmup", type=float, default=2.0, help="unmeasured seconds before each window (default 2)")
     parser.add_argument("--length", type=int, default=64, help="tokens per query (default 64)")
+    add_parameter_argument(parser, "both versions' model", "policy=smdp")
     parser.add_argument("--out", type=Path, help="write summary.md, rounds.csv and tritonserver.log here")
     args = parser.parse_args(argv)
     if not args.concurrency and not args.rates:
@@ -92,7 +93,7 @@ def main(argv: list[str] | None = None) -> None:
     rows = []
     try:
         repository = folder / "repository"
-        write_ways(args.profile, repository)
+        write_ways(args.profile, repository, dict(args.parameter))
         write_base(repository)
         data = write_input_data(synthetic(interface_of(repository / "auto"), 1, {}, lengths=(args.length,)),
                                 folder / "data.json")

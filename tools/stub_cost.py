@@ -49,7 +49,7 @@ from tritonclient.utils import InferenceServerException
 
 from backend.manifest import Manifest
 from slicer.slicing import VERSION
-from tools.lib.cli import numbers, table_console
+from tools.lib.cli import add_parameter_argument, numbers, table_console
 from tools.lib.harness import Bench
 from tools.lib.paths import ROOT
 from tools.lib.peers import Peer, write_plain, write_variant
@@ -73,7 +73,7 @@ def measure(args: argparse.Namespace, scratch: Path, log: Path | None) -> dict[s
     manifest = Manifest.load(model_dir / VERSION)
     model = interface_of(model_dir)
     repository = scratch / "repository"
-    write_variant(model_dir, repository, "ours", dict(p.split("=", 1) for p in args.parameter))
+    write_variant(model_dir, repository, "ours", dict(args.parameter))
     write_plain(model_dir, repository, "plain", Peer(), args.source)
     sent = write_input_data(from_arguments(args, model), scratch / "sent.json")
     padded = sent
@@ -134,13 +134,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--evict-mb", type=int, default=0,
                         help="MiB read between two calls, untimed, so that each call meets cold caches as a "
                              "served one does (default 0: warm)")
-    parser.add_argument("--parameter", action="append", default=[], metavar="KEY=VALUE",
-                        help="a config.pbtxt parameter of our model (e.g. batching=triton); repeatable")
+    add_parameter_argument(parser, "our model", "batching=triton")
     parser.add_argument("--source", type=Path, help="the unsliced ONNX model (default: found by its sha256)")
     parser.add_argument("--out", type=Path, help="write summary.md and stub_cost.csv here")
     args = parser.parse_args(argv)
-    if any("=" not in p for p in args.parameter):
-        parser.error("--parameter takes KEY=VALUE")
     console = table_console()
     log = args.out / "tritonserver.log" if args.out else None
     if args.out:

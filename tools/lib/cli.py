@@ -54,3 +54,15 @@ def names(known: Sequence[str], empty: bool = False) -> Callable[[str], tuple[st
         return chosen
 
     return parse
+
+
+def add_parameter_argument(parser: argparse.ArgumentParser, whose: str, example: str = "buffer_pairs=2") -> None:
+    """``--parameter KEY=VALUE``, repeatable: a config.pbtxt parameter of ``whose`` models, on top
+    of those the slicer or the profile writes; ``dict(args.parameter)`` holds them."""
+    def pair(text: str) -> tuple[str, str]:
+        key, equals, value = text.partition("=")
+        if not equals or not key.strip():
+            raise argparse.ArgumentTypeError(f"takes KEY=VALUE, got {text!r}")
+        return key.strip(), value
+    parser.add_argument("--parameter", type=pair, action="append", default=[], metavar="KEY=VALUE",
+                        help=f"a config.pbtxt parameter of {whose} (e.g. {example}); repeatable")
