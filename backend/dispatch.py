@@ -235,10 +235,10 @@ class SmdpPolicy(DiversityPolicy):
         return self._wait_until(waiting, arrivals_per_s, now, plain=True) if self.holds else now
 
     def _wait_until(self, waiting: Sequence[Query], arrivals_per_s: float, now: float, plain: bool) -> float:
-        """Asked again as queries come and when the last answer said ends (the entry's window,
-        the hold's thread), so a wait that ran out is seen here, once per oldest query. The
-        entry's stage 0 and a hold decide one at a time (a model serves one way at a time), so
-        the count needs no lock."""
+        """Asked again as queries come and once the time it gave has passed (the entry's window
+        ends, the hold's thread wakes), so a wait that ran out is seen here, once per oldest
+        query. The entry's stage 0 and a hold decide one at a time (a model serves one way at a
+        time), so the count needs no lock."""
         if now < self._eager_until:
             return now
         solution = self.solution(waiting, arrivals_per_s, plain)
