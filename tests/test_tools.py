@@ -151,16 +151,18 @@ def test_a_plain_peer_with_a_preferred_size_sends_a_batch_once_that_many_wait(ru
 
 
 def test_a_bad_list_option_is_a_usage_error_that_names_it(run):
-    """Every command parses its comma-separated options one way (``tools.lib.cli``): a typo, an
-    unknown name, a size of 0 or an empty list where one is needed is argparse's usage error
-    naming the option and what it takes (exit 2), before any server starts; an empty list where
-    none is allowed (``check_auto --loads ""``: no Poisson cells) parses. So is ``check_auto
+    """Every command parses its comma-separated options one way (``tools.lib.cli``), and its
+    ``--parameter KEY=VALUE`` another: a typo, an unknown name, a size of 0, an empty list where
+    one is needed or a parameter not written KEY=VALUE is argparse's usage error naming the
+    option and what it takes (exit 2), before any server starts; an empty list where none is
+    allowed (``check_auto --loads ""``: no Poisson cells) parses. So is ``check_auto
     --max-rounds`` after one round, which no interval can leave unresolved."""
     for command, option, text, says in [("tools.check_auto", "--loads", "0.1,x", "takes comma-separated numbers"),
                                        ("tools.check_auto", "--concurrency", "", "takes at least one"),
                                        ("tools.bench_cost", "--models", "plain,foo", "'foo' unknown; it takes some of"),
                                        ("tools.bench_dispatch", "--static", "8,0", "takes integers above 0"),
-                                       ("tools.tune", "--slice-lengths", "16;32", "takes comma-separated integers")]:
+                                       ("tools.tune", "--slice-lengths", "16;32", "takes comma-separated integers"),
+                                       ("tools.bench_versions", "--parameter", "policy", "takes KEY=VALUE")]:
         done = run(command, f"{option}={text}")
         assert done.returncode == 2 and f"argument {option}: {says}" in done.stderr, (command, done.stderr)
     done = run("tools.check_auto", "--rounds", "1", "--max-rounds", "4")  # one round has no interval to resolve

@@ -9,8 +9,9 @@ while perf_analyzer's windows on a shared host move by 10-25 % from one run to t
 runs of ``tools.check_auto``, one before the change and one after, cannot tell them apart. Here
 one tritonserver serves three models of the same timed profile (``tools.lib.peers.write_ways``):
 ``plain`` (the plain Python model), ``auto`` (this checkout's backend, as the slicer configures
-it, ``--parameter`` on top) and ``auto_base`` (the same model on the backend of ``--base``, another checkout, say a git
-worktree of the commit before, loaded as a second backend, ``dvabatch_base``). Each load (closed
+it, ``--parameter`` on top) and ``auto_base`` (the same model on the backend of ``--base``,
+another checkout, say a git worktree of the commit before, loaded as a second backend,
+``dvabatch_base``). Each load (closed
 loops at each ``--concurrency``, then Poisson loads at each of ``--rates`` requests/s) runs the
 three in turn, every other round in the reverse order. Per model: its figure (answers/s in a
 closed loop, the mean latency under Poisson; the mean over the rounds), Triton's
