@@ -95,10 +95,11 @@ class SmdpPolicy(DiversityPolicy):
     _solving: tuple[int | None, bool, int] | None = field(init=False, repr=False, default=None)
     _lock: threading.Condition = field(init=False, repr=False, default_factory=threading.Condition)
     _solver: threading.Thread | None = field(init=False, repr=False, default=None)
-    # How the latest waits ended (True: ran out starved; the oldest query of the latest that ran
-    # out), until when it serves what waits, and whether the log said so since they last went well.
+    # How the latest waits ended (True: ran out starved; the latest that ran out, by its oldest
+    # query's id and arrival: not the query, which would keep its request), until when it serves
+    # what waits, and whether the log said so since they last went well.
     _ended: deque[bool] = field(init=False, repr=False, default_factory=lambda: deque(maxlen=WAITS))
-    _ran_out_for: Query | None = field(init=False, repr=False, default=None)
+    _ran_out_for: tuple[int, float] | None = field(init=False, repr=False, default=None)
     _eager_until: float = field(init=False, repr=False, default=0.0)
     _starving: bool = field(init=False, repr=False, default=False)
 
@@ -251,10 +252,10 @@ class SmdpPolicy(DiversityPolicy):
             return now
         limit = solution.control_limit or len(waiting)
         until = waiting[0].arrived + 2 * limit / arrivals_per_s
-        if until <= now and waiting[0] is not self._ran_out_for:
+        if until <= now and (id(waiting[0]), waiting[0].arrived) != self._ran_out_for:
             # Starved: none came in its second half. Arrivals that kept coming, only fewer than
             # the rate said (Triton's bursts into an overloaded pipeline), are a load, not a loop.
-            self._ran_out_for = waiting[0]
+            self._ran_out_for = (id(waiting[0]), waiting[0].arrived)
             self._ended.append(waiting[-1].arrived <= waiting[0].arrived + limit / arrivals_per_s)
             if sum(self._ended) >= STARVED:
                 self._ended.clear()
