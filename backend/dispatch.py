@@ -32,7 +32,11 @@ load that stopped. Waiting then saves nothing (the batches stay as small) and on
 to the answers: served plain at TensorRT speed with power weight 1, one client in flight read 66
 answers/s where the plain model answered 710. So where ``STARVED`` of the latest ``WAITS``
 waits ran out starved, the policy serves what waits for ``EAGER_S`` (the arrival rate meanwhile
-forgets the waits), then waits again where the load lets it. (Waits that run out while queries
+forgets the waits), then looks again: it waits where the load lets it. Until its waits go well,
+one wait that runs out starved is enough to serve what waits again, twice as long each time, up
+to ``EAGER_MAX_S``: each look costs a wait to its bound, at a low rate a large share of 4 s (the
+slower engine, one client: 0.69x the plain model's answers/s, where a look took three waits
+every 4 s). (Waits that run out while queries
 still come, fewer than the rate said, as Triton's bursts into an overloaded pipeline do, count
 as a load: there a batch served sooner would only be smaller.) With
 ``static`` set, the entry serves exactly that many instead (waiting as long, bounded alike) and
@@ -75,7 +79,8 @@ RATE_STEP = 1.25  # arrival rates are solved for on a geometric grid of this ste
 MAX_LOAD = 0.95  # rates nearer capacity are solved as this load (the truncation grows without end)
 WAITS = 8  # the latest waits that ended (by the control limit, or by running out at their bound) ...
 STARVED = 3  # ... of which this many ran out starved: the load does not come while queries wait
-EAGER_S = 2 * STEADY_S  # ... and for this long the policy then serves what waits
+EAGER_S = 2 * STEADY_S  # ... and for this long the policy then serves what waits, doubled each time again ...
+EAGER_MAX_S = 32 * STEADY_S  # ... up to this, until its waits go well
 
 
 @dataclass
@@ -101,6 +106,7 @@ class SmdpPolicy(DiversityPolicy):
     _ended: deque[bool] = field(init=False, repr=False, default_factory=lambda: deque(maxlen=WAITS))
     _ran_out_for: tuple[int, float] | None = field(init=False, repr=False, default=None)
     _eager_until: float = field(init=False, repr=False, default=0.0)
+    _eager_s: float = field(init=False, repr=False, default=EAGER_S)
     _starving: bool = field(init=False, repr=False, default=False)
 
     def __post_init__(self):
@@ -248,7 +254,7 @@ class SmdpPolicy(DiversityPolicy):
         if solution.action(len(waiting)) > 0:
             self._ended.append(False)
             if self._starving and len(self._ended) == WAITS and sum(self._ended) < STARVED:
-                self._starving = False
+                self._starving, self._eager_s = False, EAGER_S
             return now
         limit = solution.control_limit or len(waiting)
         until = waiting[0].arrived + 2 * limit / arrivals_per_s
@@ -257,14 +263,17 @@ class SmdpPolicy(DiversityPolicy):
             # the rate said (Triton's bursts into an overloaded pipeline), are a load, not a loop.
             self._ran_out_for = (id(waiting[0]), waiting[0].arrived)
             self._ended.append(waiting[-1].arrived <= waiting[0].arrived + limit / arrivals_per_s)
-            if sum(self._ended) >= STARVED:
+            if sum(self._ended) >= (1 if self._starving else STARVED):  # once starving, one look tells
                 self._ended.clear()
-                self._eager_until = now + EAGER_S
-                if not self._starving:
+                if self._starving:  # again before its waits went well
+                    self._eager_s = min(2 * self._eager_s, EAGER_MAX_S)
+                else:
                     self._starving = True
                     self.said(f"smdp: {STARVED} of its latest {WAITS} waits ran out with no query arriving in their "
                               f"second half (a closed loop of fewer clients than the control limit, or the load "
-                              f"stopped): serves what waits, {EAGER_S:g} s at a time, until the waits go well")
+                              f"stopped): serves what waits for {EAGER_S:g} s, twice as long each time again, "
+                              f"until the waits go well")
+                self._eager_until = now + self._eager_s
         return until
 
     def form(self, waiting: Sequence[Query], room: int, now: float, outlook: Outlook = Outlook()

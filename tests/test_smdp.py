@@ -355,7 +355,8 @@ def test_where_its_waits_run_out_starved_it_serves_what_waits_for_a_while():
     waits for 8 (bound 2 x 8 / 400 s). A wait that ran out counts once, however often it is
     asked, and only starved: one a query came late in is a load. Where 3 of the latest 8 waits ran
     out starved (in a row, or between waits the limit ended) it serves what waits for
-    ``EAGER_S``, says so once, and then waits again."""
+    ``EAGER_S``, says so once, and then waits again; one wait starved before its waits went
+    well, it serves what waits twice as long."""
     from backend.dispatch import EAGER_S
 
     policy, _, now, (full,) = _waiting({"power_weight": "100"}, 8)
@@ -388,9 +389,12 @@ def test_where_its_waits_run_out_starved_it_serves_what_waits_for_a_while():
     assert policy.window_end(_queries(1, at), 1, outlook, at) == at  # serves what waits
     at += EAGER_S
     assert policy.window_end(_queries(1, at), 1, outlook, at) == pytest.approx(at + bound)  # and then waits again
-    for k in range(1, 4):
-        ran_out(at + k)
-    assert policy.window_end(_queries(1, at + 4), 1, outlook, at + 4) == at + 4
+    ran_out(at + 1)
+    at += 1 + bound  # starved again before its waits went well (one look tells): twice as long
+    for later in (at + 0.1, at + 2 * EAGER_S - 0.1):
+        assert policy.window_end(_queries(1, later), 1, outlook, later) == later
+    at += 2 * EAGER_S
+    assert policy.window_end(_queries(1, at), 1, outlook, at) == pytest.approx(at + bound)
     assert len(starved()) == 1  # said once until the waits go well again
 
 
