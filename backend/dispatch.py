@@ -102,12 +102,11 @@ class SmdpPolicy(DiversityPolicy):
     _solver: threading.Thread | None = field(init=False, repr=False, default=None)
     # How the latest waits ended (True: ran out starved; the latest that ran out, by its oldest
     # query's id and arrival: not the query, which would keep its request), until when it serves
-    # what waits, and whether the log said so since they last went well.
+    # what waits, and for how long it did last (0: not since its waits last went well).
     _ended: deque[bool] = field(init=False, repr=False, default_factory=lambda: deque(maxlen=WAITS))
     _ran_out_for: tuple[int, float] | None = field(init=False, repr=False, default=None)
     _eager_until: float = field(init=False, repr=False, default=0.0)
-    _eager_s: float = field(init=False, repr=False, default=EAGER_S)
-    _starving: bool = field(init=False, repr=False, default=False)
+    _eager_s: float = field(init=False, repr=False, default=0.0)
 
     def __post_init__(self):
         super().__post_init__()
@@ -253,8 +252,8 @@ class SmdpPolicy(DiversityPolicy):
             return now
         if solution.action(len(waiting)) > 0:
             self._ended.append(False)
-            if self._starving and len(self._ended) == WAITS and sum(self._ended) < STARVED:
-                self._starving, self._eager_s = False, EAGER_S
+            if self._eager_s and len(self._ended) == WAITS and sum(self._ended) < STARVED:
+                self._eager_s = 0.0
             return now
         limit = solution.control_limit or len(waiting)
         until = waiting[0].arrived + 2 * limit / arrivals_per_s
@@ -263,12 +262,12 @@ class SmdpPolicy(DiversityPolicy):
             # the rate said (Triton's bursts into an overloaded pipeline), are a load, not a loop.
             self._ran_out_for = (id(waiting[0]), waiting[0].arrived)
             self._ended.append(waiting[-1].arrived <= waiting[0].arrived + limit / arrivals_per_s)
-            if sum(self._ended) >= (1 if self._starving else STARVED):  # once starving, one look tells
+            if sum(self._ended) >= (1 if self._eager_s else STARVED):  # once starving, one look tells
                 self._ended.clear()
-                if self._starving:  # again before its waits went well
+                if self._eager_s:  # again before its waits went well
                     self._eager_s = min(2 * self._eager_s, EAGER_MAX_S)
                 else:
-                    self._starving = True
+                    self._eager_s = EAGER_S
                     self.said(f"smdp: {STARVED} of its latest {WAITS} waits ran out with no query arriving in their "
                               f"second half (a closed loop of fewer clients than the control limit, or the load "
                               f"stopped): serves what waits for {EAGER_S:g} s, twice as long each time again, "
