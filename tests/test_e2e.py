@@ -14,7 +14,9 @@ from dataclasses import replace
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
-from tritonclient.utils import InferenceServerException
+import tritonclient.http as httpclient
+import tritonclient.utils.shared_memory as shm
+from tritonclient.utils import InferenceServerException, np_to_triton_dtype
 
 from backend.engines import OnnxRuntimeEngine
 from backend.manifest import Manifest
@@ -139,6 +141,58 @@ def test_memory_stays_at_its_level_after_huge_requests(client, server, repositor
 def test_request_larger_than_max_batch_size_is_refused(client):
     with pytest.raises(InferenceServerException, match="batch"):
         infer(client, "resnet_like", {"image": np.ones((MAX_BATCH + 1, 3, 32, 32), np.float32)})
+
+
+def test_http_json_and_binary_and_shared_memory_clients_get_the_grpc_answers(client, server, repository):
+    """A Triton user's other clients: tritonclient HTTP with JSON and with binary tensors, and
+    inputs and outputs in system shared memory over gRPC, answer as unary gRPC does; a bad
+    request over HTTP is refused with the same message, as a 400."""
+    manifest = Manifest.load(repository / "bert_like" / VERSION)
+    feed = sample_inputs(manifest.inputs, 3, {"sequence": 7}, seed=3)
+    expected = infer(client, "bert_like", feed)
+    with httpclient.InferenceServerClient(server.http_url) as http:
+        for binary in (False, True):
+            tensors = []
+            for name, array in feed.items():
+                tensors.append(httpclient.InferInput(name, list(array.shape), np_to_triton_dtype(array.dtype)))
+                tensors[-1].set_data_from_numpy(array, binary_data=binary)
+            asked = [httpclient.InferRequestedOutput(name, binary_data=binary) for name in expected]
+            result = http.infer("bert_like", tensors, outputs=asked)
+            for name, array in expected.items():
+                np.testing.assert_array_equal(result.as_numpy(name), array)
+        bad = dict(feed, attention_mask=feed["attention_mask"][:, :4])
+        tensors = []
+        for name, array in bad.items():
+            tensors.append(httpclient.InferInput(name, list(array.shape), np_to_triton_dtype(array.dtype)))
+            tensors[-1].set_data_from_numpy(array)
+        with pytest.raises(InferenceServerException, match="input 'attention_mask' has sequence=4") as info:
+            http.infer("bert_like", tensors)
+        assert info.value.status() == "400"
+    # Shared memory: the regions named per test run, so a crashed run's leftovers cannot collide.
+    tag = f"dvabatch-test-{os.getpid()}"
+    regions: dict[str, object] = {}
+
+    def region(name: str, nbytes: int):
+        regions[f"{tag}-{name}"] = shm.create_shared_memory_region(f"{tag}-{name}", f"/{tag}-{name}", nbytes)
+        client.register_system_shared_memory(f"{tag}-{name}", f"/{tag}-{name}", nbytes)
+        return regions[f"{tag}-{name}"]
+
+    try:
+        tensors = []
+        for name, array in feed.items():
+            shm.set_shared_memory_region(region(name, array.nbytes), [array])
+            tensors.append(grpcclient.InferInput(name, list(array.shape), np_to_triton_dtype(array.dtype)))
+            tensors[-1].set_shared_memory(f"{tag}-{name}", array.nbytes)
+        pooled = expected["pooler_output"]
+        out = region("out", pooled.nbytes)
+        asked = grpcclient.InferRequestedOutput("pooler_output")
+        asked.set_shared_memory(f"{tag}-out", pooled.nbytes)
+        client.infer("bert_like", tensors, outputs=[asked])
+        np.testing.assert_array_equal(shm.get_contents_as_numpy(out, pooled.dtype, list(pooled.shape)), pooled)
+    finally:
+        for name, handle in regions.items():
+            client.unregister_system_shared_memory(name)
+            shm.destroy_shared_memory_region(handle)
 
 
 def test_knobs_come_from_config_pbtxt(client, repository, sources):
