@@ -224,6 +224,7 @@ class SlicingReport:
     calibration: tuple[dict, ...] = ()  # per round: cuts, predicted and measured slowest stage (ms)
     warning: str = ""  # the legal cuts cannot balance the stages, and what blocks better ones
     device: str = "cpu"  # where the stages were profiled, and so where they serve: cpu or cuda
+    unpadded: str = ""  # why the inputs' named axis is no length axis: padding a query along it changes its answers
 
     @classmethod
     def from_json(cls, data: dict) -> SlicingReport:

@@ -1,6 +1,7 @@
-"""Padding along named axes: how queries of different lengths share one batch.
+"""Padding along the length axis: how queries of different lengths share one batch.
 
-A named dim (for example ``"sequence"`` on ``input_ids`` and ``attention_mask``) may differ from
+The model's length axis (for example ``"sequence"`` on ``input_ids`` and ``attention_mask``), a
+named dim on which the slicer found that padding leaves a query's answers alike, may differ from
 query to query. Queries batched together are padded at the end of that axis to the batch's size
 with the input's pad value (0 unless config.pbtxt says otherwise: right for token ids and
 attention masks), and each query's outputs along the same axis are cut back to its own size.
@@ -17,9 +18,13 @@ import numpy as np
 from .manifest import TensorSpec
 
 
-def named_sizes(specs: Sequence[TensorSpec], inputs: Mapping[str, np.ndarray]) -> dict[str, int]:
-    """The size of every named axis in one query's inputs (validation made them agree)."""
-    return {dim: inputs[spec.name].shape[axis] for spec in specs for axis, dim in spec.named}
+def named_sizes(specs: Sequence[TensorSpec], inputs: Mapping[str, np.ndarray], padded: str | None) -> dict[str, int]:
+    """The size of the ``padded`` axis (the model's length axis) in one query's inputs
+    (validation made them agree); empty without one. Only that axis is ever padded: the slicer
+    names it only where padding a query along it leaves its answers as they were (a mean or a
+    recurrence over the axis, without a mask, would read the padding), and any other named axis
+    (an image's height, a sequence that cannot be padded) must agree exactly within a batch."""
+    return {dim: inputs[spec.name].shape[axis] for spec in specs for axis, dim in spec.named if dim == padded}
 
 
 def stack(arrays: Sequence[np.ndarray], spec: TensorSpec, sizes: Mapping[str, int], value: float = 0) -> np.ndarray:

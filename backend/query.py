@@ -88,7 +88,8 @@ class Query:
     cancelled: Callable[[], bool] = lambda: False  # whether the client has given up on it
     answered: bool = field(default=False, init=False)
     asked: float = field(default=0.0, init=False)  # when ``cancelled`` was last called
-    # Set by validation: the size of each named axis, and the shapes with named axes left open.
+    # Set by validation: the size of the length axis, and the shapes with it left open (where the
+    # model has one: the only axis a batch pads).
     sizes: dict[str, int] = field(default_factory=dict, init=False)
     rigid: tuple | None = field(default=None, init=False)
     reply: tuple[Tensors | None, Failure | None] | None = field(default=None, init=False)
@@ -251,13 +252,16 @@ def _judge(manifest: Manifest, query: Query, limits: Mapping[str, int] | None) -
     error = validate(manifest, query, limits)
     if error:
         return error, {}, None
-    return None, named_sizes(manifest.inputs, query.inputs), tuple(
-        sorted((spec.name, _open_shape(spec, query.inputs[spec.name])) for spec in manifest.inputs))
+    axis = manifest.length_axis
+    if axis is None:  # nothing is padded: queries batch with queries of exactly their shape
+        return None, {}, None
+    return None, named_sizes(manifest.inputs, query.inputs, axis), tuple(
+        sorted((spec.name, _open_shape(spec, query.inputs[spec.name], axis)) for spec in manifest.inputs))
 
 
-def _open_shape(spec: TensorSpec, array: np.ndarray) -> tuple:
-    """The shape without the batch axis, each named axis as its name (its size may vary)."""
-    return tuple(dim if isinstance(dim, str) else size for dim, size in zip(spec.dims, array.shape[1:]))
+def _open_shape(spec: TensorSpec, array: np.ndarray, axis: str) -> tuple:
+    """The shape without the batch axis, the length ``axis`` as its name (its size may vary)."""
+    return tuple(dim if dim == axis else size for dim, size in zip(spec.dims, array.shape[1:]))
 
 
 def shape_key(query: Query) -> tuple:

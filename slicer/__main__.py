@@ -157,6 +157,8 @@ def summary(result: SliceResult, console: Console) -> None:
                       f"(balance {step['measured_balance']:.3f})")
     if report.warning:
         console.print(f"[yellow]warning:[/yellow] {escape(report.warning)}")
+    if report.unpadded:
+        console.print(f"input diversity: {escape(report.unpadded)}")
     if result.changes:
         console.print("operator diversity, preferred batch size changes at: " + ", ".join(
             f"{name} ({change.before} -> {change.after})" for name, change in result.changes))

@@ -41,7 +41,7 @@ from backend.engines import Buckets, OnnxRuntimeEngine, load_engines, run_stages
 from backend.host import cpus
 from backend.errors import TargetError
 from backend.manifest import MANIFEST_FILE, Manifest, SlicingReport, StageSpec, TensorSpec
-from backend.sample import batch_sizes_up_to, sample_inputs, sizes_at
+from backend.sample import DEFAULT_DIM_SIZE, batch_sizes_up_to, sample_inputs, sizes_at
 from slicer import triton_config
 from slicer.calibration import Span, calibrated_costs
 from slicer.cuts import CutPlan, balanced_cuts
@@ -489,7 +489,15 @@ def slice_model(src: Path, out: Path, options: SliceOptions, progress: Progress 
     axis = length_axis(specs, options.length_axis)
     _check_out(src, out)
     lengths: tuple[int | None, ...] = tuple(options.lengths) if axis else (None,)
-    check_source(src, model, specs, axis, lengths, options.dim_sizes)
+    unpadded = check_source(src, model, specs, axis, lengths, options.dim_sizes, options.tolerance)
+    if unpadded:
+        if options.length_axis != AUTO:
+            raise SliceError(f"--length-axis {axis}: {unpadded}, so the backend, which pads the shorter queries of "
+                             f"a batch along it, would answer them otherwise than the model does; give "
+                             f"--length-axis none (queries then batch with queries of their own {axis} only)")
+        unpadded = (f"no length axis: {unpadded}; queries batch with queries of their own {axis} only, profiled at "
+                    f"{axis}={options.dim_sizes.get(axis, DEFAULT_DIM_SIZE)} (--dim {axis}=N)")
+        axis, lengths = None, (None,)
     target = make_target(options.target, device=options.device, max_batch=options.max_batch_size, axis=axis,
                          max_length=lengths[-1], dim_sizes=dict(options.dim_sizes), precision=options.precision)
     if options.optimize and options.optimize not in target.optimizations:
@@ -501,7 +509,7 @@ def slice_model(src: Path, out: Path, options: SliceOptions, progress: Progress 
         # GPU work on a stream of its own, as the executors run it: the legacy default stream
         # would synchronise with every other stream and time what the backend never waits for.
         with target.device.running_on(target.device.stream()):
-            return _slice(src, out, scratch, options, axis, lengths, target, progress)
+            return _slice(src, out, scratch, options, axis, lengths, target, progress, unpadded or "")
     except Exception as exc:
         if runtime_refused(exc):
             raise cannot_run(src, exc) from exc
@@ -513,7 +521,7 @@ def slice_model(src: Path, out: Path, options: SliceOptions, progress: Progress 
 
 
 def _slice(src: Path, out: Path, scratch: Path, options: SliceOptions, axis: str | None,
-           lengths: tuple[int | None, ...], target: Target, progress: Progress | None) -> SliceResult:
+           lengths: tuple[int | None, ...], target: Target, progress: Progress | None, unpadded: str) -> SliceResult:
     """Everything is built and verified in ``scratch``; the finished model folder (config.pbtxt
     and the version folder) then replaces ``out`` in one step (``slicer.swap``)."""
     seconds: dict[str, float] = {}
@@ -539,7 +547,7 @@ def _slice(src: Path, out: Path, scratch: Path, options: SliceOptions, axis: str
         balance_length=lengths[-1], balance=round(max(at_balance) / (sum(at_balance) / len(at_balance)), 4),
         length_axis=axis,
         profile_seconds=round(seconds["node profile"] + seconds["stage latency tables"], 2),
-        stages_chosen=plan.stages_chosen, calibration=calibration, warning=_balance_warning(plan),
+        stages_chosen=plan.stages_chosen, calibration=calibration, warning=_balance_warning(plan), unpadded=unpadded,
     )
     manifest = replace(manifest, stages=tuple(specs), slicing=report)
     policy = triton_config.policy_parameters() if options.policy_defaults else {}

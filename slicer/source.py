@@ -68,10 +68,12 @@ def cannot_run(src: Path, exc: BaseException) -> SliceError:
 
 
 def check_source(src: Path, model: onnx.ModelProto, specs: Sequence[TensorSpec], axis: str | None,
-                 lengths: Sequence[int | None], dim_sizes: Mapping[str, int]) -> None:
+                 lengths: Sequence[int | None], dim_sizes: Mapping[str, int], tolerance: float) -> str | None:
     """Refuse, before anything is profiled or written, a source the backend could not serve as
     asked: an input or output of a type Triton lacks, an output without one row per query (a
-    constant, a sum over the batch), ``--lengths`` past what the model takes."""
+    constant, a sum over the batch), ``--lengths`` past what the model takes. Return why a query
+    padded along the length ``axis`` is answered otherwise than unpadded (``padding_changes``),
+    or None where it is answered alike (or there is no axis)."""
     import onnxruntime as ort
 
     for spec in specs:
@@ -110,6 +112,52 @@ def check_source(src: Path, model: onnx.ModelProto, specs: Sequence[TensorSpec],
         raise SliceError(f"{src.name}: output {name!r} has no batch axis (shape {list(one)} for one query, "
                          f"{list(two)} for two{_by(node)}), where Triton needs one row per query: drop it from the "
                          "graph's outputs or export it with the batch as its first axis")
+    return padding_changes(session, specs, axis, lengths, dim_sizes, tolerance)
+
+
+def padding_changes(session, specs: Sequence[TensorSpec], axis: str | None, lengths: Sequence[int | None],
+                    dim_sizes: Mapping[str, int], tolerance: float) -> str | None:
+    """Why one query, padded at the end of ``axis`` with zeros as the backend pads the shorter
+    queries of a batch (``backend.padding.stack``), is answered otherwise than alone, its outputs
+    cut back to its own length; None where it is answered alike within ``tolerance`` (and a
+    ten-thousandth of the output's largest value: the longer sums of a masked attention round
+    differently). A model that masks its padding (BERT's attention mask) is answered alike; a
+    mean, a sum or a recurrence over the axis without a mask (an LSTM's last step) is not, and
+    the backend must then batch only queries of one length. Integer inputs are ones (a mask that
+    keeps every token; ids any vocabulary has), floats random."""
+    if axis is None:
+        return None
+    longest = lengths[-1]
+    short = lengths[0] if lengths[0] < longest else longest // 2
+    if not short:
+        return None
+    feed = {name: np.ones_like(array) if array.dtype.kind in "iub" else array
+            for name, array in sample_inputs(specs, 1, sizes_at(dim_sizes, axis, short), seed=1).items()}
+    padded = {}
+    for spec in specs:
+        array = feed[spec.name]
+        width = [(0, longest - short if dim == axis else 0) for dim in (None, *spec.dims)]
+        padded[spec.name] = np.pad(array, width)
+    names = [o.name for o in session.get_outputs()]
+    for name, alone, long in zip(names, session.run(None, feed), session.run(None, padded)):
+        alone, long = np.asarray(alone), np.asarray(long)
+        if alone.ndim != long.ndim:
+            return f"output {name!r} has {alone.ndim} axes unpadded and {long.ndim} padded"
+        # the axes that grew with the padding are the length axis: cut back to the query's own
+        cut = long[tuple(slice(n) for n in alone.shape)]
+        if cut.shape != alone.shape:
+            return f"output {name!r} is shaped {list(alone.shape)} unpadded and {list(long.shape)} padded"
+        if alone.dtype.kind not in "fc":
+            differs = not np.array_equal(cut, alone)
+            worst = "values"
+        else:
+            worst = float(np.max(np.abs(cut.astype(np.float64) - alone), initial=0.0))
+            differs = not worst <= tolerance + 1e-4 * float(np.max(np.abs(alone), initial=0.0))
+            worst = f"{worst:.3g}"
+        if differs:
+            return (f"padding one query from {axis}={short} to {longest} with zeros changes its output {name!r} "
+                    f"(largest difference {worst})")
+    return None
 
 
 def _by(node: onnx.NodeProto | None) -> str:

@@ -47,6 +47,7 @@ def _found(manifest: Manifest) -> str:
         + (f", input diversity (axis '{report.length_axis}')" if report.length_axis else "")
         + (f", operator diversity (preferred batch size per stage: {preferred})" if manifest.operator_diversity else "")
         + ".\n"
+        + (f"# {report.unpadded[0].upper()}{report.unpadded[1:]}.\n" if report.unpadded else "")
     )
 
 

@@ -13,6 +13,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from slicer.__main__ import main as slicer_main
+from tools.lib import synthetic
 
 OPSETS = [helper.make_opsetid("", 17)]
 FAST = ["--node-repeats", "2", "--warmup", "0", "--stage-repeats", "2", "--calibration-rounds", "0",
@@ -133,6 +134,10 @@ def _positions(tmp: Path) -> Path:
     return positions(tmp / "positions.onnx")
 
 
+def _unmasked(tmp: Path) -> Path:
+    return synthetic.save(synthetic.unmasked_mean(), tmp / "unmasked.onnx")
+
+
 def _directory(tmp: Path) -> Path:
     (tmp / "folder.onnx").mkdir()
     return tmp / "folder.onnx"
@@ -158,6 +163,8 @@ CASES: dict[str, tuple[Callable[[Path], Path], list[str], list[str]]] = {
     "too many stages": (_mlp, ["--stages", "9"], ["mlp.onnx", "at most 3 stages"]),
     "lengths out of order": (_positions, ["--lengths", "64,16"], ["--lengths must be increasing"]),
     "unknown length axis": (_positions, ["--length-axis", "tokens"], ["--length-axis 'tokens'"]),
+    "a length axis that padding changes": (_unmasked, ["--length-axis", "sequence"],
+                                           ["--length-axis sequence", "'pooled'", "--length-axis none"]),
     "bad --target": (_mlp, ["--target", "tflite"], ["--target", "tflite", "onnxruntime"]),
     "bad --device": (_mlp, ["--device", "tpu"], ["--device", "tpu", "cpu"]),
     "bad --stages": (_mlp, ["--stages", "two"], ["--stages", "two"]),

@@ -7,6 +7,7 @@ import shutil
 import threading
 import time
 from collections import deque
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -25,9 +26,10 @@ from backend.decide import HostCosts, LoneRuns, Mode, choose, waits
 from backend.serving import serve
 from backend.whole import WholeBatch
 from backend.sample import sample_inputs
-from slicer.slicing import VERSION
+from slicer.slicing import VERSION, slice_model
+from tools.lib import synthetic
 
-from .conftest import E2E_STAGES, MAX_BATCH
+from .conftest import E2E_STAGES, FAST, MAX_BATCH
 from .timed import flat, timed_manifest as timed_stages, with_tables
 
 
@@ -172,6 +174,30 @@ def test_waiting_queries_are_stacked_into_full_batches(repository):
     runtime.close()
     assert gate.rows == [1, 3 + 3 + 2, 5 + 1]
     assert all(len(a) == 1 and a[0][1] is None for a in inbox.answers.values())
+
+
+def test_queries_a_model_reads_the_padding_of_batch_with_their_own_length_only(tmp_path):
+    """A mean over the sequence with no mask: padding a shorter query would change its answer,
+    so the slicer gives the model no length axis and no policy pads, not even one that pads
+    wherever there is a length axis (``slo``): queries of one length batch together."""
+    src = synthetic.save(synthetic.unmasked_mean(), tmp_path / "unmasked.onnx")
+    slice_model(src, tmp_path / "unmasked", replace(FAST, stages=2, optimize="none"))
+    version_dir = tmp_path / "unmasked" / VERSION
+    manifest = Manifest.load(version_dir)
+    engines = load_engines(manifest, version_dir)
+    gate = GatedEngine(engines[0])
+    runtime = Runtime(manifest, [gate, *engines[1:]], RuntimeConfig(policy=make_policy("slo", {})))
+    inbox = Inbox()
+    feeds = [sample_inputs(manifest.inputs, 1, {"sequence": n}, seed=i) for i, n in enumerate([4, 3, 6, 3, 6])]
+    runtime.submit([inbox.query(0, feeds[0])])
+    while not gate.rows:  # the first query holds stage 0; the others wait together
+        threading.Event().wait(0.01)
+    runtime.submit([inbox.query(i, feed) for i, feed in enumerate(feeds) if i])
+    gate.release.set()
+    inbox.wait(len(feeds))
+    runtime.close()
+    assert sorted(gate.rows) == [1, 2, 2]  # alone, then each length apart
+    assert_like_reference(inbox, feeds, OnnxRuntimeEngine(src, [o.name for o in manifest.outputs]))
 
 
 def assert_like_reference(inbox: Inbox, feeds, reference) -> None:

@@ -36,6 +36,8 @@ from backend.engines.onnxruntime import OnnxRuntimeTarget
 from backend.engines.tensorrt import attribute_layer_times, feed_shapes, profile_shapes, tensorrt_missing
 from slicer.targets import optimize
 
+from tools.lib import synthetic
+
 from .conftest import FAST, MAX_BATCH, ROOT
 
 
@@ -440,6 +442,25 @@ def test_an_input_read_only_by_a_late_stage_is_carried(tmp_path):
     manifest = sliced(src, tmp_path / "late", 3, optimize="none").manifest
     assert manifest.stages[0].carry == ("bias",) and manifest.stages[0].inputs[0].name == "x"
     assert all(s.latency is not None for s in manifest.stages)
+
+
+def test_an_axis_that_padding_changes_the_answers_on_is_no_length_axis(sources, tmp_path):
+    """The backend pads the shorter queries of a batch along the length axis: right where the model
+    masks the padding (BERT), wrong where it reads it (a mean over the sequence). Such an axis is
+    no length axis (queries then batch with their own length only), or, asked for by name, refused."""
+    src = synthetic.save(synthetic.unmasked_mean(), tmp_path / "unmasked.onnx")
+    result = sliced(src, tmp_path / "unmasked", 2, optimize="none")
+    report = result.manifest.slicing
+    assert result.manifest.length_axis is None and report.length_axis is None
+    assert "changes its output 'pooled'" in report.unpadded and "own sequence only" in report.unpadded
+    config = (tmp_path / "unmasked" / "config.pbtxt").read_text()
+    assert "allow_ragged_batch" not in config and "# No length axis: padding one query" in config
+    assert Manifest.load(tmp_path / "unmasked" / VERSION).slicing.unpadded == report.unpadded
+    with pytest.raises(SliceError, match="--length-axis sequence: padding one query .* output 'pooled'.* "
+                                         "give --length-axis none"):
+        sliced(src, tmp_path / "named", 2, optimize="none", length_axis="sequence")
+    masked = sliced(sources["bert_like"], tmp_path / "bert_like", 2).manifest
+    assert masked.length_axis == "sequence" and masked.slicing.unpadded == ""
 
 
 def test_never_replaces_the_source_or_a_foreign_folder(sources, tmp_path):

@@ -149,6 +149,20 @@ def bert_like(hidden: int = 32, heads: int = 4, layers: int = 2, vocab: int = 10
     )
 
 
+def unmasked_mean(width: int = 4, seed: int = 4) -> onnx.ModelProto:
+    """x [batch, sequence, width] -> every step (``steps``) and their mean over the sequence
+    (``pooled``), with no mask: padding a query along its sequence changes its mean, so the
+    sequence is no length axis (``slicer.source.padding_changes``)."""
+    b = _Builder(seed)
+    hidden = b.op("Tanh", b.op("MatMul", "x", b.weight(width, width)))
+    logits = b.op("Add", b.op("MatMul", hidden, b.weight(width, width)), b.weight(width))
+    b.nodes += [helper.make_node("Sigmoid", [logits], ["steps"]),
+                helper.make_node("ReduceMean", ["steps"], ["pooled"], axes=[1], keepdims=0)]
+    return b.model([helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "sequence", width])],
+                   [helper.make_tensor_value_info("steps", TensorProto.FLOAT, ["batch", "sequence", width]),
+                    helper.make_tensor_value_info("pooled", TensorProto.FLOAT, ["batch", width])], "unmasked_mean")
+
+
 BUILDERS = {"resnet_like": resnet_like, "unet_like": unet_like, "bert_like": bert_like}
 
 
