@@ -125,8 +125,9 @@ def length_axis(inputs: Sequence[TensorSpec], wanted: str | None) -> str | None:
             raise SliceError(f"--length-axis {wanted!r} is not a named axis of the inputs {named or '(none)'}")
         return wanted
     if len(named) > 1:
-        raise SliceError(f"the inputs have several named axes {named}; choose one with --length-axis NAME "
-                         "or --length-axis none")
+        raise SliceError(f"the inputs have several named axes {named}; choose one with --length-axis NAME (a "
+                         "sequence whose padding the model masks) or --length-axis none (an image's height and "
+                         "width: queries then batch with queries of their own sizes only)")
     return named[0] if named else None
 
 
