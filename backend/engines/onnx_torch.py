@@ -556,9 +556,11 @@ class TorchGraph:
         opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)
         unknown = sorted({f"{n.domain}:{n.op_type}" if n.domain not in ("", "ai.onnx") else n.op_type
                           for n in model.graph.node if n.op_type not in OPS or n.domain not in ("", "ai.onnx")})
-        if unknown:
-            raise NotImplementedError(f"the torch engine does not run ONNX operator(s) {', '.join(unknown)} "
-                                      "(slice with --optimize basic or none: no contrib operators)")
+        if unknown:  # a standard operator it lacks has no fix but another engine; contrib ones do
+            contrib = any(":" in name for name in unknown)
+            raise NotImplementedError(f"the torch engine does not run ONNX operator(s) {', '.join(unknown)}" + (
+                " (contrib operators: ONNX Runtime's extended optimisation writes them; give the unoptimised "
+                "export, sliced with --optimize basic or none)" if contrib else ""))
         read_on_host = {name for node in model.graph.node
                         for k, name in enumerate(node.input) if k in HOST_ARGUMENTS.get(node.op_type, ())}
         self._values: dict[str, torch.Tensor] = {}
