@@ -490,7 +490,7 @@ def slice_model(src: Path, out: Path, options: SliceOptions, progress: Progress 
     axis = length_axis(specs, options.length_axis)
     _check_out(src, out)
     lengths: tuple[int | None, ...] = tuple(options.lengths) if axis else (None,)
-    unpadded = check_source(src, model, specs, axis, lengths, options.dim_sizes, options.tolerance)
+    unpadded = check_source(src, model, specs, axis, lengths, options.dim_sizes, options.tolerance) or ""
     if unpadded:
         if options.length_axis != AUTO:
             raise SliceError(f"--length-axis {axis}: {unpadded}, so the backend, which pads the shorter queries of "
@@ -510,7 +510,7 @@ def slice_model(src: Path, out: Path, options: SliceOptions, progress: Progress 
         # GPU work on a stream of its own, as the executors run it: the legacy default stream
         # would synchronise with every other stream and time what the backend never waits for.
         with target.device.running_on(target.device.stream()):
-            return _slice(src, out, scratch, options, axis, lengths, target, progress, unpadded or "")
+            return _slice(src, out, scratch, options, axis, lengths, target, progress, unpadded)
     except Exception as exc:
         if runtime_refused(exc):
             raise cannot_run(src, exc) from exc

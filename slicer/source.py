@@ -147,16 +147,14 @@ def padding_changes(session, specs: Sequence[TensorSpec], axis: str | None, leng
         cut = long[tuple(slice(n) for n in alone.shape)]
         if cut.shape != alone.shape:
             return f"output {name!r} is shaped {list(alone.shape)} unpadded and {list(long.shape)} padded"
-        if alone.dtype.kind not in "fc":
-            differs = not np.array_equal(cut, alone)
-            worst = "values"
-        else:
+        if alone.dtype.kind in "fc":
             worst = float(np.max(np.abs(cut.astype(np.float64) - alone), initial=0.0))
-            differs = not worst <= tolerance + 1e-4 * float(np.max(np.abs(alone), initial=0.0))
-            worst = f"{worst:.3g}"
-        if differs:
-            return (f"padding one query from {axis}={short} to {longest} with zeros changes its output {name!r} "
-                    f"(largest difference {worst})")
+            alike = worst <= tolerance + 1e-4 * float(np.max(np.abs(alone), initial=0.0))
+            how = f"largest difference {worst:.3g}"
+        else:
+            alike, how = np.array_equal(cut, alone), "its values differ"
+        if not alike:
+            return f"padding one query from {axis}={short} to {longest} with zeros changes its output {name!r} ({how})"
     return None
 
 

@@ -150,23 +150,23 @@ def test_http_json_and_binary_and_shared_memory_clients_get_the_grpc_answers(cli
     manifest = Manifest.load(repository / "bert_like" / VERSION)
     feed = sample_inputs(manifest.inputs, 3, {"sequence": 7}, seed=3)
     expected = infer(client, "bert_like", feed)
+
+    def over_http(feed: dict, binary: bool = True) -> list:
+        tensors = []
+        for name, array in feed.items():
+            tensors.append(httpclient.InferInput(name, list(array.shape), np_to_triton_dtype(array.dtype)))
+            tensors[-1].set_data_from_numpy(array, binary_data=binary)
+        return tensors
+
     with httpclient.InferenceServerClient(server.http_url) as http:
         for binary in (False, True):
-            tensors = []
-            for name, array in feed.items():
-                tensors.append(httpclient.InferInput(name, list(array.shape), np_to_triton_dtype(array.dtype)))
-                tensors[-1].set_data_from_numpy(array, binary_data=binary)
             asked = [httpclient.InferRequestedOutput(name, binary_data=binary) for name in expected]
-            result = http.infer("bert_like", tensors, outputs=asked)
+            result = http.infer("bert_like", over_http(feed, binary), outputs=asked)
             for name, array in expected.items():
                 np.testing.assert_array_equal(result.as_numpy(name), array)
         bad = dict(feed, attention_mask=feed["attention_mask"][:, :4])
-        tensors = []
-        for name, array in bad.items():
-            tensors.append(httpclient.InferInput(name, list(array.shape), np_to_triton_dtype(array.dtype)))
-            tensors[-1].set_data_from_numpy(array)
         with pytest.raises(InferenceServerException, match="input 'attention_mask' has sequence=4") as info:
-            http.infer("bert_like", tensors)
+            http.infer("bert_like", over_http(bad))
         assert info.value.status() == "400"
     # Shared memory: the regions named per test run, so a crashed run's leftovers cannot collide.
     tag = f"dvabatch-test-{os.getpid()}"
