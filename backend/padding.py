@@ -18,13 +18,13 @@ import numpy as np
 from .manifest import TensorSpec
 
 
-def named_sizes(specs: Sequence[TensorSpec], inputs: Mapping[str, np.ndarray], padded: str | None) -> dict[str, int]:
-    """The size of the ``padded`` axis (the model's length axis) in one query's inputs
-    (validation made them agree); empty without one. Only that axis is ever padded: the slicer
+def length_sizes(specs: Sequence[TensorSpec], inputs: Mapping[str, np.ndarray], axis: str) -> dict[str, int]:
+    """The size of the length ``axis`` in one query's inputs (validation made them agree), by
+    its name, as a batch's padding reads it. Only that axis is ever padded: the slicer
     names it only where padding a query along it leaves its answers as they were (a mean or a
     recurrence over the axis, without a mask, would read the padding), and any other named axis
     (an image's height, a sequence that cannot be padded) must agree exactly within a batch."""
-    return {dim: inputs[spec.name].shape[axis] for spec in specs for axis, dim in spec.named if dim == padded}
+    return {dim: inputs[spec.name].shape[at] for spec in specs for at, dim in spec.named if dim == axis}
 
 
 def stack(arrays: Sequence[np.ndarray], spec: TensorSpec, sizes: Mapping[str, int], value: float = 0) -> np.ndarray:

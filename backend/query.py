@@ -18,7 +18,7 @@ from typing import TypeVar
 import numpy as np
 
 from .manifest import Manifest, TensorSpec
-from .padding import named_sizes
+from .padding import length_sizes
 
 T = TypeVar("T")
 
@@ -255,7 +255,7 @@ def _judge(manifest: Manifest, query: Query, limits: Mapping[str, int] | None) -
     axis = manifest.length_axis
     if axis is None:  # nothing is padded: queries batch with queries of exactly their shape
         return None, {}, None
-    return None, named_sizes(manifest.inputs, query.inputs, axis), tuple(
+    return None, length_sizes(manifest.inputs, query.inputs, axis), tuple(
         sorted((spec.name, _open_shape(spec, query.inputs[spec.name], axis)) for spec in manifest.inputs))
 
 

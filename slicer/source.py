@@ -20,6 +20,7 @@ import onnx
 
 from backend.engines import ort_options
 from backend.manifest import TensorSpec
+from backend.padding import stack
 from backend.sample import sample_inputs, sizes_at
 from slicer.errors import SliceError
 from backend.interface import TRITON_DTYPES
@@ -133,11 +134,7 @@ def padding_changes(session, specs: Sequence[TensorSpec], axis: str | None, leng
         return None
     feed = {name: np.ones_like(array) if array.dtype.kind in "iub" else array
             for name, array in sample_inputs(specs, 1, sizes_at(dim_sizes, axis, short), seed=1).items()}
-    padded = {}
-    for spec in specs:
-        array = feed[spec.name]
-        width = [(0, longest - short if dim == axis else 0) for dim in (None, *spec.dims)]
-        padded[spec.name] = np.pad(array, width)
+    padded = {spec.name: stack([feed[spec.name]], spec, {axis: longest}) for spec in specs}
     names = [o.name for o in session.get_outputs()]
     for name, alone, long in zip(names, session.run(None, feed), session.run(None, padded)):
         alone, long = np.asarray(alone), np.asarray(long)

@@ -4,6 +4,8 @@
 - ``unet_like``: an encoder-decoder whose long skips cross several cuts at once;
 - ``bert_like``: a transformer encoder with a dynamic sequence axis; hidden states and the
   attention mask cross every cut, and shape subgraphs must stay inside one stage.
+- ``unmasked_mean``: a mean over a dynamic sequence axis with no mask, which padding changes
+  (not among ``BUILDERS``: it is no model to serve padded, only to be found so).
 
 Weights come from a seeded generator and the opset and IR version are fixed, so the same call
 always writes the same bytes (the example manifests record the source file's sha256).
