@@ -1,13 +1,17 @@
 """Held-out models through a real tritonserver: answers against the unsliced source.
 
-    python docs/results/heldout-2core/heldout.py [--work DIR] [--rounds 3]
+    python docs/results/heldout-2core/heldout.py [--work DIR] [--rounds 3] [--policies pass,random,...]
 
 Exports small models no test or example uses (torch 2.13 CPU and onnx.helper; nothing is
 downloaded), slices each into 2-3 stages with ``python -m slicer`` (the defaults, so ``policy:
 auto``), serves them all in one tritonserver (``tools.lib.triton.Server``) and sends 40-60
 concurrent requests per model and round, of 1-4 rows and, where the model has a named axis,
 mixed lengths. Prints the largest absolute difference from ONNX Runtime on the source, per
-model and round: 0 (or float rounding) where the backend answers as the model does.
+model and round: 0 (or float rounding) where the backend answers as the model does. On this CPU
+``auto`` serves each model fused, inside ``execute``; ``--policies`` serves a copy of each under
+every policy named too (``<model>-<policy>``; ``input`` policies only where the model kept a
+length axis), which runs the multi-entry pipeline: stretches, splits and the buffers between
+stages, on tensors no test uses.
 """
 
 from __future__ import annotations
@@ -28,7 +32,9 @@ from onnx import TensorProto as T
 from onnx import helper
 from torch import nn
 
+from backend.manifest import Manifest
 from tools.lib.client import infer
+from tools.lib.peers import write_variant
 from tools.lib.processes import free_port
 from tools.lib.triton import Server
 
@@ -179,10 +185,26 @@ def feeds(name: str, rng: np.random.Generator, count: int) -> list[dict[str, np.
     return [one() for _ in range(count)]
 
 
+def variants(repository: Path, models: list[str], policies: list[str]) -> dict[str, str]:
+    """A copy of each model under each policy (Policy I only where it kept a length axis); by
+    served name, the source's name."""
+    served = {name: name for name in models}
+    for name in models:
+        axis = Manifest.load(repository / name / "1").length_axis
+        for policy in policies:
+            if "input" in policy and axis is None:
+                continue
+            variant = f"{name}-{policy.replace('+', '_')}"
+            write_variant(repository / name, repository, variant, {"policy": policy})
+            served[variant] = name
+    return served
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--work", type=Path, help="the sources and the repository (default: a new temporary folder)")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--policies", default="", help="serve a copy of each model under each of these policies too")
     args = parser.parse_args()
     work = args.work or Path(tempfile.mkdtemp(prefix="dvabatch-heldout-"))
     sources, repository = work / "sources", work / "repository"
@@ -193,16 +215,17 @@ def main() -> int:
                                str(repository / name), *extra], capture_output=True, text=True)
         said = [line for line in done.stdout.splitlines() if "input diversity" in line or "error" in line]
         print(f"{name}: sliced, exit {done.returncode}" + "".join(f"; {line.strip()}" for line in said), flush=True)
+    served = variants(repository, list(options), [p for p in args.policies.split(",") if p])
     rng = np.random.default_rng(1)
     with Server(repository, grpc_port=free_port(), http_port=free_port(), metrics_port=free_port(),
                 log=work / "tritonserver.log") as server, grpcclient.InferenceServerClient(server.grpc_url) as client:
         for round_ in range(args.rounds):
-            for name in options:
-                session = ort.InferenceSession(str(sources / f"{name}.onnx"), providers=["CPUExecutionProvider"])
+            for name, source in served.items():
+                session = ort.InferenceSession(str(sources / f"{source}.onnx"), providers=["CPUExecutionProvider"])
                 names = [o.name for o in session.get_outputs()]
-                sent = feeds(name, rng, 48)
+                sent = feeds(source, rng, 48)
                 with ThreadPoolExecutor(8) as pool:
-                    answers = list(pool.map(lambda feed: infer(client, name, feed), sent))
+                    answers = list(pool.map(lambda feed, name=name: infer(client, name, feed), sent))
                 worst = 0.0
                 for feed, answer in zip(sent, answers):
                     for output, expected in zip(names, session.run(None, feed)):
