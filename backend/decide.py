@@ -171,9 +171,11 @@ def choose(manifest: Manifest, auto: bool, on_cores: bool, statistic: str = "mea
     tables = [s.latency for s in manifest.stages]
     if not auto:
         return Choice(True, "the configured policy always pipelines")
-    if len(tables) < 2 or any(t is None for t in tables):
-        return Choice(True, "auto pipelines a model of one stage or without latency tables")
+    if any(t is None for t in tables):
+        return Choice(True, "auto pipelines a model without latency tables")
     if on_cores:
+        if len(tables) == 1:
+            return Choice(False, "a model of one stage has nothing to overlap on the CPU's cores")
         if split_pays(tables, statistic):
             return Choice(True, "splitting a batch after a stage answers its rows sooner (Policy II)")
         return Choice(False, "the stages share the CPU's cores and no split after a stage pays")

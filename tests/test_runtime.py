@@ -563,6 +563,25 @@ def served_plain(manifest: Manifest, folder: Path) -> tuple[Runtime, Metrics]:
     return runtime, metrics
 
 
+def test_a_timed_model_of_one_stage_switches_without_a_second_engine(tmp_path):
+    """One stage on engines that overlap: the mode switch chooses between the pipeline (its
+    batch computes while the host forms the next) and serving plain, which runs the one engine
+    it has (no fused copy is loaded); it used to pipeline always, every answer a ``send()``."""
+    one = timed_manifest(tmp_path, 0.62, 15.15, 128, stages=1)
+    decision, runtime = serve(one, tmp_path, RuntimeConfig(policy=make_policy("auto", {})), CpuDevice(), Metrics())
+    try:
+        assert decision.choice.switches and runtime.watch is not None and len(runtime.plain.engines) == 1
+        runtime.watch.stop()
+        runtime.mode = runtime.watch.switch.plain
+        inbox = Inbox()
+        feed = sample_inputs(one.inputs, 2, {"sequence": 16}, seed=0)
+        runtime.run([inbox.query(0, feed)])
+        [(outputs, failure)] = inbox.answers[0]
+        assert failure is None and np.array_equal(outputs["input_ids_out"], feed["input_ids"])
+    finally:
+        runtime.close()
+
+
 def test_a_model_served_plain_runs_a_ragged_batch_once_or_in_two_by_length_on_engines_that_overlap(tmp_path):
     """Triton hands over queries of different lengths in one batch (allow_ragged_batch); served
     plain on engines that overlap (here timed, at TensorRT speed) every query is answered when
@@ -663,6 +682,8 @@ def test_auto_serves_as_a_plain_model_where_the_pipeline_cannot_pay(repository, 
     assert choose(with_tables(source, [fixed] + [per_row] * (len(source.stages) - 1)), True, True).pipeline
     assert not choose(manifest, True, True).pipeline
     assert choose(manifest, False, True).pipeline  # a policy configured by name
+    one = with_tables(source, [fixed] * len(source.stages)).fused()  # batching pays, but one stage overlaps nothing
+    assert not choose(one, True, True).pipeline and choose(one, True, False).switches
     decision, server = serve(manifest, version_dir, config(), CpuDevice(), Metrics())
     assert decision.mode is Mode.FUSED and isinstance(server, WholeBatch) and len(server.engines) == 1
     assert server.manifest.stages[0].latency.mean == tuple(len(source.stages) * b for b in sizes)

@@ -492,6 +492,7 @@ def test_tune_picks_a_stage_count_and_installs_it(run, sources, tmp_path):
     assert done.returncode == 0, done.stdout + done.stderr
     tries = list(csv.DictReader(report.read_text().splitlines()))
     assert [t["stages"] for t in tries] == ["1", "2"] and sum(t["best"] == "True" for t in tries) == 1
+    assert tries[0]["serves"] == "fused"  # one stage on the CPU's cores: nothing to overlap, served plain
     best = next(t for t in tries if t["best"] == "True")
     assert len(Manifest.load(out / VERSION).stages) == int(best["stages"])
     assert 'name: "bert_tuned"' in (out / "config.pbtxt").read_text()

@@ -23,7 +23,7 @@ import statistics
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from rich.console import Console
@@ -33,7 +33,7 @@ from backend.manifest import Manifest
 from slicer.errors import SliceError
 from slicer.slicing import VERSION, SliceOptions, slice_model
 from tools.lib.cli import numbers, table_console
-from tools.lib.harness import add_measurement_arguments, Bench
+from tools.lib.harness import PEAK_TOLERANCE, add_measurement_arguments, Bench
 from tools.lib.perf_analyzer import Load, PerfAnalyzerError
 from tools.lib.workload import WorkloadError, add_workload_arguments, from_arguments, interface_of, write_input_data
 
@@ -48,6 +48,11 @@ class Try:
     peak: float = math.nan
     mean_ms: list[float] | None = None
     p99_ms: list[float] | None = None
+    serves: list[str] = field(default_factory=list)  # how it served after each measurement (``Bench.serving``)
+
+    def served(self, mode: str) -> None:
+        if mode and mode not in self.serves:
+            self.serves.append(mode)
 
     @property
     def mean(self) -> float:
@@ -118,6 +123,8 @@ def main(argv: list[str] | None = None) -> int:
         install(repository / best.model, args.out)
     seconds = time.monotonic() - began
     console.print(report(tries, best, args))
+    for line in caveats(served, best, args):
+        console.print(line, highlight=False)
     if args.csv:
         write_csv(args.csv, tries, best)
     console.print(f"{best.stages} stages won ({'peak' if args.by == 'peak' else 'mean latency'}); wrote {args.out}. "
@@ -154,6 +161,7 @@ def measure(bench: Bench, tries: list[Try], data, args: argparse.Namespace, cons
             t.peak = bench.peak(t.model, data, float(f"{start:.3g}"), args.qos_ms, args.percentile,
                                 args.probe_seconds).rate
             start = max(start, t.peak)
+            t.served(bench.serving(t.model))
             console.print(f"  {t.stages} stages: peak {t.peak:g} requests/s", highlight=False)
         return
     for round_ in range(args.rounds):
@@ -162,6 +170,7 @@ def measure(bench: Bench, tries: list[Try], data, args: argparse.Namespace, cons
             w = bench.window(t.model, Load(rate=args.rate), data, args.window, args.warmup).window
             t.mean_ms = (t.mean_ms or []) + [w.mean_ms]
             t.p99_ms = (t.p99_ms or []) + [w.percentile_ms(99)]
+            t.served(bench.serving(t.model))
             console.print(f"  round {round_ + 1}, {t.stages} stages: mean {w.mean_ms:.1f} ms, "
                           f"p99 {w.percentile_ms(99):.1f} ms", highlight=False)
 
@@ -183,7 +192,8 @@ def install(model_dir: Path, out: Path) -> None:
 def report(tries: list[Try], best: Try, args: argparse.Namespace) -> Table:
     goal = f"peak under {args.qos_ms:g} ms" if args.by == "peak" else f"mean latency at {args.rate:g}/s"
     table = Table(title=f"stage counts tried ({goal})")
-    for column in ("stages", "sliced in s", "balance", "peak/s" if args.by == "peak" else "mean ms (p99 ms)", ""):
+    for column in ("stages", "sliced in s", "balance", "serves", "peak/s" if args.by == "peak" else "mean ms (p99 ms)",
+                   ""):
         table.add_column(column, justify="right")
     for t in tries:
         if t.error:
@@ -193,16 +203,39 @@ def report(tries: list[Try], best: Try, args: argparse.Namespace) -> Table:
         else:
             result = f"{t.mean:.1f} ({statistics.median(t.p99_ms):.1f})"
         table.add_row(str(t.stages), f"{t.slice_seconds:.0f}", "-" if math.isnan(t.balance) else f"{t.balance:.2f}",
-                      result, "best" if t is best else "")
+                      ", ".join(t.serves) or "-", result, "best" if t is best else "")
     return table
+
+
+def caveats(served: list[Try], best: Try, args: argparse.Namespace) -> list[str]:
+    """What a reader of the table should know before trusting the winner: the slicings served
+    inside ``execute`` throughout (``auto`` found the pipeline cannot pay on this host, so the
+    stage count barely matters here), and the others measured within the winner's resolution
+    (the bisection's tolerance for a peak; the rounds' spread for a mean)."""
+    lines = []
+    if all(t.serves and "pipeline" not in t.serves for t in served):
+        lines.append("Every slicing served inside execute here, as a plain model does (auto found that the "
+                     "pipeline cannot pay on this host: backend/decide.py), so the stage count changes little "
+                     "on it: tune on the host that will serve.")
+    if args.by == "peak":
+        close = [t for t in served if t is not best and t.peak >= best.peak / (1 + PEAK_TOLERANCE)]
+        why = f"within {PEAK_TOLERANCE:.0%} of its peak, the bisection's resolution"
+    else:
+        worst = max(best.mean_ms or [math.nan])
+        close = [t for t in served if t is not best and t.mean_ms and min(t.mean_ms) <= worst]
+        why = "its rounds' spread overlapping the winner's"
+    if close:
+        lines.append(f"{best.stages} stages won, but {', '.join(str(t.stages) for t in close)} stages measured "
+                     f"{why}: no real difference was shown.")
+    return lines
 
 
 def write_csv(path: Path, tries: list[Try], best: Try) -> None:
     with open(path, "w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(["stages", "slice_seconds", "balance", "peak_rps", "mean_ms", "p99_ms", "best", "error"])
+        w.writerow(["stages", "slice_seconds", "balance", "serves", "peak_rps", "mean_ms", "p99_ms", "best", "error"])
         for t in tries:
-            w.writerow([t.stages, f"{t.slice_seconds:.1f}", t.balance, t.peak, t.mean,
+            w.writerow([t.stages, f"{t.slice_seconds:.1f}", t.balance, " ".join(t.serves), t.peak, t.mean,
                         statistics.median(t.p99_ms) if t.p99_ms else math.nan, t is best, t.error])
 
 

@@ -25,6 +25,7 @@ from tools.lib.processes import free_port
 from tools.lib.triton import Server
 
 METRICS_SETTLE_S = 1.3  # the backend exports its counters about once a second
+PEAK_TOLERANCE = 0.05  # a peak's bisection stops once its bracket is this close (``bisect_peak``)
 
 
 @dataclass(frozen=True)
@@ -109,6 +110,13 @@ class Bench:
         values = prom.select(prom.scrape(self.metrics_url), "dvabatch_batches_total", model=model)
         return {(int(dict(k)["stage"]), int(dict(k)["rows"])): v for k, v in values.items()}
 
+    def serving(self, model: str) -> str:
+        """How a dvabatch model serves now, by its ``dvabatch_serving`` gauge (``pipeline``,
+        ``fused`` or ``in_turn``: ``backend/decide.py``); "" where it exports none (a plain model,
+        or before its first export)."""
+        values = prom.select(prom.scrape(self.metrics_url), "dvabatch_serving", model=model)
+        return next((dict(labels)["mode"] for labels, value in values.items() if value == 1), "")
+
     def window(self, model: str, load: Load, data: str | Path, seconds: float, warmup_s: float,
                batched_by_triton: Sequence[str] = ()) -> Measured:
         """One window of ``load``; ``batched_by_triton``: the models whose batches Triton forms (a
@@ -128,7 +136,7 @@ class Bench:
         return measure(model, self.url, Load(concurrency=concurrency), data, seconds, warmup_s=1.0).throughput
 
     def peak(self, model: str, data: str | Path, start: float, qos_ms: float, percentile: float = 99,
-             probe_s: float = 5.0, warmup_s: float = 1.0, tolerance: float = 0.05, max_probes: int = 12,
+             probe_s: float = 5.0, warmup_s: float = 1.0, tolerance: float = PEAK_TOLERANCE, max_probes: int = 12,
              on_probe=None) -> Peak:
         """The highest Poisson rate (requests/s) whose p``percentile`` latency is within
         ``qos_ms``, by bisection from ``start`` (``bisect_peak``)."""
@@ -145,7 +153,7 @@ class Bench:
         return Peak(low, high, tuple(probes))
 
 
-def bisect_peak(passes: Callable[[float], bool], start: float, tolerance: float = 0.05,
+def bisect_peak(passes: Callable[[float], bool], start: float, tolerance: float = PEAK_TOLERANCE,
                 max_probes: int = 12) -> tuple[float, float]:
     """(the highest rate that ``passes``, the lowest above it that did not; inf: none failed):
     up by half while probes pass, down by half while they fail, then halving the bracket until
