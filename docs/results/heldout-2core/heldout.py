@@ -1,6 +1,7 @@
 """Held-out models through a real tritonserver: answers against the unsliced source.
 
     python docs/results/heldout-2core/heldout.py [--work DIR] [--rounds 3] [--policies pass,random,...]
+        [--slicer-args "--target torch --device cpu"]
 
 Exports small models no test or example uses (torch 2.13 CPU and onnx.helper; nothing is
 downloaded), slices each into 2-3 stages with ``python -m slicer`` (the defaults, so ``policy:
@@ -205,17 +206,20 @@ def main() -> int:
     parser.add_argument("--work", type=Path, help="the sources and the repository (default: a new temporary folder)")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--policies", default="", help="serve a copy of each model under each of these policies too")
+    parser.add_argument("--slicer-args", default="", help="more options for every slicing (e.g. --target torch)")
     args = parser.parse_args()
     work = args.work or Path(tempfile.mkdtemp(prefix="dvabatch-heldout-"))
     sources, repository = work / "sources", work / "repository"
     sources.mkdir(parents=True, exist_ok=True)
     options = build(sources)
     for name, extra in options.items():
-        done = subprocess.run([sys.executable, "-m", "slicer", str(sources / f"{name}.onnx"), "--out",
-                               str(repository / name), *extra], capture_output=True, text=True)
+        command = [sys.executable, "-m", "slicer", str(sources / f"{name}.onnx"), "--out", str(repository / name),
+                   *extra, *args.slicer_args.split()]
+        done = subprocess.run(command, capture_output=True, text=True)
         said = [line for line in done.stdout.splitlines() if "input diversity" in line or "error" in line]
         print(f"{name}: sliced, exit {done.returncode}" + "".join(f"; {line.strip()}" for line in said), flush=True)
-    served = variants(repository, list(options), [p for p in args.policies.split(",") if p])
+    sliced = [name for name in options if (repository / name / "1" / "manifest.json").is_file()]
+    served = variants(repository, sliced, [p for p in args.policies.split(",") if p])
     rng = np.random.default_rng(1)
     with Server(repository, grpc_port=free_port(), http_port=free_port(), metrics_port=free_port(),
                 log=work / "tritonserver.log") as server, grpcclient.InferenceServerClient(server.grpc_url) as client:
