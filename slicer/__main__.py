@@ -17,9 +17,11 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from backend.decide import choose
 from slicer.errors import SliceError
 from slicer.slicing import AUTO, SliceOptions, SliceResult, slice_model
 from slicer.targets import OPTIMIZATION_LEVELS, TARGETS
+from slicer.triton_config import on_gpu
 
 
 def _dim(text: str) -> tuple[str, int]:
@@ -166,6 +168,10 @@ def summary(result: SliceResult, console: Console) -> None:
         console.print("operator diversity: every node prefers the same batch size")
     if result.policy:
         console.print("policy defaults in config.pbtxt: " + ", ".join(f"{k}={v}" for k, v in result.policy.items()))
+    if result.policy.get("policy") == "auto":
+        choice = choose(manifest, True, not on_gpu(manifest))
+        console.print("how auto serves it (backend/decide.py; the model's log says so when it loads): "
+                      f"{'pipelined' if choice.pipeline else 'plain, inside execute'} ({choice.why})")
     console.print("time: " + ", ".join(f"{step} {sec:.1f} s" for step, sec in result.seconds.items()))
     console.print(f"against the source model ({result.manifest.stages[0].precision}): max abs error "
                   f"{result.max_abs_error:.3g}, cosine similarity {result.cosine:.7f}")

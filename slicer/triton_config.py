@@ -51,6 +51,13 @@ def _found(manifest: Manifest) -> str:
     )
 
 
+def on_gpu(manifest: Manifest) -> bool:
+    """Whether the stages compute on a GPU (TensorRT engines, torch stages sliced on CUDA), so
+    that the model's instances are GPU ones."""
+    return any(s.engine == "tensorrt" for s in manifest.stages) or (
+        manifest.slicing is not None and manifest.slicing.device == "cuda")
+
+
 def render(name: str, manifest: Manifest, parameters: Mapping[str, str] | None = None,
            queue_delay_us: int | None = None, comment: str | None = None) -> str:
     """Triton sees one model with a batch axis on every tensor; the stages are ours to run.
@@ -68,9 +75,7 @@ def render(name: str, manifest: Manifest, parameters: Mapping[str, str] | None =
     axis = manifest.length_axis
     inputs = ",\n".join(tensor_line(s, axis is not None and axis in s.dims) for s in manifest.inputs)
     outputs = ",\n".join(tensor_line(s) for s in manifest.outputs)
-    on_gpu = any(s.engine == "tensorrt" for s in manifest.stages) or (
-        manifest.slicing is not None and manifest.slicing.device == "cuda")
-    kind = "KIND_GPU" if on_gpu else "KIND_CPU"
+    kind = "KIND_GPU" if on_gpu(manifest) else "KIND_CPU"
     knobs = "".join(f'parameters: {{ key: "{key}" value: {{ string_value: "{value}" }} }}\n'
                     for key, value in (parameters or {}).items())
     batcher = f"dynamic_batching {{ max_queue_delay_microseconds: {queue_delay_us} }}" \
