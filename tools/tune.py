@@ -50,7 +50,7 @@ class Try:
     p99_ms: list[float] | None = None
     serves: list[str] = field(default_factory=list)  # how it served after each measurement (``Bench.serving``)
 
-    def served(self, mode: str) -> None:
+    def saw(self, mode: str) -> None:
         if mode and mode not in self.serves:
             self.serves.append(mode)
 
@@ -161,7 +161,7 @@ def measure(bench: Bench, tries: list[Try], data, args: argparse.Namespace, cons
             t.peak = bench.peak(t.model, data, float(f"{start:.3g}"), args.qos_ms, args.percentile,
                                 args.probe_seconds).rate
             start = max(start, t.peak)
-            t.served(bench.serving(t.model))
+            t.saw(bench.serving(t.model))
             console.print(f"  {t.stages} stages: peak {t.peak:g} requests/s", highlight=False)
         return
     for round_ in range(args.rounds):
@@ -170,7 +170,7 @@ def measure(bench: Bench, tries: list[Try], data, args: argparse.Namespace, cons
             w = bench.window(t.model, Load(rate=args.rate), data, args.window, args.warmup).window
             t.mean_ms = (t.mean_ms or []) + [w.mean_ms]
             t.p99_ms = (t.p99_ms or []) + [w.percentile_ms(99)]
-            t.served(bench.serving(t.model))
+            t.saw(bench.serving(t.model))
             console.print(f"  round {round_ + 1}, {t.stages} stages: mean {w.mean_ms:.1f} ms, "
                           f"p99 {w.percentile_ms(99):.1f} ms", highlight=False)
 
