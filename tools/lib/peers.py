@@ -39,6 +39,7 @@ from slicer.errors import SliceError
 from slicer.slicing import VERSION, sha256
 from slicer.targets import optimize
 from tools.lib.paths import BACKEND_DIR, CACHE, SOURCES
+from tools.lib.processes import CpuSplit
 from tools.lib.timed import from_profile, timed_whole, write_timed
 
 PLAIN_MODEL = Path(__file__).with_name("plain_model.py")
@@ -54,7 +55,9 @@ class Peer:
     spinning: bool = True  # ONNX Runtime's default; False: idle threads sleep
     ragged: bool = False  # plain only: requests of different lengths share a batch, padded
     backend: str = "python"
-    threads: int = 0  # intra_op_thread_count; 0: ONNX Runtime's default
+    # intra_op_thread_count; 0: ONNX Runtime's default (the machine's cores), or where the host is split
+    # (``$DVABATCH_CLIENT_CPUS``) the server's CPUs, the machine the split stands for (``server_threads``)
+    threads: int = 0
     # > 0: Triton's queue policy refuses a request still queued after its own timeout (the client's,
     # where shorter) or this many microseconds (REJECT, allow_timeout_override: Triton reads a
     # request's timeout only below a default it has).
@@ -174,8 +177,9 @@ def _parameters(peer: Peer, manifest: Manifest, length_inputs: dict[str, int] | 
             parameters["graph_rows"] = ",".join(map(str, rows))
             if whole and lengths and length_inputs:
                 parameters["length_buckets"] = ",".join(map(str, lengths))
-    if peer.threads:
-        parameters["intra_op_thread_count"] = str(peer.threads)
+    threads = peer.threads or server_threads()
+    if threads:
+        parameters["intra_op_thread_count"] = str(threads)
     if not peer.spinning:
         parameters["allow_spinning"] = "false"
     if length_inputs and (peer.ragged or "length_buckets" in parameters):
@@ -184,6 +188,18 @@ def _parameters(peer: Peer, manifest: Manifest, length_inputs: dict[str, int] | 
     if peer.ragged:
         parameters["ragged"] = "true"
     return parameters
+
+
+def server_threads() -> int:
+    """The server's CPUs where ``$DVABATCH_CLIENT_CPUS`` splits the host (0 where it does not):
+    the threads a peer's ONNX Runtime session takes there. The split stands for a server
+    machine with those CPUs, where ONNX Runtime's default takes them all; on the split host its
+    default still counts every core of the machine, and on the CPU left to tritonserver of the
+    project's two, the plain BERT-like model answered 584-701/s at one request in flight against
+    947-985 with one thread (docs/results/check-auto-real-pinned). Ours reads the CPUs its process
+    may use (``backend/host.py``)."""
+    split = CpuSplit.from_env()
+    return len(split.server) if split else 0
 
 
 def _check(peer: Peer, manifest: Manifest) -> None:
