@@ -225,8 +225,8 @@ def caveats(served: list[Try], best: Try, args: argparse.Namespace) -> list[str]
         close = [t for t in served if t is not best and t.mean_ms and min(t.mean_ms) <= worst]
         why = "its rounds' spread overlapping the winner's"
     if close:
-        lines.append(f"{best.stages} stages won, but {', '.join(str(t.stages) for t in close)} stages measured "
-                     f"{why}: no real difference was shown.")
+        counts = ", ".join(f"{t.stages} stage{'s' if t.stages > 1 else ''}" for t in close)
+        lines.append(f"{best.stages} stages won, but {counts} measured {why}: no real difference was shown.")
     return lines
 
 
