@@ -188,10 +188,11 @@ def fuses(manifest: Manifest, statistic: str = "mean") -> bool:
     than its stages one after another (within ``FUSED_NOISE``), at every tabulated batch size
     and length: served plain, it then runs as one. A profile's ``whole`` measured apart may take
     longer (BERT-base unsliced on an H100 under torch's interpreter: 10.6 ms for one row,
-    against 9.5 for its stages)."""
+    against 9.5 for its stages). A model of one stage already runs as one engine: a fused copy
+    would only load it again (for torch stages, capture their CUDA graphs twice)."""
     tables = [s.latency for s in manifest.stages]
     whole = manifest.fused().stages[0].latency
-    if whole is None or any(t is None for t in tables):
+    if len(tables) < 2 or whole is None or any(t is None for t in tables):
         return False
     return all(whole.predict(rows, length, statistic)
                <= (1 + FUSED_NOISE) * sum(t.predict(rows, length, statistic) for t in tables)

@@ -124,7 +124,7 @@ def serve(manifest: Manifest, version_dir: Path, config: RuntimeConfig, device: 
             return decision, HeldBatch(whole, config.policy)
         return decision, whole
     fused = _fused(manifest, version_dir, device, config, graphs, lent, said) \
-        if choice.switches and len(manifest.stages) > 1 and fusable(manifest) and fuses(manifest, statistic) else []
+        if choice.switches and fusable(manifest) and fuses(manifest, statistic) else []
     runtime = Runtime(manifest, engines, config, device, trace=trace, metrics=metrics, on_death=on_death,
                       buckets=buckets, fused=fused)
     # A lone batch inside ``execute`` would not wait for the control limit of a policy that holds

@@ -485,6 +485,7 @@ def test_served_plain_the_whole_model_runs_as_one_engine_where_it_is_no_slower_a
     assert fuses(manifest)
     assert fuses(dataclasses.replace(manifest, whole=LatencyTable.from_json(flat(20.0))))
     assert not fuses(dataclasses.replace(manifest, whole=LatencyTable.from_json(flat(21.0))))
+    assert not fuses(timed_manifest([flat(10.0)]))  # one stage is one engine already: no copy to load
     costs = HostCosts(pipeline_request_s=600e-6, plain_request_s=300e-6)
     switch = ModeSwitch([s.latency for s in manifest.stages], costs, cores=4, mode=Mode.FUSED,
                         whole=LatencyTable.from_json(flat(10.0)))

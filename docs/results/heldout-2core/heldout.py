@@ -223,9 +223,11 @@ def main() -> int:
     rng = np.random.default_rng(1)
     with Server(repository, grpc_port=free_port(), http_port=free_port(), metrics_port=free_port(),
                 log=work / "tritonserver.log") as server, grpcclient.InferenceServerClient(server.grpc_url) as client:
+        sessions = {source: ort.InferenceSession(str(sources / f"{source}.onnx"), providers=["CPUExecutionProvider"])
+                    for source in set(served.values())}  # one per source, for all its copies and rounds
         for round_ in range(args.rounds):
             for name, source in served.items():
-                session = ort.InferenceSession(str(sources / f"{source}.onnx"), providers=["CPUExecutionProvider"])
+                session = sessions[source]
                 names = [o.name for o in session.get_outputs()]
                 sent = feeds(source, rng, 48)
                 with ThreadPoolExecutor(8) as pool:
