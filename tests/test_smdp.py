@@ -14,6 +14,7 @@ import tritonclient.grpc as grpcclient
 
 from backend import smdp
 from backend.config import make_policy
+from backend.manifest import Manifest
 from backend.policy import Outlook
 from backend.query import Query, refuse_invalid
 from tools.lib.client import infer
@@ -21,7 +22,7 @@ from tools.lib.paths import ROOT
 from tools.lib.timed import from_profile, write_timed
 
 from .conftest import serving
-from .timed import timed_manifest
+from .timed import timed_manifest, with_tables
 
 # The paper's setting (its section V): GoogLeNet on a Tesla P4, in ms and mJ, Bmax 32.
 B = 32
@@ -467,6 +468,13 @@ def test_served_plain_on_the_cpus_cores_requests_are_held_for_a_static_size_thro
     config += "".join(f'parameters: {{ key: "{key}" value: {{ string_value: "{value}" }} }}\n' for key, value in
                       {"policy": "smdp", "policy.static": "4", "policy.auto": "true"}.items())
     (repository / name / "config.pbtxt").write_text(config)
+    # Tables whose time grows with the rows, so that no split pays and ``auto`` steps aside on any
+    # host (the slicing's own tables are this host's, and a noisy profile once had one pay).
+    version_dir = repository / name / "1"
+    manifest = Manifest.load(version_dir)
+    sizes = manifest.stages[0].latency.batch_sizes
+    with_tables(manifest, [{"batch_sizes": list(sizes), "mean": [0.1 * b for b in sizes]}] * len(manifest.stages)
+                ).save(version_dir)
     reference = OnnxRuntimeEngine(sources["resnet_like"], ["logits"])
     feeds = [{"image": np.random.default_rng(i).random((1, 3, 32, 32), np.float32)} for i in range(48)]
     with serving(client, repository, name):
