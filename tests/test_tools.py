@@ -584,11 +584,12 @@ def test_the_auto_check_sets_auto_beside_the_better_way_and_keeps_each_profile_a
     a verdict, ``auto`` against the better way in each round and that way's own spread, written
     to ``--out`` as soon as each cell is measured (on a lent GPU machine a run cut short by its
     lease kept nothing), with every window's figure. Two rounds, and a third for a cell they
-    leave unresolved (``--max-rounds``)."""
+    leave unresolved (``--max-rounds``). With ``--ensemble`` each round runs the ensemble of the
+    stages too, and each cell sets ``auto`` beside it."""
     out = tmp_path / "check"
     done = run("tools.check_auto", str(ROOT / "docs" / "profiles" / "zero_2stages.json"), "--concurrency", "2",
                "--loads", "0.5", "--seconds", "1", "--warmup", "0.5", "--rounds", "2", "--max-rounds", "3",
-               "--out", str(out))
+               "--ensemble", "--out", str(out))
     assert done.returncode in (0, 1), done.stdout[-2000:] + done.stderr[-2000:]  # 1: a cell outside the margin
     rows = list(csv.DictReader((out / "check.csv").read_text().splitlines()))
     assert [r["load"] for r in rows] == ["2 in flight", rows[1]["load"]] and rows[1]["load"].startswith("Poisson 0.5")
@@ -599,12 +600,15 @@ def test_the_auto_check_sets_auto_beside_the_better_way_and_keeps_each_profile_a
         assert (rounds == 2 and r["within"] != "unresolved") or rounds == 3
         assert r["better's spread"].endswith("%")
         assert re.fullmatch(r"[\d.]+x \[[\d.]+, [\d.]+\] \((plain|pipeline)\)", r["auto / better [95 %]"])
+        assert float(r["ensemble"].split("/")[0].split()[0]) > 0
+        assert re.fullmatch(r"[\d.]+x \[[\d.]+, [\d.]+\]", r["auto / ensemble [95 %]"])
     assert "cells within 5%" in (out / "summary.md").read_text()
     windows = list(csv.DictReader((out / "windows.csv").read_text().splitlines()))
-    for r in rows:  # each round ran the three ways, every other round in the reverse order
+    for r in rows:  # each round ran the four ways, every other round in the reverse order
         mine = [w for w in windows if w["load"] == r["load"]]
-        assert len(mine) == 3 * len(r["each round"].split(" / "))
-        assert [w["model"] for w in mine[:6]] == ["plain", "pipeline", "auto", "auto", "pipeline", "plain"]
+        assert len(mine) == 4 * len(r["each round"].split(" / "))
+        assert [w["model"] for w in mine[:8]] == ["plain", "pipeline", "auto", "ensemble",
+                                                  "ensemble", "auto", "pipeline", "plain"]
         assert all(float(w["answers/s or mean ms"]) > 0 and int(w["requests"]) > 0
                    for w in mine if w["requests"])  # (empty: a window perf_analyzer lost)
 

@@ -2,7 +2,8 @@
 
     python -m tools.check_auto [PROFILE.json | MODEL_DIR ...] [--concurrency 1,16,64]
                                [--loads 0.3,0.6,0.9] [--seconds 3] [--rounds 1] [--max-rounds N]
-                               [--margin 0.05] [--length 64] [--source SRC.onnx ...] [--out docs/results/RUN]
+                               [--margin 0.05] [--length 64] [--ensemble] [--source SRC.onnx ...]
+                               [--out docs/results/RUN]
 
 For each timed profile (default: near-zero compute, TensorRT-speed BERT-base and the slower
 engine of ``docs/profiles``) or sliced model directory, one tritonserver serves three models of
@@ -30,6 +31,12 @@ one in each round, how far the better one's own rounds lie apart, and a verdict
 - ``NO``: the whole interval is outside it (shown outside);
 - ``unresolved``: the interval holds the margin's edge: on this host, at these rounds, the
   windows move by more than the difference, and only more rounds (or a quieter host) can tell.
+
+With ``--ensemble`` each round runs a fourth model, the ensemble of the stages (each step a
+plain model behind its own batcher: ``tools.bench_cost``'s), and each cell adds ``auto`` over
+it with its interval: where the pipeline pays, the margins issue 20 reached over the ensemble
+(1.2x its answers/s at 16 and 64 in flight, 0.8x its mean at medium load) are read in the same
+run as the verdicts. The ensemble takes no part in the verdict, nor in the Poisson rates.
 
 One round (``--rounds 1``) gives no interval: its ratio alone says yes or no. Where more were asked
 for, a cell left with fewer rounds that have both windows is unresolved.
@@ -76,11 +83,12 @@ PROFILES = ROOT / "docs" / "profiles"
 DEFAULT_PROFILES = tuple(PROFILES / name for name in ("zero_2stages.json", "bert_base_trt_a100_2stages.json",
                                                      "slow_2stages.json"))
 MODELS = ("plain", "pipeline", "auto")
+ENSEMBLE = "ensemble"
 
 
-def in_turn(turn: int) -> tuple[str, ...]:
-    """The three ways in the order round ``turn`` (from 0) runs them: every other round reversed."""
-    return MODELS if turn % 2 == 0 else MODELS[::-1]
+def in_turn(models: tuple[str, ...], turn: int) -> tuple[str, ...]:
+    """The ways in the order round ``turn`` (from 0) runs them: every other round reversed."""
+    return models if turn % 2 == 0 else models[::-1]
 
 
 @dataclass(frozen=True)
@@ -90,7 +98,7 @@ class Cell:
     profile: str
     load: str
     closed: bool
-    rounds: dict[str, list[Window | None]]  # grows while the cell is measured (``measure``)
+    rounds: dict[str, list[Window | None]]  # by model, in the order run; grows while measured (``measure``)
     confidence: float = 0.95  # each look's interval (``looked``)
     wanted: int = 1  # rounds with both windows a verdict needs (``--rounds``); a lost window's round does not count
 
@@ -116,17 +124,24 @@ class Cell:
         peers = {m: figures[m] for m in ("plain", "pipeline") if not math.isnan(figures[m])} or {"plain": math.nan}
         return max(peers, key=peers.get) if self.closed else min(peers, key=peers.get)
 
-    def paired(self) -> list[float]:
-        """``auto`` over the better way in each round, where both windows ran: side by side, so
-        that what the host's load does to one round does it to both."""
-        return [self._figure(a) / self._figure(b) for a, b in zip(self.rounds["auto"], self.rounds[self.best])
+    @property
+    def models(self) -> tuple[str, ...]:
+        return tuple(self.rounds)
+
+    def paired(self, peer: str | None = None) -> list[float]:
+        """``auto`` over ``peer`` (by default the better way) in each round, where both windows
+        ran: side by side, so that what the host's load does to one round does it to both."""
+        return [self._figure(a) / self._figure(b) for a, b in zip(self.rounds["auto"], self.rounds[peer or self.best])
                 if a is not None and b is not None]
+
+    def versus(self, peer: str | None = None) -> Ratio:
+        """``auto`` over ``peer`` (by default the better way): the rounds' ratios' geometric mean
+        and its t interval at ``confidence`` (none from one round; NaN where no round has both)."""
+        return across_rounds(self.paired(peer), not self.closed, self.confidence)
 
     @property
     def ratio(self) -> Ratio:
-        """``auto`` over the better way: the rounds' ratios' geometric mean and its t interval at
-        ``confidence`` (none from one round; NaN where no round has both)."""
-        return across_rounds(self.paired(), not self.closed, self.confidence)
+        return self.versus()
 
     def spread(self) -> float:
         """How far the better way's own rounds lie apart (largest over smallest, less one): a
@@ -139,7 +154,7 @@ class Cell:
         seconds (the figure empty where the window failed)."""
         lines = []
         for turn in range(len(self.rounds["auto"])):
-            for model in in_turn(turn):
+            for model in in_turn(self.models, turn):
                 window = self.rounds[model][turn]
                 lines.append([self.profile, self.load, str(turn + 1), model] + (
                     ["", "", ""] if window is None else
@@ -163,7 +178,7 @@ def run_profile(profile: Path, args: argparse.Namespace, console: Console) -> It
         if args.out:
             args.out.mkdir(parents=True, exist_ok=True)
         with Bench(folder, log=log) as bench:
-            for model in MODELS:
+            for model in args.models:
                 bench.load(model)
                 bench.capacity(model, data, max(args.concurrency), 1.0)  # warm up
             for concurrency in args.concurrency:
@@ -180,6 +195,7 @@ def run_profile(profile: Path, args: argparse.Namespace, console: Console) -> It
 
 HEADER = ("profile", "load", "plain", "pipeline", "auto", "auto / better [95 %]", "within", "each round",
           "better's spread")
+ENSEMBLE_HEADER = (ENSEMBLE, "auto / ensemble [95 %]")  # added with --ensemble
 WINDOW_HEADER = ("profile", "load", "round", "model", "answers/s or mean ms", "requests", "seconds")
 
 
@@ -192,16 +208,16 @@ def looked(args: argparse.Namespace) -> float:
 
 def measure(bench: Bench, profile: str, label: str, load: Load, data: Path, args: argparse.Namespace,
             console: Console) -> Cell:
-    """The three models' windows in ``--rounds`` rounds, every other round in the reverse order,
+    """The models' windows in ``--rounds`` rounds, every other round in the reverse order,
     and then, while the cell's verdict is unresolved, more rounds up to ``--max-rounds``. A window
     that fails (perf_analyzer hung every time) is None, and its round does not count: the cell
     stays unresolved until ``--rounds`` rounds have both windows, so a lost window is made up by
     another round where ``--max-rounds`` allows one."""
-    cell = Cell(profile, label, load.closed, {m: [] for m in MODELS}, looked(args), args.rounds)
+    cell = Cell(profile, label, load.closed, {m: [] for m in args.models}, looked(args), args.rounds)
     for turn in range(args.max_rounds):
         if turn >= args.rounds and cell.verdict(args.margin) != "unresolved":
             break
-        for model in in_turn(turn):
+        for model in in_turn(args.models, turn):
             try:
                 window = bench.window(model, load, data, args.seconds, args.warmup).window
             except PerfAnalyzerError as exc:
@@ -217,10 +233,17 @@ def row(cell: Cell, margin: float) -> list[str]:
     unit = "/s" if cell.closed else " ms"
     fmt = (lambda v: f"{v:.0f}{unit}") if cell.closed else (lambda v: f"{v:.2f}{unit}")
     figures, spread = cell.figures, cell.spread()
-    return [cell.profile, cell.load, *(fmt(figures[m]) for m in MODELS),
+    line = [cell.profile, cell.load, *(fmt(figures[m]) for m in MODELS),
             f"{cell.ratio} ({cell.best})", cell.verdict(margin),
             " / ".join(f"{r:.2f}x" for r in cell.paired()) or "-",
             "-" if math.isnan(spread) else f"{spread:.0%}"]
+    if ENSEMBLE in cell.rounds:
+        line += [fmt(figures[ENSEMBLE]), str(cell.versus(ENSEMBLE))]
+    return line
+
+
+def header(args: argparse.Namespace) -> tuple[str, ...]:
+    return HEADER + (ENSEMBLE_HEADER if ENSEMBLE in args.models else ())
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -239,6 +262,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="more rounds, up to this many, for a cell still unresolved after --rounds (default: none)")
     parser.add_argument("--margin", type=float, default=0.05)
     parser.add_argument("--length", type=int, default=64, help="tokens per query (default 64)")
+    parser.add_argument("--ensemble", action="store_true",
+                        help="run the ensemble of the stages too, and set auto beside it (not part of the verdict)")
     parser.add_argument("--source", type=Path, action="append", default=[],
                         help="the unsliced source of a sliced model directory (found by its sha256)")
     parser.add_argument("--out", type=Path, help="write summary.md and check.csv here")
@@ -246,6 +271,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.max_rounds > args.rounds < 2:
         parser.error("--max-rounds needs --rounds 2 or more: one round has no interval to leave a cell unresolved")
     args.max_rounds = max(args.max_rounds, args.rounds)  # without it, --rounds and no more
+    args.models = MODELS + ((ENSEMBLE,) if args.ensemble else ())
     console = table_console()
     cells: list[Cell] = []
     try:
@@ -253,12 +279,12 @@ def main(argv: list[str] | None = None) -> int:
             for cell in run_profile(profile, args, console):
                 cells.append(cell)
                 if args.out:  # each cell kept as soon as measured: a run cut short (a lease's end) keeps them
-                    write(args.out, cells, args.margin)
+                    write(args.out, cells, args.margin, header(args))
     except (PerfAnalyzerError, InferenceServerException) as exc:
         console.print(f"[red]error:[/red] {exc}")
         return 1
     table = Table(title=f"auto against the better of plain and the forced pipeline (margin {args.margin:.0%})")
-    for title in HEADER:
+    for title in header(args):
         table.add_column(title, justify="left" if title in ("profile", "load") else "right")
     for line in (row(cell, args.margin) for cell in cells):
         table.add_row(*line)
@@ -274,16 +300,16 @@ def tally(cells: list[Cell], margin: float) -> str:
             f"{counts['unresolved']} unresolved at this host's noise)")
 
 
-def write(out: Path, cells: list[Cell], margin: float) -> None:
+def write(out: Path, cells: list[Cell], margin: float, titles: tuple[str, ...]) -> None:
     """summary.md and check.csv of ``cells``, and windows.csv: every window's figure, so that
     a round far from the others (a stall) can be told from a cell's spread afterwards."""
     out.mkdir(parents=True, exist_ok=True)
     rows = [row(cell, margin) for cell in cells]
     with (out / "check.csv").open("w", newline="") as f:
-        csv.writer(f).writerows([HEADER, *rows])
+        csv.writer(f).writerows([titles, *rows])
     with (out / "windows.csv").open("w", newline="") as f:
         csv.writer(f).writerows([WINDOW_HEADER, *(line for cell in cells for line in cell.windows())])
-    lines = ["| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER),
+    lines = ["| " + " | ".join(titles) + " |", "|" + "---|" * len(titles),
              *("| " + " | ".join(line) + " |" for line in rows), "", f"{tally(cells, margin)}."]
     (out / "summary.md").write_text("\n".join(lines) + "\n")
 
