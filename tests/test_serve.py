@@ -9,13 +9,14 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import tritonclient.grpc as grpcclient
 
 from tools.lib.client import infer
 from tools.lib.processes import children_of, in_group
-from tools.lib.triton import TritonInstall
+from tools.lib.triton import REGION_PREFIX, SHARED_MEMORY, TritonInstall, orphaned_regions
 
 from .conftest import ROOT, free_port, processes_matching
 
@@ -102,20 +103,47 @@ def _tritonserver(serve: subprocess.Popen) -> int:
     return pid
 
 
+def _regions(serve: subprocess.Popen, grpc_port: int) -> list[Path]:
+    """The Python backend's shared-memory regions of the tritonserver ``serve`` started."""
+    return list(SHARED_MEMORY.glob(f"{REGION_PREFIX}{serve.pid}_{grpc_port}_*"))
+
+
 def test_a_killed_tritonserver_leaves_no_stub_and_serve_says_so(repository):
     """SIGKILL on tritonserver itself (what the OOM killer does): its backend stubs, which ignore
-    SIGTERM, are ended by pid, and tools.serve exits with status 1 saying how Triton died."""
-    serve, _ = _serve(repository)
+    SIGTERM, are ended by pid, the stub's shared-memory region, which tritonserver removes only
+    when it stops, is removed, and tools.serve exits with status 1 saying how Triton died."""
+    serve, grpc_port = _serve(repository)
     triton = _tritonserver(serve)
     deadline = time.monotonic() + 30
     while len(in_group(triton)) < 2 and time.monotonic() < deadline:  # tritonserver and resnet_like's stub
         time.sleep(0.1)
-    assert len(in_group(triton)) >= 2
+    assert len(in_group(triton)) >= 2 and _regions(serve, grpc_port)
     os.kill(triton, signal.SIGKILL)
     assert serve.wait(60) == 1
     said = serve.stdout.read()
     assert "tritonserver killed by SIGKILL" in said and "backend stub(s) it left were ended" in said, said
+    assert "and 1 shared-memory region(s) removed" in said, said
     assert not in_group(triton), "a stub outlived tritonserver"
+    assert not _regions(serve, grpc_port)
+
+
+def test_regions_whose_starting_process_is_gone_are_removed_and_no_others(tmp_path):
+    """A server's regions are named after the process that started it (``Server.region_prefix``):
+    where that process no longer runs (killed with its tritonserver), the next server started
+    removes them; a running process's regions, and files of other names, stay."""
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    names = [f"{REGION_PREFIX}{gone.pid}_8001_test-{os.getpid()}", f"{REGION_PREFIX}{os.getpid()}_8001_test",
+             f"{REGION_PREFIX}x_8001_test-{os.getpid()}", f"other_{gone.pid}_test-{os.getpid()}"]
+    try:
+        for name in names:
+            (SHARED_MEMORY / name).write_bytes(b"0")
+        removed = orphaned_regions()  # (with any a killed server left on this host)
+        assert SHARED_MEMORY / names[0] in removed and not set(removed) & {SHARED_MEMORY / n for n in names[1:]}
+        assert [(SHARED_MEMORY / name).exists() for name in names] == [False, True, True, True]
+    finally:
+        for name in names:
+            (SHARED_MEMORY / name).unlink(missing_ok=True)
 
 
 def test_serve_restarts_a_dead_tritonserver_when_asked(repository):
@@ -137,4 +165,4 @@ def test_serve_restarts_a_dead_tritonserver_when_asked(repository):
         assert infer(client, "resnet_like", {"image": np.ones((1, 3, 32, 32), np.float32)})["logits"].shape == (1, 10)
     serve.send_signal(signal.SIGTERM)
     assert serve.wait(60) == 0
-    assert not in_group(second)
+    assert not in_group(second) and not _regions(serve, grpc_port)

@@ -6,8 +6,8 @@
 Unless told otherwise, every model of the repository is loaded at start under explicit model
 control, so that a model whose backend stub died can be loaded again (``StubWatch``). If
 tritonserver itself dies (the OOM killer), the backend stubs it leaves are ended (SIGKILL, by pid:
-they ignore SIGTERM) and this exits with status 1 saying how it died, or, with ``--restart N``,
-starts it again up to N times. How the
+they ignore SIGTERM), the shared-memory regions it could not remove are removed, and this exits
+with status 1 saying how it died, or, with ``--restart N``, starts it again up to N times. How the
 server is assembled: ``tools/lib/triton.py``.
 """
 
@@ -56,10 +56,12 @@ def main(argv: list[str] | None = None) -> int:
                   f"metrics http://{args.host}:{args.metrics_port}/metrics. Ctrl-C stops it.", flush=True)
             code = server.process.wait()
             ended = server.end_stubs()
+            regions = server.remove_regions()
             server.stop()
             again = attempt < args.restart
-            print(f"dvabatch: tritonserver {how_it_ended(code)}; {len(ended)} backend stub(s) it left were ended"
-                  + ("; starting it again" if again else ""), file=sys.stderr, flush=True)
+            print(f"dvabatch: tritonserver {how_it_ended(code)}; {len(ended)} backend stub(s) it left were ended "
+                  f"and {len(regions)} shared-memory region(s) removed" + ("; starting it again" if again else ""),
+                  file=sys.stderr, flush=True)
         return 1
     except KeyboardInterrupt:
         print("dvabatch: stopping Triton", flush=True)

@@ -20,6 +20,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -28,6 +29,8 @@ from tools.lib.paths import BACKEND_DIR, DEFAULT_REPOSITORY
 from tools.lib.processes import CLIENT_CPUS, CpuSplit, children_of, in_group
 
 STOP_TIMEOUT_S = 30.0
+SHARED_MEMORY = Path("/dev/shm")  # where the Python backend's regions live (Boost.Interprocess on Linux)
+REGION_PREFIX = "dvabatch_"  # then the pid of the process that started tritonserver, its gRPC port and "_"
 
 
 @dataclass(frozen=True)
@@ -98,6 +101,27 @@ def assemble_backends(install: TritonInstall, folder: Path) -> Path:
         shutil.copy(install.stub, python / "triton_python_backend_stub")
     (backends / "dvabatch").symlink_to(BACKEND_DIR, target_is_directory=True)
     return backends
+
+
+def orphaned_regions() -> list[Path]:
+    """Unlink the shared-memory regions of servers whose starting process no longer runs (one
+    killed with its tritonserver, which then could not remove them either); return them. Each
+    region's name holds that process's pid (``Server.region_prefix``)."""
+    def orphaned(path: Path) -> bool:
+        pid = path.name[len(REGION_PREFIX):].split("_", 1)[0]
+        return pid.isdigit() and not Path(f"/proc/{pid}").exists()
+    return _unlink(p for p in SHARED_MEMORY.glob(f"{REGION_PREFIX}*") if orphaned(p))
+
+
+def _unlink(paths: Iterable[Path]) -> list[Path]:
+    removed = []
+    for path in paths:
+        try:
+            path.unlink()
+            removed.append(path)
+        except OSError:  # gone meanwhile, or another user's
+            pass
+    return removed
 
 
 def _stop_with_parent(cpus: frozenset[int] | None = None) -> None:
@@ -216,9 +240,24 @@ class Server:
             f"--http-port={self.http_port}", f"--http-address={self.host}",
             f"--metrics-port={self.metrics_port}", f"--metrics-address={self.host}",
             # A unique shared-memory prefix, so that several servers can run on one machine.
-            f"--backend-config=python,shm-region-prefix-name=dvabatch_{os.getpid()}_{self.grpc_port}_",
+            f"--backend-config=python,shm-region-prefix-name={self.region_prefix}",
             *self.extra_args,
         ]
+
+    @property
+    def region_prefix(self) -> str:
+        """How the Python backend's shared-memory regions of this server begin (one region a
+        stub): this process's pid and the gRPC port make it unique on the host."""
+        return f"{REGION_PREFIX}{os.getpid()}_{self.grpc_port}_"
+
+    def remove_regions(self) -> list[Path]:
+        """Unlink this server's shared-memory regions left in /dev/shm, once it and its stubs
+        are gone; return them. tritonserver removes a stub's region when it stops, but not when
+        it is killed (the OOM killer's SIGKILL): each region keeps at least its default size (1
+        MiB) and as much as the model's largest tensors took, in RAM, until the host reboots, and
+        a container's /dev/shm is small (64 MiB by default under Docker). A stub still running
+        would keep its mapping: an unlinked file lives on until the last one ends."""
+        return _unlink(SHARED_MEMORY.glob(f"{self.region_prefix}*"))
 
     def _install(self) -> TritonInstall:
         """``triton_home``, else ``$DVABATCH_TRITON_HOME``, else the nvidia-pytriton wheel's."""
@@ -242,6 +281,7 @@ class Server:
         stubs it starts) runs on the server's CPUs and this process moves to the clients', where
         the perf_analyzer runs it starts inherit them."""
         split = CpuSplit.from_env()
+        orphaned_regions()
         self._folder = Path(tempfile.mkdtemp(prefix="dvabatch-triton-"))
         backends = assemble_backends(self._install(), self._folder)
         self._output = open(self.log, "ab") if self.log else None  # noqa: SIM115 - closed in stop()
@@ -309,6 +349,7 @@ class Server:
                     pass
             self.end_stubs()  # tritonserver too, if it outlived the grace period
             code = self.process.wait()
+            self.remove_regions()
         if self._output is not None:
             self._output.close()
             self._output = None
