@@ -7,6 +7,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -16,7 +17,7 @@ import tritonclient.grpc as grpcclient
 
 from tools.lib.client import infer
 from tools.lib.processes import children_of, in_group
-from tools.lib.triton import REGION_PREFIX, SHARED_MEMORY, TritonInstall, orphaned_regions
+from tools.lib.triton import BACKENDS_PREFIX, REGION_PREFIX, SHARED_MEMORY, TritonInstall, remove_orphans
 
 from .conftest import ROOT, free_port, processes_matching
 
@@ -59,7 +60,7 @@ def test_serves_from_an_existing_triton_home(tmp_path, repository):
 
 def test_a_killed_serve_leaves_no_tritonserver_behind(tmp_path):
     """SIGKILL gives tools.serve no chance to stop Triton: the kernel stops it for us, and the
-    ports are free again."""
+    ports are free again. The backend folder it assembled is left, for the next server to remove."""
     grpc_port = free_port()
     (tmp_path / "empty").mkdir()
     process = subprocess.Popen(
@@ -81,6 +82,8 @@ def test_a_killed_serve_leaves_no_tritonserver_behind(tmp_path):
     while processes_matching(f"--grpc-port={grpc_port}") and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not processes_matching(f"--grpc-port={grpc_port}")
+    left = list(Path(tempfile.gettempdir()).glob(f"{BACKENDS_PREFIX}{process.pid}-*"))  # its backend folder
+    assert left and set(left) <= set(remove_orphans())  # as the next server started removes it
 
 
 def _serve(repository, *more: str) -> tuple[subprocess.Popen, int]:
@@ -127,23 +130,31 @@ def test_a_killed_tritonserver_leaves_no_stub_and_serve_says_so(repository):
     assert not _regions(serve, grpc_port)
 
 
-def test_regions_whose_starting_process_is_gone_are_removed_and_no_others(tmp_path):
-    """A server's regions are named after the process that started it (``Server.region_prefix``):
-    where that process no longer runs (killed with its tritonserver), the next server started
-    removes them; a running process's regions, and files of other names, stay."""
+def test_what_a_server_whose_starting_process_is_gone_left_is_removed_and_nothing_else():
+    """A server's shared-memory regions and backend folder are named after the process that
+    started it (``Server.region_prefix``, ``BACKENDS_PREFIX``): where that process no longer runs
+    (killed with its tritonserver), the next server started removes them; a running process's,
+    and files of other names, stay."""
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()
-    names = [f"{REGION_PREFIX}{gone.pid}_8001_test-{os.getpid()}", f"{REGION_PREFIX}{os.getpid()}_8001_test",
-             f"{REGION_PREFIX}x_8001_test-{os.getpid()}", f"other_{gone.pid}_test-{os.getpid()}"]
+    mine, temp = os.getpid(), Path(tempfile.gettempdir())
+    files = [SHARED_MEMORY / name for name in (f"{REGION_PREFIX}{gone.pid}_8001_test-{mine}",
+                                               f"{REGION_PREFIX}{mine}_8001_test", f"{REGION_PREFIX}x_8001_test-{mine}",
+                                               f"other_{gone.pid}_test-{mine}")]
+    folders = [temp / f"{BACKENDS_PREFIX}{gone.pid}-test{mine}", temp / f"{BACKENDS_PREFIX}{mine}-test"]
     try:
-        for name in names:
-            (SHARED_MEMORY / name).write_bytes(b"0")
-        removed = orphaned_regions()  # (with any a killed server left on this host)
-        assert SHARED_MEMORY / names[0] in removed and not set(removed) & {SHARED_MEMORY / n for n in names[1:]}
-        assert [(SHARED_MEMORY / name).exists() for name in names] == [False, True, True, True]
+        for path in files:
+            path.write_bytes(b"0")
+        for folder in folders:
+            (folder / "python").mkdir(parents=True)
+        removed = remove_orphans()  # (with any a killed server left on this host)
+        assert {files[0], folders[0]} <= set(removed) and not set(removed) & {*files[1:], *folders[1:]}
+        assert [p.exists() for p in files + folders] == [False, True, True, True, False, True]
     finally:
-        for name in names:
-            (SHARED_MEMORY / name).unlink(missing_ok=True)
+        for path in files:
+            path.unlink(missing_ok=True)
+        for folder in folders:
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 def test_serve_restarts_a_dead_tritonserver_when_asked(repository):

@@ -13,6 +13,7 @@ the backend. If this process dies, even by SIGKILL, the kernel stops tritonserve
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -31,6 +32,7 @@ from tools.lib.processes import CLIENT_CPUS, CpuSplit, children_of, in_group
 STOP_TIMEOUT_S = 30.0
 SHARED_MEMORY = Path("/dev/shm")  # where the Python backend's regions live (Boost.Interprocess on Linux)
 REGION_PREFIX = "dvabatch_"  # then the pid of the process that started tritonserver, its gRPC port and "_"
+BACKENDS_PREFIX = "dvabatch-triton-"  # a server's backend folder in the temporary directory: then that pid and "-"
 
 
 @dataclass(frozen=True)
@@ -103,14 +105,31 @@ def assemble_backends(install: TritonInstall, folder: Path) -> Path:
     return backends
 
 
-def orphaned_regions() -> list[Path]:
-    """Unlink the shared-memory regions of servers whose starting process no longer runs (one
-    killed with its tritonserver, which then could not remove them either); return them. Each
-    region's name holds that process's pid (``Server.region_prefix``)."""
-    def orphaned(path: Path) -> bool:
-        pid = path.name[len(REGION_PREFIX):].split("_", 1)[0]
-        return pid.isdigit() and not Path(f"/proc/{pid}").exists()
-    return _unlink(p for p in SHARED_MEMORY.glob(f"{REGION_PREFIX}*") if orphaned(p))
+def remove_orphans() -> list[Path]:
+    """Remove what servers whose starting process no longer runs left behind (killed together
+    with its tritonserver, neither could remove anything): their shared-memory regions and their
+    backend folders, both named after that process's pid (``Server.region_prefix``,
+    ``BACKENDS_PREFIX``); return them."""
+    removed = _unlink(p for p in SHARED_MEMORY.glob(f"{REGION_PREFIX}*") if _gone(p.name[len(REGION_PREFIX):]))
+    for folder in Path(tempfile.gettempdir()).glob(f"{BACKENDS_PREFIX}*"):
+        if _gone(folder.name[len(BACKENDS_PREFIX):]):
+            shutil.rmtree(folder, ignore_errors=True)
+            removed.append(folder)
+    return removed
+
+
+def _gone(named: str) -> bool:
+    """Whether the pid ``named`` starts with (up to ``_`` or ``-``) is of no running process."""
+    pid = re.split("[_-]", named, maxsplit=1)[0]
+    if not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:  # another user's
+        return False
+    return False
 
 
 def _unlink(paths: Iterable[Path]) -> list[Path]:
@@ -281,8 +300,8 @@ class Server:
         stubs it starts) runs on the server's CPUs and this process moves to the clients', where
         the perf_analyzer runs it starts inherit them."""
         split = CpuSplit.from_env()
-        orphaned_regions()
-        self._folder = Path(tempfile.mkdtemp(prefix="dvabatch-triton-"))
+        remove_orphans()
+        self._folder = Path(tempfile.mkdtemp(prefix=f"{BACKENDS_PREFIX}{os.getpid()}-"))
         backends = assemble_backends(self._install(), self._folder)
         self._output = open(self.log, "ab") if self.log else None  # noqa: SIM115 - closed in stop()
         self.process = subprocess.Popen(
