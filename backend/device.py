@@ -33,6 +33,7 @@ from .nvml import NvmlError, energy_counter
 
 class Device(Protocol):
     name: str
+    gpu: str  # the GPU's name, "" on the CPU (``host.Machine``)
     # Seconds host threads have spent waiting for the device so far: CUDA spins while it waits
     # (one context on a many-core host), which a process's CPU time then counts as serving work
     # (``calibrate.host_cpu_s`` takes it out). A CPU device's waits sleep: 0.
@@ -92,6 +93,7 @@ class CpuDevice:
     its stream's ``due`` has passed."""
 
     name = "cpu"
+    gpu = ""  # (``host.Machine``)
     waited_s = 0.0
 
     def stream(self) -> CpuStream:
@@ -154,6 +156,7 @@ class CudaDevice:
         self._torch = torch
         self.device = torch.device("cuda", index)
         self.name = str(self.device)
+        self.gpu = torch.cuda.get_device_name(self.device)  # what its stages' times hold for (``host.Machine``)
         self._cycles_per_second: float | None = None
         self.waited_s = 0.0
         self._waits = threading.Lock()

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 PROC_CGROUP = Path("/proc/self/cgroup")
+CPUINFO = Path("/proc/cpuinfo")
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 SYSFS_CPU = Path("/sys/devices/system/cpu")
 
@@ -87,6 +88,50 @@ class Cpus:
         if self.threads != self.pinned:
             text += f": {self.threads} thread{'s' if self.threads > 1 else ''} a session"
         return text
+
+
+@dataclass(frozen=True)
+class Machine:
+    """What a model's stage tables were measured on. They hold there alone: ``decide.py`` and
+    the policies read them as this host's times, and the same stages on another CPU or GPU, or
+    on another number of cores (ONNX Runtime's threads), take other times. The slicer writes it
+    into the manifest (``SlicingReport.machine``); serving elsewhere is said when a model loads."""
+
+    cpu: str  # the CPU's model name
+    cpus: float  # cores' worth of CPU time the process could use (``Cpus.limit``)
+    gpu: str = ""  # the GPU's name, where the stages run on one
+
+    @classmethod
+    def from_json(cls, data: dict) -> Machine:
+        """As the manifest holds it (fields it does not know, from a later slicer, left out)."""
+        return cls(str(data.get("cpu", "")), float(data.get("cpus", 0)), str(data.get("gpu", "")))
+
+    def describe(self) -> str:
+        cores = f"{self.cpus:g} CPUs of {self.cpu or 'an unnamed CPU'}"
+        return f"{self.gpu} (host: {cores})" if self.gpu else cores
+
+    def moved_from(self, profiled: Machine) -> str:
+        """Why tables ``profiled`` elsewhere may not be this machine's times ("" where they are):
+        on a GPU its model decides a stage's time, on the CPU its model and the cores."""
+        if self.gpu or profiled.gpu:
+            same = self.gpu == profiled.gpu
+        else:
+            same = (self.cpu, self.cpus) == (profiled.cpu, profiled.cpus)
+        return "" if same else (f"the stage tables were measured on {profiled.describe()}; it serves on "
+                                f"{self.describe()}: slice the model where it serves, so that auto and the "
+                                "policies decide on that machine's own times")
+
+
+def machine(gpu: str = "", lent: Cpus | None = None, cpuinfo: Path = CPUINFO) -> Machine:
+    """This machine, as ``Machine`` says it: ``gpu``, the name of the GPU the stages run on;
+    ``lent``, the CPUs this process may use (read where not given)."""
+    name = ""
+    for line in _read(cpuinfo).splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == "model name":
+            name = value.strip()
+            break
+    return Machine(name, (lent or cpus()).limit, gpu)
 
 
 def cpus(instances: int = 1, proc_cgroup: Path = PROC_CGROUP, root: Path = CGROUP_ROOT,

@@ -225,6 +225,7 @@ class SlicingReport:
     warning: str = ""  # the legal cuts cannot balance the stages, and what blocks better ones
     device: str = "cpu"  # where the stages were profiled, and so where they serve: cpu or cuda
     unpadded: str = ""  # why the inputs' named axis is no length axis: padding a query along it changes its answers
+    machine: dict | None = None  # what the stages' tables were measured on (``host.Machine``'s fields)
 
     @classmethod
     def from_json(cls, data: dict) -> SlicingReport:

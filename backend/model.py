@@ -173,6 +173,8 @@ class TritonPythonModel:
                                  said=lambda line: pb_utils.Logger.log_info(f"{args['model_name']}: {line}"),
                                  instances=instances_of(config), decoupled=self._decoupled)
         pb_utils.Logger.log_info(f"{args['model_name']}: {decision.describe()} (backend/decide.py)")
+        if decision.moved:
+            pb_utils.Logger.log_warn(f"{args['model_name']}: {decision.moved}")
         self._server = server
         labels = {"model": args["model_name"], "version": args["model_version"]}
         self._metrics = metrics

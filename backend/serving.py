@@ -34,7 +34,7 @@ from .dispatch import SmdpPolicy
 from .engines import describe_graphs, describe_pins, fusable, graph_buckets, load_engines, on_host_cores
 from .executor import Trace
 from .hold import HeldBatch, Hold
-from .host import Cpus, cpus
+from .host import Cpus, Machine, cpus, machine
 from .manifest import Manifest
 from .metrics import BATCHES, ENTRY_QUERIES, EXECUTE_TIME, EXECUTES, STAGE_BUSY, Metrics
 from .nvml import NvmlError
@@ -74,6 +74,7 @@ class Decision:
     pins: str = ""  # where a lone ONNX Runtime session's workers are pinned (``engines.describe_pins``)
     costs: HostCosts = HostCosts()
     cpus: Cpus | None = None  # what the host lends this process (``host.py``)
+    moved: str = ""  # where the stage tables were measured on another machine: that, and what to do
 
     def describe(self) -> str:
         return "; ".join(part for part in (f"serves {self.mode.value} ({self.choice.why})", self.waits_why,
@@ -98,6 +99,8 @@ def serve(manifest: Manifest, version_dir: Path, config: RuntimeConfig, device: 
     if graphs:  # every batch runs at a bucket's length, and a stage costs the host a graph's launch
         manifest = manifest.as_graphs()
     lent = cpus(instances)
+    profiled = manifest.slicing.machine if manifest.slicing else None
+    moved = machine(device.gpu, lent).moved_from(Machine.from_json(profiled)) if profiled else ""
     cores = lent.share  # this instance's stub and its part of tritonserver (``decide.capacities``, ``ModeSwitch``)
     if said is not None:
         config.policy.said = said
@@ -113,7 +116,8 @@ def serve(manifest: Manifest, version_dir: Path, config: RuntimeConfig, device: 
     alone = mode is not Mode.PIPELINE or len(manifest.stages) == 1  # one session runs at a time
     engines = load_engines(manifest, version_dir, device, config.intra_op_thread_count, config.spins(alone),
                            mode is Mode.FUSED, graphs, cpus=lent)
-    decision = Decision(mode, choice, graphs=describe_graphs(engines), pins=describe_pins(engines), cpus=lent)
+    decision = Decision(mode, choice, graphs=describe_graphs(engines), pins=describe_pins(engines), cpus=lent,
+                        moved=moved)
     if mode is not Mode.PIPELINE:
         manifest = manifest.fused() if mode is Mode.FUSED else manifest
         config.bind(manifest)

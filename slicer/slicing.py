@@ -30,7 +30,7 @@ import itertools
 import shutil
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -38,7 +38,7 @@ import onnx
 
 from backend.device import CpuDevice, Device
 from backend.engines import Buckets, OnnxRuntimeEngine, load_engines, run_stages
-from backend.host import cpus
+from backend.host import cpus, machine
 from backend.errors import TargetError
 from backend.manifest import MANIFEST_FILE, Manifest, SlicingReport, StageSpec, TensorSpec
 from backend.sample import DEFAULT_DIM_SIZE, batch_sizes_up_to, sample_inputs, sizes_at
@@ -549,6 +549,7 @@ def _slice(src: Path, out: Path, scratch: Path, options: SliceOptions, axis: str
         length_axis=axis,
         profile_seconds=round(seconds["node profile"] + seconds["stage latency tables"], 2),
         stages_chosen=plan.stages_chosen, calibration=calibration, warning=_balance_warning(plan), unpadded=unpadded,
+        machine=asdict(machine(target.device.gpu)),
     )
     manifest = replace(manifest, stages=tuple(specs), slicing=report)
     policy = triton_config.policy_parameters() if options.policy_defaults else {}

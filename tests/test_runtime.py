@@ -7,7 +7,7 @@ import shutil
 import threading
 import time
 from collections import deque
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +17,8 @@ from backend.config import RuntimeConfig, make_policy
 from backend.device import CpuDevice
 from backend.engines import OnnxRuntimeEngine, load_engines
 from backend.errors import ConfigError
-from backend.manifest import Manifest
+from backend.host import Machine, machine
+from backend.manifest import Manifest, SlicingReport
 from backend.metrics import Metrics
 from backend.policy import FixedPolicy, RandomPolicy
 from backend.query import Failure, Handover, Query, refuse_invalid, take_batch, validate
@@ -438,6 +439,20 @@ def test_a_lone_batch_runs_inside_execute_while_nothing_else_arrives_during_one(
             assert failure is None and np.array_equal(outputs["input_ids_out"], feed["input_ids"]), key
     finally:
         runtime.close()
+
+
+def test_a_model_sliced_on_another_machine_loads_and_says_so(tmp_path):
+    """The stage tables hold for the machine they were measured on (``host.Machine``): a model
+    sliced elsewhere still serves, and its decision says where its tables come from and what to
+    do; sliced here, or without a record of it (a simulated profile), it says nothing."""
+    manifest = timed_manifest(tmp_path, 40, 40, 2)
+    for machine_, said in [(None, False), (asdict(machine()), False), (asdict(Machine("Intel Xeon", 96)), True)]:
+        sliced = replace(manifest, slicing=SlicingReport("onnxruntime", "extended", 8, None, 1.0, None, 1.0,
+                                                         machine=machine_))
+        decision, runtime = serve(sliced, tmp_path, RuntimeConfig(policy=make_policy("auto", {})), CpuDevice(),
+                                  Metrics())
+        runtime.close()
+        assert bool(decision.moved) == said and ("96 CPUs of Intel Xeon" in decision.moved) == said
 
 
 def test_lone_batches_run_inline_only_under_auto_or_where_the_user_asks(tmp_path):

@@ -15,6 +15,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
+from backend.host import Machine, machine
 from backend.manifest import LatencyTable, Manifest, StageSpec, TensorSpec
 from slicer.__main__ import main as slicer_main
 from slicer.calibration import Span, calibrated_costs
@@ -261,6 +262,7 @@ def test_latency_tables_are_monotone_and_stored_with_units(sources, tmp_path):
     at = [s.latency.lookup(report.balance_batch_size, 64) for s in manifest.stages]
     assert report.balance == round(max(at) / (sum(at) / len(at)), 4)
     assert report.target == "onnxruntime" and report.optimization == "extended"
+    assert Machine.from_json(report.machine) == machine()  # what the tables hold for
     for stage in manifest.stages:
         table = stage.latency
         assert table.unit == "ms" and table.batch_sizes == (1, 2, 4, 8)

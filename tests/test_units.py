@@ -15,7 +15,7 @@ from backend.config import RuntimeConfig
 from backend.device import CpuDevice
 from backend.engines import describe_pins, load_engines, ort_options
 from backend.executor import ExecutorState
-from backend.host import Cpus, cgroup_quota, core_groups, cpus, instances_of
+from backend.host import Cpus, Machine, cgroup_quota, core_groups, cpus, instances_of, machine
 from backend.interface import InterfaceError, check
 from backend.errors import ConfigError
 from backend.manifest import Manifest, TensorSpec
@@ -245,6 +245,23 @@ def _cgroup(tmp_path, lines: str, files: dict[str, str]):
 ])
 def test_the_cgroup_cpu_quota_is_read_in_either_version(tmp_path, lines, files, quota):
     assert cgroup_quota(*_cgroup(tmp_path, lines, files)) == quota
+
+
+def test_tables_measured_on_another_machine_are_said_to_be_so(tmp_path):
+    """A model sliced on one machine and served on another decides on the first one's times: the
+    CPU's model and its cores on the CPU, the GPU's model on a GPU (whatever its host); a manifest
+    written by a later slicer, with more to say of the machine, still reads."""
+    (tmp_path / "cpuinfo").write_text("processor\t: 0\nmodel name\t: AMD EPYC 7B13\n\nprocessor\t: 1\n")
+    here = machine(lent=Cpus(2), cpuinfo=tmp_path / "cpuinfo")
+    assert here == Machine("AMD EPYC 7B13", 2) and machine(cpuinfo=tmp_path / "none").cpu == ""
+    assert here.moved_from(Machine("AMD EPYC 7B13", 2.0)) == ""
+    assert "measured on 16 CPUs of Intel Xeon; it serves on 2 CPUs of AMD EPYC 7B13" in here.moved_from(
+        Machine("Intel Xeon", 16))
+    assert here.moved_from(Machine("AMD EPYC 7B13", 1))  # fewer cores: ONNX Runtime's sessions took other times
+    h200 = Machine("AMD EPYC 7B13", 2, "NVIDIA H200")
+    assert h200.moved_from(Machine("Intel Xeon", 16, "NVIDIA H200")) == ""
+    assert "NVIDIA H100" in h200.moved_from(Machine("AMD EPYC 7B13", 2, "NVIDIA H100"))
+    assert Machine.from_json({"cpu": "x", "cpus": 4, "gpu": "", "memory": "1 TB"}) == Machine("x", 4)
 
 
 def test_a_cpu_quota_caps_the_cores_and_threads_a_model_takes(tmp_path):
