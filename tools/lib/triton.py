@@ -127,8 +127,8 @@ def _gone(named: str) -> bool:
         os.kill(int(pid), 0)
     except ProcessLookupError:
         return True
-    except PermissionError:  # another user's
-        return False
+    except PermissionError:  # another user's: it runs
+        pass
     return False
 
 
