@@ -118,8 +118,9 @@ class Machine:
         else:
             same = (self.cpu, self.cpus) == (profiled.cpu, profiled.cpus)
         return "" if same else (f"the stage tables were measured on {profiled.describe()}; it serves on "
-                                f"{self.describe()}: slice the model where it serves, so that auto and the "
-                                "policies decide on that machine's own times")
+                                f"{self.describe()}: measure them again here (python -m slicer.retime "
+                                "MODEL_DIR) or slice the model here, so that auto and the policies decide on "
+                                "this machine's own times")
 
 
 def machine(gpu: str = "", lent: Cpus | None = None, cpuinfo: Path = CPUINFO) -> Machine:

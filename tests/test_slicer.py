@@ -24,6 +24,7 @@ from slicer.errors import SliceError
 from slicer.swap import PREFIX
 from slicer.graph import analyse
 from slicer.profile import diversity_changes, preferred_batch_size
+from slicer.retime import retime
 from slicer.slicing import (
     VERSION,
     auto_stages,
@@ -578,3 +579,30 @@ def test_auto_stage_count_takes_the_most_even_stages_worth_their_overhead(source
     result = sliced(sources["unet_like"], tmp_path / "auto", "auto")
     report = result.manifest.slicing
     assert report.stages_chosen.startswith(f"auto: {len(result.manifest.stages)} stages")
+
+
+def test_retime_measures_the_tables_again_on_this_machine_and_touches_nothing_else(sources, tmp_path):
+    """A model sliced elsewhere (``slicing.machine`` another CPU) gets this machine's tables, each
+    stage's preferred batch size and this machine, at the same batch sizes and lengths; its stage
+    files and config.pbtxt stay as they were, and it then loads without a warning. A simulated
+    model, with nothing to measure, and a folder without a model are refused in one line."""
+    out = tmp_path / "bert_like"
+    sliced(sources["bert_like"], out, 2)
+    version = out / VERSION
+    elsewhere = Manifest.load(version)
+    elsewhere = replace(elsewhere, slicing=replace(elsewhere.slicing, machine={"cpu": "Intel Xeon", "cpus": 96,
+                                                                                 "gpu": ""}))
+    elsewhere.save(version)
+    files = {p.name: p.read_bytes() for p in [*version.glob("stage_*"), out / "config.pbtxt"]}
+    before, after = retime(out, warmup=1, repeats=3)
+    assert before == elsewhere and Manifest.load(version) == after
+    assert Machine.from_json(after.slicing.machine) == machine() and not machine().moved_from(
+        Machine.from_json(after.slicing.machine))
+    for was, now in zip(before.stages, after.stages):
+        assert (now.latency.batch_sizes, now.latency.lengths) == (was.latency.batch_sizes, was.latency.lengths)
+        assert all(v > 0 for row in now.latency.mean for v in row) and now.latency.mean != was.latency.mean
+        assert replace(now, latency=was.latency, preferred_batch_size=was.preferred_batch_size) == was
+    assert files == {p.name: p.read_bytes() for p in [*version.glob("stage_*"), out / "config.pbtxt"]}
+    done = subprocess.run([sys.executable, "-m", "slicer.retime", str(tmp_path / "nothing")], cwd=ROOT,
+                          capture_output=True, text=True)
+    assert done.returncode == 2 and done.stderr.startswith("error: ") and done.stderr.count("\n") == 1
