@@ -6,9 +6,9 @@ model served on another CPU, number of cores or GPU logs a warning when it loads
 model is not at hand to slice again, this measures every stage as the slicer did (the same batch
 sizes and lengths, each stage on the real outputs of the stages before it, the engines loaded as
 the backend loads them) and rewrites, in place, the tables, each stage's preferred batch size
-and the machine. The stages themselves are not touched, and neither is config.pbtxt (its policy
-parameters were chosen from the first machine's profile). A TensorRT engine built for another GPU
-does not load here: slice the model again there.
+and the machine. The stages themselves are not touched, and neither is config.pbtxt (``policy:
+auto`` reads the tables when the model loads). A TensorRT engine built for another GPU does not
+load here: slice the model again there.
 
 Exit status 0 when rewritten, 2 when DIR cannot be read or its stages cannot run here.
 """
