@@ -102,9 +102,13 @@ class Machine:
     gpu: str = ""  # the GPU's name, where the stages run on one
 
     @classmethod
-    def from_json(cls, data: dict) -> Machine:
-        """As the manifest holds it (fields it does not know, from a later slicer, left out)."""
-        return cls(str(data.get("cpu", "")), float(data.get("cpus", 0)), str(data.get("gpu", "")))
+    def from_json(cls, data: dict) -> Machine | None:
+        """As the manifest holds it (fields it does not know, from a later slicer, left out); None
+        where it cannot be read (a hand-edited manifest must not keep the model from loading)."""
+        try:
+            return cls(str(data.get("cpu", "")), float(data.get("cpus", 0)), str(data.get("gpu", "")))
+        except (AttributeError, TypeError, ValueError):
+            return None
 
     def describe(self) -> str:
         cores = f"{self.cpus:g} CPUs of {self.cpu or 'an unnamed CPU'}"

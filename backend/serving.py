@@ -99,8 +99,8 @@ def serve(manifest: Manifest, version_dir: Path, config: RuntimeConfig, device: 
     if graphs:  # every batch runs at a bucket's length, and a stage costs the host a graph's launch
         manifest = manifest.as_graphs()
     lent = cpus(instances)
-    profiled = manifest.slicing.machine if manifest.slicing else None
-    moved = machine(device.gpu, lent).moved_from(Machine.from_json(profiled)) if profiled else ""
+    profiled = Machine.from_json(manifest.slicing.machine) if manifest.slicing and manifest.slicing.machine else None
+    moved = machine(device.gpu, lent).moved_from(profiled) if profiled else ""
     cores = lent.share  # this instance's stub and its part of tritonserver (``decide.capacities``, ``ModeSwitch``)
     if said is not None:
         config.policy.said = said

@@ -91,9 +91,9 @@ def main(argv: list[str] | None = None) -> int:
     except SliceError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    old = before.slicing.machine
-    print(f"{args.model_dir}: tables measured on {Machine.from_json(after.slicing.machine).describe()}"
-          + (f" (were {Machine.from_json(old).describe()})" if old else ""))
+    old = Machine.from_json(before.slicing.machine or {})
+    print(f"{args.model_dir}: tables measured on {Machine(**after.slicing.machine).describe()}"
+          + (f" (were {old.describe()})" if before.slicing.machine and old else ""))
     rows, length = after.stages[0].latency.batch_sizes[-1], (after.stages[0].latency.lengths or (None,))[-1]
     at = f"{rows} rows" + (f", length {length}" if length else "")
     for was, now in zip(before.stages, after.stages):

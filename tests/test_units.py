@@ -262,6 +262,7 @@ def test_tables_measured_on_another_machine_are_said_to_be_so(tmp_path):
     assert h200.moved_from(Machine("Intel Xeon", 16, "NVIDIA H200")) == ""
     assert "NVIDIA H100" in h200.moved_from(Machine("AMD EPYC 7B13", 2, "NVIDIA H100"))
     assert Machine.from_json({"cpu": "x", "cpus": 4, "gpu": "", "memory": "1 TB"}) == Machine("x", 4)
+    assert Machine.from_json({"cpus": "two"}) is None and Machine.from_json([]) is None  # unreadable: no verdict
 
 
 def test_a_cpu_quota_caps_the_cores_and_threads_a_model_takes(tmp_path):
