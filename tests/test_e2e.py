@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import queue
+import json
 import re
 import shutil
 import signal
@@ -257,6 +258,28 @@ def test_instances_on_the_cpu_share_its_cores_and_answer_like_the_unsliced_model
             np.testing.assert_allclose(answer["logits"], reference.run(feed)["logits"], atol=1e-5)
         said = [line for line in server.log.read_text().splitlines() if f"{name}: serves" in line]
         assert len(said) == 2 and all("shared by 2 instances" in line for line in said), said
+    finally:
+        client.unload_model(name)
+
+
+def test_a_model_sliced_on_another_machine_serves_and_its_log_warns(client, server, repository, sources):
+    """The stage tables hold for the machine the slicer measured them on: a model whose manifest
+    says another one loads and answers as the unsliced model does, and Triton's log warns, naming
+    the command that measures them again here."""
+    name = "resnet_like_elsewhere"
+    shutil.copytree(repository / "resnet_like", repository / name)
+    config = (repository / name / "config.pbtxt").read_text().replace('name: "resnet_like"', f'name: "{name}"')
+    (repository / name / "config.pbtxt").write_text(config)
+    manifest = json.loads((repository / name / VERSION / "manifest.json").read_text())
+    manifest["slicing"]["machine"] = {"cpu": "Intel Xeon Platinum 8480+", "cpus": 112, "gpu": ""}
+    (repository / name / VERSION / "manifest.json").write_text(json.dumps(manifest))
+    client.load_model(name)
+    try:
+        feed = {"image": np.random.default_rng(0).random((2, 3, 32, 32), np.float32)}
+        np.testing.assert_allclose(infer(client, name, feed, [])["logits"],
+                                   OnnxRuntimeEngine(sources["resnet_like"], ["logits"]).run(feed)["logits"], atol=1e-5)
+        said = [line for line in server.log.read_text().splitlines() if f"{name}: the stage tables" in line]
+        assert len(said) == 1 and "112 CPUs of Intel Xeon Platinum 8480+" in said[0] and "slicer.retime" in said[0]
     finally:
         client.unload_model(name)
 
