@@ -139,10 +139,6 @@ class Cell:
         and its t interval at ``confidence`` (none from one round; NaN where no round has both)."""
         return across_rounds(self.paired(peer), not self.closed, self.confidence)
 
-    @property
-    def ratio(self) -> Ratio:
-        return self.versus()
-
     def spread(self) -> float:
         """How far the better way's own rounds lie apart (largest over smallest, less one): a
         verdict within the margin means little where this is larger."""
@@ -224,8 +220,8 @@ def measure(bench: Bench, profile: str, label: str, load: Load, data: Path, args
                 console.print(f"[red]{profile} {model} {load.label}: {exc}[/red]")
                 window = None
             cell.rounds[model].append(window)
-    console.print(f"{profile} {label}: auto {cell.ratio} the {cell.best} one after {len(cell.rounds['auto'])} rounds: "
-                  f"{cell.verdict(args.margin)}")
+    console.print(f"{profile} {label}: auto {cell.versus()} the {cell.best} one after {len(cell.rounds['auto'])} "
+                  f"rounds: {cell.verdict(args.margin)}")
     return cell
 
 
@@ -234,7 +230,7 @@ def row(cell: Cell, margin: float) -> list[str]:
     fmt = (lambda v: f"{v:.0f}{unit}") if cell.closed else (lambda v: f"{v:.2f}{unit}")
     figures, spread = cell.figures, cell.spread()
     line = [cell.profile, cell.load, *(fmt(figures[m]) for m in MODELS),
-            f"{cell.ratio} ({cell.best})", cell.verdict(margin),
+            f"{cell.versus()} ({cell.best})", cell.verdict(margin),
             " / ".join(f"{r:.2f}x" for r in cell.paired()) or "-",
             "-" if math.isnan(spread) else f"{spread:.0%}"]
     if ENSEMBLE in cell.rounds:
