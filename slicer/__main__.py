@@ -18,6 +18,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from backend.decide import choose
+from backend.host import Machine
 from slicer.errors import SliceError
 from slicer.slicing import AUTO, SliceOptions, SliceResult, slice_model
 from slicer.targets import OPTIMIZATION_LEVELS, TARGETS
@@ -173,6 +174,8 @@ def summary(result: SliceResult, console: Console) -> None:
         console.print("how auto serves it (backend/decide.py; the model's log says so when it loads): "
                       f"{'pipelined' if choice.pipeline else 'plain, inside execute'} ({choice.why})")
     console.print("time: " + ", ".join(f"{step} {sec:.1f} s" for step, sec in result.seconds.items()))
+    console.print(f"stage tables measured on {Machine(**manifest.slicing.machine).describe()}: they hold "
+                  "there (served elsewhere, python -m slicer.retime measures them again)")
     console.print(f"against the source model ({result.manifest.stages[0].precision}): max abs error "
                   f"{result.max_abs_error:.3g}, cosine similarity {result.cosine:.7f}")
 

@@ -328,7 +328,8 @@ def test_cli_reports_the_summary(sources, tmp_path, capsys):
                         "--stage-repeats", "3", "--warmup", "1"]) == 0
     text = capsys.readouterr().out
     for expected in ("first … last node", "ms @1", "ms @8", "preferred bs", "buffer @8",
-                     "balance (slowest / mean stage)", "max abs error", "node profile", "how auto serves it"):
+                     "balance (slowest / mean stage)", "max abs error", "node profile", "how auto serves it",
+                     f"stage tables measured on {machine().describe()}"):
         assert expected in text
     assert (out / VERSION / "stage_1.onnx").is_file()
     assert slicer_main([str(sources["resnet_like"]), "--out", str(out)]) == 2
