@@ -8,7 +8,8 @@ sizes and lengths, each stage on the real outputs of the stages before it, the e
 the backend loads them) and rewrites, in place, the tables, each stage's preferred batch size
 and the machine. The stages themselves are not touched, and neither is config.pbtxt (``policy:
 auto`` reads the tables when the model loads). A TensorRT engine built for another GPU does not
-load here: slice the model again there.
+load here: slice the model again there. As for the slicer, the machine should be otherwise idle
+(not serving): what else runs on its cores or GPU meanwhile ends up in the tables.
 
 Exit status 0 when rewritten, 2 when DIR cannot be read or its stages cannot run here.
 """
@@ -61,8 +62,12 @@ def retime(model_dir: Path, warmup: int = DEFAULTS.warmup, repeats: int = DEFAUL
                    for stage, table in zip(before.stages, measured))
     after = replace(before, stages=stages, slicing=replace(report, machine=asdict(machine(device.gpu))))
     written = version_dir / f".{MANIFEST_FILE}.retimed"
-    written.write_text(after.to_json())
-    os.replace(written, version_dir / MANIFEST_FILE)  # whole, or not at all
+    try:
+        written.write_text(after.to_json())
+        os.replace(written, version_dir / MANIFEST_FILE)  # whole, or not at all
+    except OSError as exc:
+        written.unlink(missing_ok=True)
+        raise SliceError(f"{model_dir}: its manifest cannot be rewritten ({exc})") from None
     return before, after
 
 
