@@ -14,6 +14,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from backend.device import CpuDevice
 from backend.engines import OnnxRuntimeEngine, TorchEngine, load_engines, on_host_cores, run_stages
+from backend.host import Machine, machine
 from backend.manifest import Manifest
 from backend.decide import choose
 from slicer.errors import SliceError
@@ -174,6 +175,27 @@ def test_a_model_sliced_for_torch_serves_as_the_source(sources, tmp_path):
     # On a CPU instance torch stages share the cores: auto decides as for ONNX Runtime stages.
     as_ort = replace(manifest, stages=tuple(replace(s, engine="onnxruntime") for s in manifest.stages))
     assert on_host_cores(manifest, CpuDevice()) and choose(manifest, True, True) == choose(as_ort, True, True)
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="needs a CUDA GPU"))])
+def test_torch_stages_sliced_on_another_machine_are_retimed_here(sources, tmp_path, device):
+    """``slicer.retime`` on torch stages (on a GPU, replayed as CUDA graphs, as they serve): the
+    tables at the same batch sizes and lengths, measured on this machine, which the manifest
+    then names, and the stages as they were."""
+    from slicer.retime import retime
+
+    out = tmp_path / "bert_torch"
+    slice_model(sources["bert_like"], out, replace(FAST, stages=2, target="torch", device=device))
+    manifest = Manifest.load(out / VERSION)
+    elsewhere = {"cpu": "another CPU", "cpus": 96, "gpu": "another GPU" if device == "cuda" else ""}
+    replace(manifest, slicing=replace(manifest.slicing, machine=elsewhere)).save(out / VERSION)
+    _, after = retime(out, warmup=1, repeats=3)
+    here = machine(torch.cuda.get_device_name(0) if device == "cuda" else "")
+    assert Machine(**after.slicing.machine) == here and not here.moved_from(Machine(**after.slicing.machine))
+    for was, now in zip(manifest.stages, after.stages):
+        assert (now.latency.batch_sizes, now.latency.lengths) == (was.latency.batch_sizes, was.latency.lengths)
+        assert replace(now, latency=was.latency, preferred_batch_size=was.preferred_batch_size) == was
 
 
 def test_nodes_are_timed_one_by_one(sources, tmp_path):
