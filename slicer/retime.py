@@ -5,7 +5,8 @@ A model's tables (``manifest.json``) hold for the machine the slicer measured th
 model served on another CPU, number of cores or GPU logs a warning when it loads. Where the source
 model is not at hand to slice again, this measures every stage as the slicer did (the same batch
 sizes and lengths, each stage on the real outputs of the stages before it, the engines loaded as
-the backend loads them) and rewrites, in place, the tables, each stage's preferred batch size
+the backend loads them; a named axis other than the length axis at the slicer's default size, as
+``--dim`` is not recorded) and rewrites, in place, the tables, each stage's preferred batch size
 and the machine. The stages themselves are not touched, and neither is config.pbtxt (``policy:
 auto`` reads the tables when the model loads). A TensorRT engine built for another GPU does not
 load here: slice the model again there. As for the slicer, the machine should be otherwise idle
