@@ -24,7 +24,8 @@ from collections.abc import Callable
 from dataclasses import asdict, replace
 from pathlib import Path
 
-from backend.device import CpuDevice, CudaDevice, Device
+from backend.config import RuntimeConfig
+from backend.device import Device, make_device
 from backend.engines import graph_buckets, load_engines
 from backend.host import Machine, machine
 from backend.manifest import MANIFEST_FILE, Manifest
@@ -49,7 +50,7 @@ def retime(model_dir: Path, warmup: int = DEFAULTS.warmup, repeats: int = DEFAUL
     if report is None or any(table is None for table in tables):
         raise SliceError(f"{model_dir}: not a model the slicer measured (a simulated one has nothing to retime)")
     device, synchronize = _device(report.device)
-    graphs = report.device == "cuda" and any(stage.engine == "torch" for stage in before.stages)
+    graphs = RuntimeConfig().graphs(before, report.device == "cuda")  # as the backend serves them by default
     try:
         engines = load_engines(before, version_dir, device, graphs=graphs, buckets=graph_buckets(before))
     except Exception as exc:  # noqa: BLE001 - a stage that cannot load here (another GPU's TensorRT engine)
@@ -75,9 +76,9 @@ def retime(model_dir: Path, warmup: int = DEFAULTS.warmup, repeats: int = DEFAUL
 def _device(kind: str) -> tuple[Device, Callable[[], None]]:
     """Where the stages were profiled (and so serve), and how to wait for its work."""
     if kind != "cuda":
-        return CpuDevice(), lambda: None
+        return make_device("CPU"), lambda: None
     try:
-        device = CudaDevice()
+        device = make_device("GPU")
     except RuntimeError as exc:
         raise SliceError(f"the stages were sliced for a GPU: {exc}") from None
     import torch
@@ -97,9 +98,9 @@ def main(argv: list[str] | None = None) -> int:
     except SliceError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    old = Machine.from_json(before.slicing.machine or {})
+    was = Machine.from_json(before.slicing.machine) if before.slicing.machine else None
     print(f"{args.model_dir}: tables measured on {Machine(**after.slicing.machine).describe()}"
-          + (f" (were {old.describe()})" if before.slicing.machine and old else ""))
+          + (f" (were {was.describe()})" if was else ""))
     rows, length = after.stages[0].latency.batch_sizes[-1], (after.stages[0].latency.lengths or (None,))[-1]
     at = f"{rows} rows" + (f", length {length}" if length else "")
     for was, now in zip(before.stages, after.stages):
