@@ -28,7 +28,7 @@ from tools.lib.client import infer
 from tools.lib.processes import children_of, resident_mb
 from tools.lib.triton import stubs_of
 
-from .conftest import E2E_STAGES, FAST, MAX_BATCH
+from .conftest import E2E_STAGES, FAST, MAX_BATCH, serving
 
 
 @pytest.fixture(scope="module")
@@ -399,6 +399,120 @@ def test_a_model_sliced_for_torch_answers_like_the_unsliced_model(client, reposi
     client.load_model(name)
     assert_mixed_lengths_answered_as_unsliced(client, name, repository, sources["bert_like"], count=24, seed=5)
     client.unload_model(name)
+
+
+# What a Triton user writes around a model: a Python step before it (a tokenizer's stand-in) ...
+TOKENS_MODEL = """
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        return [pb_utils.InferenceResponse([
+            pb_utils.Tensor("ids_out", pb_utils.get_input_tensor_by_name(r, "ids").as_numpy().copy()),
+            pb_utils.Tensor("mask_out", pb_utils.get_input_tensor_by_name(r, "mask").as_numpy().copy())])
+            for r in requests]
+"""
+# ... and a Python model that calls it by BLS, the model named in each request, all at once.
+BLS_MODEL = """
+import asyncio
+
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    async def execute(self, requests):
+        return list(await asyncio.gather(*map(self._one, requests)))
+
+    async def _one(self, request):
+        called = pb_utils.InferenceRequest(
+            model_name=pb_utils.get_input_tensor_by_name(request, "model").as_numpy()[0, 0].decode(),
+            requested_output_names=["pooler_output"],
+            inputs=[pb_utils.Tensor("input_ids", pb_utils.get_input_tensor_by_name(request, "ids").as_numpy()),
+                    pb_utils.Tensor("attention_mask", pb_utils.get_input_tensor_by_name(request, "mask").as_numpy())])
+        response = await called.async_exec()
+        if response.has_error():
+            return pb_utils.InferenceResponse(error=response.error())
+        pooled = pb_utils.get_output_tensor_by_name(response, "pooler_output").as_numpy()
+        return pb_utils.InferenceResponse([pb_utils.Tensor("pooled", pooled)])
+"""
+
+
+def _python_model(repository, name: str, source: str, inputs: str, outputs: str) -> None:
+    (repository / name / "1").mkdir(parents=True)
+    (repository / name / "1" / "model.py").write_text(source)
+    (repository / name / "config.pbtxt").write_text(
+        f'name: "{name}"\nbackend: "python"\nmax_batch_size: {MAX_BATCH}\ninput [ {inputs} ]\n'
+        f'output [ {outputs} ]\ninstance_group [ {{ kind: KIND_CPU count: 1 }} ]\n')
+
+
+def test_a_users_ensemble_and_bls_model_get_the_unsliced_models_answers(client, repository, sources):
+    """What a Triton user builds around a sliced model: an ensemble whose first step is their own
+    Python model and whose second is ours, pipelined (``policy: pass``: answers sent through the
+    requests' senders after ``execute`` returned), and a Python model calling ours by BLS
+    (``async_exec``, several at once), both the pipelined model and the one ``auto`` serves.
+    Mixed lengths and rows sent at once: every answer equals the unsliced model's. A request
+    ours refuses (longer than it serves) is refused through either, with its message, while
+    the others in flight are answered."""
+    piped = "bert_like_piped"
+    shutil.copytree(repository / "bert_like", repository / piped)
+    config = (repository / piped / "config.pbtxt").read_text().replace('name: "bert_like"', f'name: "{piped}"')
+    (repository / piped / "config.pbtxt").write_text(config + 'parameters: { key: "policy" value: '
+                                                      '{ string_value: "pass" } }\n')
+    tokens = '{ name: "ids" data_type: TYPE_INT64 dims: [ -1 ] }, { name: "mask" data_type: TYPE_INT64 dims: [ -1 ] }'
+    _python_model(repository, "tokens", TOKENS_MODEL, tokens, tokens.replace('"ids"', '"ids_out"').replace(
+        '"mask"', '"mask_out"'))
+    _python_model(repository, "bls_caller", BLS_MODEL,
+                  tokens + ', { name: "model" data_type: TYPE_STRING dims: [ 1 ] }',
+                  '{ name: "pooled" data_type: TYPE_FP32 dims: [ 32 ] }')
+    (repository / "ensemble_bert" / "1").mkdir(parents=True)
+    (repository / "ensemble_bert" / "config.pbtxt").write_text(f"""name: "ensemble_bert"
+platform: "ensemble"
+max_batch_size: {MAX_BATCH}
+input [ {tokens} ]
+output [ {{ name: "pooled" data_type: TYPE_FP32 dims: [ 32 ] }},
+         {{ name: "hidden" data_type: TYPE_FP32 dims: [ -1, 32 ] }} ]
+ensemble_scheduling {{ step [
+  {{ model_name: "tokens" model_version: -1 input_map {{ key: "ids" value: "ids" }}
+     input_map {{ key: "mask" value: "mask" }} output_map {{ key: "ids_out" value: "t_ids" }}
+     output_map {{ key: "mask_out" value: "t_mask" }} }},
+  {{ model_name: "{piped}" model_version: -1 input_map {{ key: "input_ids" value: "t_ids" }}
+     input_map {{ key: "attention_mask" value: "t_mask" }} output_map {{ key: "pooler_output" value: "pooled" }}
+     output_map {{ key: "last_hidden_state" value: "hidden" }} }} ] }}
+""")
+    reference = OnnxRuntimeEngine(sources["bert_like"], ["last_hidden_state", "pooler_output"])
+    limit = Manifest.load(repository / "bert_like" / VERSION).size_limits["sequence"]
+    rng = np.random.default_rng(11)
+    jobs = []
+    for i in range(26):
+        length = limit + 1 if i in (5, 18) else int(rng.integers(1, 25))
+        rows = 1 + i % 3
+        feed = {"ids": rng.integers(1, 100, (rows, length)), "mask": np.ones((rows, length), np.int64)}
+        if i % 2:  # by BLS, to the pipelined model or the one auto serves
+            jobs.append(("bls_caller", {**feed, "model": np.array([[[piped, "bert_like"][i % 4 // 2].encode()]] * rows,
+                                                                   dtype=object)}))
+        else:
+            jobs.append(("ensemble_bert", feed))
+
+    def call(job):
+        try:
+            return infer(client, *job)
+        except InferenceServerException as error:
+            return error
+    with serving(client, repository, piped, "tokens", "ensemble_bert", "bls_caller"):
+        with ThreadPoolExecutor(8) as pool:
+            answers = list(pool.map(call, jobs))
+    for i, ((model, feed), answer) in enumerate(zip(jobs, answers)):
+        if i in (5, 18):
+            assert isinstance(answer, InferenceServerException), (model, answer)
+            assert f"input 'input_ids' has sequence={limit + 1}, more than the {limit} this model serves" in \
+                answer.message(), answer.message()
+            continue
+        assert not isinstance(answer, Exception), (model, answer)
+        expected = reference.run({"input_ids": feed["ids"], "attention_mask": feed["mask"]})
+        np.testing.assert_allclose(answer["pooled"], expected["pooler_output"], atol=1e-4, rtol=0)
+        if model == "ensemble_bert":
+            np.testing.assert_allclose(answer["hidden"], expected["last_hidden_state"], atol=1e-4, rtol=0)
 
 
 def test_a_model_whose_stub_was_killed_comes_back(client, repository, server):
