@@ -31,7 +31,7 @@ from collections.abc import Callable, Sequence
 from .arrival import Arrivals
 from .metrics import IN_FLIGHT, WAITING
 from .policy import Policy
-from .query import Code, Failure, Judged, Query, refuse_invalid
+from .query import Code, Failure, Judged, Query, Reply, Tensors, refuse_invalid
 from .whole import WholeBatch
 
 log = logging.getLogger(__name__)
@@ -166,6 +166,9 @@ class HeldBatch:
 
     def run(self, queries: Sequence[Query], meanwhile: Callable[[], None] | None = None) -> None:
         self.whole.run(queries, meanwhile)
+
+    def run_alone(self, inputs: Tensors, meanwhile: Callable[[Reply], None]) -> bool:
+        return False  # every query is held
 
     def submit(self, queries: Sequence[Query]) -> None:
         self.hold.put(refuse_invalid(self.whole.manifest, queries, self.whole.size_limits, self._judged))

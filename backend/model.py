@@ -1,8 +1,9 @@
 """Triton's entry point for every model whose config.pbtxt says ``backend: "dvabatch"``.
 
 Only Triton glue lives here: requests become ``Query`` objects for the server ``serving.serve``
-built (``serving.Server``), which says per ``execute`` whether the batch runs inside it or is
-handed over. Handed over, ``execute`` returns at once or once stage 0 has computed them (where
+built (``serving.Server``; a request alone in its call and without a deadline, served plain,
+just its inputs: ``Server.run_alone``), which says per ``execute`` whether the batch runs
+inside it or is handed over. Handed over, ``execute`` returns at once or once stage 0 has computed them (where
 the CPU caps the pipeline: meanwhile Triton gathers the requests that arrive into its next
 batch; ``decide.waits``), so Triton hands over the next batch while earlier ones are still
 running (Triton 24.06+ allows this in the default, non-decoupled mode); responses ready by then
@@ -204,7 +205,7 @@ class TritonPythonModel:
     def execute(self, requests: list) -> list | None:
         began = time.monotonic()
         try:
-            return self._execute(requests)
+            return self._execute(requests, began)
         finally:
             ended = time.monotonic()
             self._reached.ended(ended)
@@ -212,42 +213,61 @@ class TritonPythonModel:
             if self._trace is not None:
                 self._trace.write(f"execute\t{began:.6f}\t{ended:.6f}\t{len(requests)}\n")
 
-    def _execute(self, requests: list) -> list | None:
-        if self._server.runs_inline():
-            # Every query is answered, its reply kept on it, before the engines are done: the
-            # responses are built meanwhile, on arrays filled by the time run returns.
-            queries = self._queries(requests)
-            responses: list = []
-            self._server.run(queries, lambda: responses.extend([self._response_of(q.reply) for q in queries]))
-            if not self._decoupled:
-                return responses
-            for request, response in zip(requests, responses):
-                self._sender(request)(response)
-            return None
-        handover = Handover([self._sender(request) for request in requests], keeps=not self._decoupled)
-        self._server.submit(self._queries(requests, lambda i: lambda outputs, failure: handover.deliver(
-            i, self._response_of((outputs, failure)))))
-        responses = handover.close()
-        return None if self._decoupled else responses
-
-    def _queries(self, requests: list, respond: Callable[[int], Responder] | None = None) -> list[Query]:
-        """The requests as Queries, the i-th answered through ``respond(i)`` or, without it,
-        keeping its reply. A deadline counts from when its request is taken to have reached
-        Triton: it may have waited in Triton's queue while this instance was busy (``arrival.py``).
-        One pass over each request's tensors (Triton admits only the inputs config.pbtxt names;
-        a missing one is left out, for validation to name): get_input_tensor_by_name walks them
-        again for every input. A model served plain pays all of this on every ``execute``."""
-        if respond is None:
+    def _execute(self, requests: list, began: float) -> list | None:
+        if not requests:
+            return None if self._decoupled else []
+        inline = self._server.runs_inline()
+        if inline:
             inputs = [{tensor.name(): tensor.as_numpy() for tensor in request.inputs()} for request in requests]
         else:  # out of Triton's shared memory: the pipeline runs them after execute() returned
             inputs = [{tensor.name(): tensor.as_numpy().copy() for tensor in request.inputs()} for request in requests]
+        # Every call moves on when the next one's requests are taken to have reached Triton
+        # (``arrival.py``); each request's deadline counts from when this one's did. Each request
+        # has a row at least: only a call of fewer requests than a full batch counts them.
         count = len(requests)
-        if not count:
-            return []
+        reached = self._reached.spread(count, count if count >= self._reached.max_rows else sum(map(_rows, inputs)),
+                                       began)
+        if not inline:
+            handover = Handover([self._sender(request) for request in requests], keeps=not self._decoupled)
+            self._server.submit(self._queries(requests, inputs, reached, lambda i: lambda outputs, failure:
+                                              handover.deliver(i, self._response_of((outputs, failure)))))
+            responses = handover.close()
+            return None if self._decoupled else responses
+        responses = self._alone(requests[0], inputs[0]) if count == 1 else None
+        if responses is None:
+            # Every query is answered, its reply kept on it, before the engines are done: the
+            # responses are built meanwhile, on arrays filled by the time run returns.
+            queries = self._queries(requests, inputs, reached)
+            responses = []
+            self._server.run(queries, lambda: responses.extend([self._response_of(q.reply) for q in queries]))
+        if not self._decoupled:
+            return responses
+        for request, response in zip(requests, responses):
+            self._sender(request)(response)
+        return None
+
+    def _alone(self, request, inputs: dict) -> list | None:
+        """The response of the one request of a call run inside ``execute`` (the usual call at
+        low load), run from its inputs alone where it has no deadline (``Server.run_alone``), or
+        None: it goes the way of every other call."""
+        if self._queue.timeout_us(request.timeout()):
+            return None
+        responses: list = []
+        if not self._server.run_alone(inputs, lambda reply: responses.append(self._response_of(reply))):
+            return None
+        return responses
+
+    def _queries(self, requests: list, inputs: list[dict], reached: tuple[float, float],
+                 respond: Callable[[int], Responder] | None = None) -> list[Query]:
+        """The requests, with their ``inputs`` (read in one pass over each request's tensors:
+        Triton admits only the inputs config.pbtxt names, and a missing one is left out, for
+        validation to name; get_input_tensor_by_name walks them again for every input), as
+        Queries, the i-th answered through ``respond(i)`` or, without it, keeping its reply. A
+        deadline counts from when its request is taken to have reached Triton (``reached``: the
+        first at ``since + step / 2``, the next ``step`` later, ``TritonQueue.spread``): it may
+        have waited in Triton's queue while this instance was busy."""
         now = time.monotonic()
-        # Each request has a row at least: only a call of fewer requests than a full batch counts them.
-        rows = count if count >= self._reached.max_rows else sum(map(_rows, inputs))
-        since, step = self._reached.spread(count, rows, now)
+        since, step = reached
         queries = []
         for i, (request, tensors) in enumerate(zip(requests, inputs)):
             timeout_us = self._queue.timeout_us(request.timeout())  # 0: none

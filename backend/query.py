@@ -69,6 +69,7 @@ def each_alone(parts: Sequence[T], run: Callable[[T], None], fail: Callable[[T, 
 
 # Called exactly once per query: with its outputs, or with a Failure.
 Responder = Callable[[Tensors | None, Failure | None], None]
+Reply = tuple[Tensors | None, Failure | None]  # a query's outputs, or why it has none
 
 
 @dataclass(eq=False, slots=True)  # a query is itself, whatever its tensors hold
@@ -92,7 +93,7 @@ class Query:
     # model has one: the only axis a batch pads).
     sizes: dict[str, int] = field(default_factory=dict, init=False)
     rigid: tuple | None = field(default=None, init=False)
-    reply: tuple[Tensors | None, Failure | None] | None = field(default=None, init=False)
+    reply: Reply | None = field(default=None, init=False)
     # Worked out once, when first asked (``inputs`` never change): the pipeline's entry, batch
     # table and exit ask for them several times a query, and at TensorRT speed the stub's own
     # Python per query bounds what a pipeline answers.
@@ -201,10 +202,7 @@ def refuse_invalid(manifest: Manifest, queries: Sequence[Query], limits: Mapping
     if len(seen) > JUDGED_MAX:
         seen.clear()
     for query in queries:
-        # Queries alike in every input's dtype and shape are judged once: a batch of equal shapes
-        # costs one validation, and unpadded text, whose lengths differ from query to query but
-        # recur, one per length the model has seen.
-        key = tuple([(name, a.dtype, a.shape) for name, a in query.inputs.items()])
+        key = signature(query.inputs)
         judgement = seen.get(key)
         if judgement is None:
             judgement = seen[key] = _judge(manifest, query, limits)
@@ -214,6 +212,20 @@ def refuse_invalid(manifest: Manifest, queries: Sequence[Query], limits: Mapping
         else:
             good.append(query)
     return good
+
+
+def signature(inputs: Tensors) -> tuple:
+    """What a query's judgement depends on: each input's name, dtype and shape. Queries alike
+    are judged once (``refuse_invalid``): a batch of equal shapes costs one validation, and
+    unpadded text, whose lengths differ from query to query but recur, one per length the model
+    has seen."""
+    return tuple([(name, array.dtype, array.shape) for name, array in inputs.items()])
+
+
+def valid_before(judged: Judged, inputs: Tensors) -> bool:
+    """Whether inputs of this signature were judged valid (``refuse_invalid``, with ``judged``)."""
+    judgement = judged.get(signature(inputs))
+    return judgement is not None and judgement[0] is None
 
 
 def refuse_hopeless(queries: Sequence[Query], hopeless: Callable[[Query, float], bool],

@@ -38,7 +38,7 @@ from .hold import Hold, batches
 from .manifest import Manifest
 from .metrics import IN_FLIGHT, WAITING, Family, Metrics
 from .padding import Buckets, cut, stack
-from .query import EXPIRED, Code, Failure, Judged, Query, refuse_invalid
+from .query import EXPIRED, Code, Failure, Judged, Query, Reply, Tensors, refuse_invalid
 from .scheduler import Scheduler
 from .whole import WholeBatch
 
@@ -164,6 +164,13 @@ class Runtime:
         if self.mode is Mode.PIPELINE:  # a lone batch: the pipeline's window reads the arrival rate
             self.entry.arrived(queries)
         self.plain.run(queries, meanwhile)
+
+    def run_alone(self, inputs: Tensors, meanwhile: Callable[[Reply], None]) -> bool:
+        """``WholeBatch.run_alone`` while the model serves plain (after ``runs_inline`` said so);
+        False through the pipeline, whose lone batches go in as queries (its window reads their
+        arrivals), and once it cannot serve."""
+        return self.mode is not Mode.PIPELINE and self._drained and self.held is None and not self.dead \
+            and self.plain.run_alone(inputs, meanwhile)
 
     def run_held(self, queries: list[Query]) -> None:
         """Run the queries a hold let go (``hold.Hold``: inside ``execute``, or on the hold's

@@ -39,7 +39,7 @@ from .manifest import Manifest
 from .metrics import BATCHES, ENTRY_QUERIES, EXECUTE_TIME, EXECUTES, STAGE_BUSY, Metrics
 from .nvml import NvmlError
 from .padding import Buckets
-from .query import Query
+from .query import Query, Reply, Tensors
 from .runtime import BACKPRESSURE_MAX_S, Runtime
 from .whole import WholeBatch, together
 
@@ -56,6 +56,10 @@ class Server(Protocol):
         """Whether this batch runs inside ``execute`` (``run``), or is handed over (``submit``)."""
 
     def run(self, queries: Sequence[Query], meanwhile: Callable[[], None] | None = None) -> None: ...
+
+    def run_alone(self, inputs: Tensors, meanwhile: Callable[[Reply], None]) -> bool:
+        """Where ``runs_inline``: run one request without a deadline, given as its inputs, and
+        hand its reply to ``meanwhile``; or say False and do nothing (``WholeBatch.run_alone``)."""
 
     def submit(self, queries: Sequence[Query]) -> None: ...
 

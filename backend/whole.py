@@ -34,7 +34,8 @@ from .manifest import Manifest
 from .metrics import Metrics
 from .padding import Buckets, cut, stack
 from .policy import Policy
-from .query import BatchShape, Failure, Judged, Query, each_alone, refuse_hopeless, refuse_invalid, waited
+from .query import (BatchShape, Failure, Judged, Query, Reply, Tensors, each_alone, refuse_hopeless, refuse_invalid,
+                    valid_before, waited)
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +79,9 @@ class WholeBatch:
         one = manifest.stages[0]
         self._one = engines[0] if len(engines) == 1 and not one.carry and (one.inputs, one.outputs) == \
             (manifest.inputs, manifest.outputs) else None
+        # A request without a deadline, handed over alone, needs no Query where the policy neither
+        # learns from its run nor refuses one without a deadline, and no bucket pads it (``run_alone``).
+        self._alone = not buckets.sizes and not self.policy.learns and not (reject and self.policy.may_refuse(()))
 
     ready = True  # no threads to lose
 
@@ -112,27 +116,50 @@ class WholeBatch:
             ran, admitted, waited_s, batches = self._run_formed(queries, runs)
         self._ended(meanwhile, runs, called, admitted, waited_s, batches, ran)
 
+    def run_alone(self, inputs: Tensors, meanwhile: Callable[[Reply], None]) -> bool:
+        """Run one request Triton handed over alone, given as its inputs, where nothing about it
+        needs a ``Query``: the caller found it has no deadline (no timeout of its own, none by the
+        queue policy), the policy neither learns nor refuses one without a deadline, no bucket
+        pads it, and inputs of its signature were judged valid before. Its reply goes to
+        ``meanwhile`` before the host waits for the engines, as ``run``'s ``meanwhile`` is called.
+        False, with nothing done, where it needs more: the caller takes the way of ``run``, which
+        judges a signature first seen and answers an invalid query. Inside a stub the Query, its
+        admission and its answer cost more than the engines at TensorRT speed: served plain, one
+        request in flight, the stub's CPU a request fell from 181 to 165 us at near-zero compute
+        (the plain model's 151) and from 270 to 236 at TensorRT speed (239;
+        docs/results/lone-request-straight)."""
+        if not self._alone or not valid_before(self._judged, inputs):
+            return False
+        runs: list[tuple[int, list[float]]] = []
+        called = time.monotonic()
+        reply = self._one_query(inputs, runs)
+        self._ended(lambda: meanwhile(reply), runs, called, 1, 0.0, 1, None)
+        return True
+
     def _run_lone(self, query: Query, meanwhile: Callable[[], None] | None) -> None:
-        """``run`` for one query, the usual call at low load: it is its own batch, at its own
-        sizes, with nothing to form, stack, pad or cut, run in this one frame. Inside a stub each
-        call and frame on the way costs several times what a warm loop shows: served plain at
-        near-zero compute under 800 Poisson requests/s, going through ``_run_formed`` and ``_run``
-        cost the stub 13 us more CPU a request (docs/results/zero-poisson-stub-cpu). A query
-        the engines fail on fails alone."""
+        """``run`` for one query, the usual call at low load, admitted and run as its own batch
+        (``_one_query``). Inside a stub each call and frame on the way costs several times what a
+        warm loop shows: going through ``_run_formed`` and ``_run`` cost the stub 13 us more CPU a
+        request served plain at near-zero compute (docs/results/zero-poisson-stub-cpu)."""
         runs: list[tuple[int, list[float]]] = []
         called = time.monotonic()
         admitted = self._admit((query,))
         if admitted:
-            device, inputs = self.device, query.inputs
-            with device.running_on(self._stream):
-                try:
-                    outputs = self._stages({spec.name: device.from_host(inputs[spec.name])
-                                            for spec in self.manifest.inputs}, query.rows, runs)
-                    query.answer({spec.name: device.copy_out(outputs[spec.name]) for spec in self.manifest.outputs})
-                except Exception as exc:  # noqa: BLE001 - its own failure, answered
-                    query.answer(failure=Failure.of(exc))
+            query.answer(*self._one_query(query.inputs, runs))
         self._ended(meanwhile, runs, called, len(admitted), waited(admitted, called), len(admitted),
                     admitted if runs else None)
+
+    def _one_query(self, inputs: Tensors, runs: list) -> Reply:
+        """One query's reply, run as its own batch at its own sizes, with nothing to form, stack,
+        pad or cut. A query the engines fail on fails alone."""
+        device, specs = self.device, self.manifest.inputs
+        with device.running_on(self._stream):
+            try:
+                outputs = self._stages({spec.name: device.from_host(inputs[spec.name]) for spec in specs},
+                                       len(inputs[specs[0].name]), runs)
+                return {spec.name: device.copy_out(outputs[spec.name]) for spec in self.manifest.outputs}, None
+            except Exception as exc:  # noqa: BLE001 - its own failure, answered
+                return None, Failure.of(exc)
 
     def _ended(self, meanwhile: Callable[[], None] | None, runs: list, called: float, admitted: int,
                waited_s: float, batches: int, ran: list[Query] | None) -> None:

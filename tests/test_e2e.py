@@ -8,6 +8,7 @@ import json
 import re
 import shutil
 import signal
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
@@ -399,6 +400,35 @@ def test_a_model_sliced_for_torch_answers_like_the_unsliced_model(client, reposi
     client.load_model(name)
     assert_mixed_lengths_answered_as_unsliced(client, name, repository, sources["bert_like"], count=24, seed=5)
     client.unload_model(name)
+
+
+def test_a_request_with_a_timeout_amid_seconds_of_lone_requests_without_one_is_answered(client, server, sources):
+    """Served plain, a lone request without a deadline runs straight from its inputs
+    (``WholeBatch.run_alone``), and still tells the backend when its call began: a request's
+    wait counts from then (``arrival.TritonQueue``). A request with a timeout of 1 s, sent while
+    another client has sent lone requests without one, back to back, for 3 s, is answered, not
+    refused as expired."""
+    feed = {"image": np.random.default_rng(3).random((1, 3, 32, 32), np.float32)}
+    expected = OnnxRuntimeEngine(sources["resnet_like"], ["logits"]).run(feed)["logits"]
+    stop = threading.Event()
+
+    def without_timeouts() -> int:
+        with grpcclient.InferenceServerClient(server.url) as other:
+            sent = 0
+            while not stop.is_set():
+                infer(other, "resnet_like", feed)
+                sent += 1
+            return sent
+    with ThreadPoolExecutor(1) as pool:
+        sent = pool.submit(without_timeouts)
+        time.sleep(3.0)
+        try:
+            answers = [infer(client, "resnet_like", feed, timeout_us=1_000_000)["logits"] for _ in range(5)]
+        finally:
+            stop.set()
+        assert sent.result() > 100
+    for answer in answers:
+        np.testing.assert_allclose(answer, expected, atol=1e-5)
 
 
 # What a Triton user writes around a model: a Python step before it (a tokenizer's stand-in) ...

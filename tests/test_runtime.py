@@ -654,6 +654,45 @@ def test_a_lone_query_served_plain_is_its_own_batch_and_counted_as_one_engine_ru
         runtime.close()
 
 
+def test_a_lone_request_without_a_deadline_runs_from_its_inputs_once_their_signature_was_judged_valid(tmp_path):
+    """``run_alone``: served plain, the one request of a call, with no deadline, runs from its
+    inputs alone, no ``Query`` made, and its reply goes to ``meanwhile``; it is counted as a lone
+    query's run is. It declines, doing nothing, wherever more is needed: inputs of a signature
+    not judged yet (the general way judges it) or judged invalid (the general way answers why),
+    a lone batch through the pipeline (its window reads the arrival), a policy that learns from
+    each run (``slo``)."""
+    trt = timed_manifest(tmp_path, 0.62, 15.15, 128)
+    runtime, metrics = served_plain(trt, tmp_path)
+    try:
+        feed = sample_inputs(trt.inputs, 2, {"sequence": 16}, seed=0)
+        bad = {**feed, "input_ids": feed["input_ids"].astype(np.int32)}
+        replies: list = []
+        assert runtime.runs_inline()
+        assert not runtime.run_alone(feed, replies.append) and not replies and not metrics.snapshot().get(
+            ("dvabatch_entry_queries_total", ()))
+        inbox = Inbox()
+        runtime.run([inbox.query(0, feed), inbox.query(1, bad)])  # judged: valid, invalid
+        assert inbox.answers[1][0][1].bad_input
+        assert not runtime.run_alone(bad, replies.append) and not replies
+        other = sample_inputs(trt.inputs, 2, {"sequence": 16}, seed=1)
+        assert runtime.run_alone(other, replies.append)
+        [(outputs, failure)] = replies
+        assert failure is None and all(np.array_equal(outputs[f"{name}_out"], other[name]) for name in other)
+        counted = metrics.snapshot()
+        assert counted[("dvabatch_entry_queries_total", ())] == 2
+        assert counted[("dvabatch_meta_operations_total", (("kind", "new"),))] == 2
+        assert {dict(k)["rows"]: v for (family, k), v in counted.items() if family == "dvabatch_batches_total"} \
+            == {"2": 2}
+        runtime.mode = Mode.PIPELINE
+        assert not runtime.run_alone(other, replies.append) and len(replies) == 1
+    finally:
+        runtime.close()
+    engines = load_engines(trt, tmp_path, CpuDevice())
+    learns = WholeBatch(trt, engines, CpuDevice(), Metrics(), policy=make_policy("slo", {}))
+    learns.run([Inbox().query(0, feed)])
+    assert not learns.run_alone(feed, replies.append) and len(replies) == 1
+
+
 @pytest.mark.wallclock
 def test_a_model_served_as_a_plain_one_answers_while_its_engines_run_and_returns_once_they_are_done(tmp_path):
     """On engines that run ahead of the host (a GPU; timed), ``WholeBatch.run`` answers every
