@@ -225,6 +225,7 @@ class SlicingReport:
     warning: str = ""  # the legal cuts cannot balance the stages, and what blocks better ones
     device: str = "cpu"  # where the stages were profiled, and so where they serve: cpu or cuda
     unpadded: str = ""  # why the inputs' named axis is no length axis: padding a query along it changes its answers
+    coupled: str = ""  # a query's answers depend on the other rows of its batch: how the source showed it
     machine: dict | None = None  # what the stages' tables were measured on (``host.Machine``'s fields)
 
     @classmethod

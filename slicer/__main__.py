@@ -162,6 +162,8 @@ def summary(result: SliceResult, console: Console) -> None:
         console.print(f"[yellow]warning:[/yellow] {escape(report.warning)}")
     if report.unpadded:
         console.print(f"input diversity: {escape(report.unpadded)}")
+    if report.coupled:
+        console.print(f"[yellow]warning:[/yellow] batching changes answers: {escape(report.coupled)}")
     if result.changes:
         console.print("operator diversity, preferred batch size changes at: " + ", ".join(
             f"{name} ({change.before} -> {change.after})" for name, change in result.changes))

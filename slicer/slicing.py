@@ -490,7 +490,8 @@ def slice_model(src: Path, out: Path, options: SliceOptions, progress: Progress 
     axis = length_axis(specs, options.length_axis)
     _check_out(src, out)
     lengths: tuple[int | None, ...] = tuple(options.lengths) if axis else (None,)
-    unpadded = check_source(src, model, specs, axis, lengths, options.dim_sizes, options.tolerance) or ""
+    findings = check_source(src, model, specs, axis, lengths, options.dim_sizes, options.tolerance)
+    unpadded = findings.unpadded
     if unpadded:
         if options.length_axis != AUTO:
             raise SliceError(f"--length-axis {axis}: {unpadded}, so the backend, which pads the shorter queries of "
@@ -510,7 +511,7 @@ def slice_model(src: Path, out: Path, options: SliceOptions, progress: Progress 
         # GPU work on a stream of its own, as the executors run it: the legacy default stream
         # would synchronise with every other stream and time what the backend never waits for.
         with target.device.running_on(target.device.stream()):
-            return _slice(src, out, scratch, options, axis, lengths, target, progress, unpadded)
+            return _slice(src, out, scratch, options, axis, lengths, target, progress, unpadded, findings.coupled)
     except Exception as exc:
         if runtime_refused(exc):
             raise cannot_run(src, exc) from exc
@@ -522,7 +523,8 @@ def slice_model(src: Path, out: Path, options: SliceOptions, progress: Progress 
 
 
 def _slice(src: Path, out: Path, scratch: Path, options: SliceOptions, axis: str | None,
-           lengths: tuple[int | None, ...], target: Target, progress: Progress | None, unpadded: str) -> SliceResult:
+           lengths: tuple[int | None, ...], target: Target, progress: Progress | None, unpadded: str,
+           coupled: str) -> SliceResult:
     """Everything is built and verified in ``scratch``; the finished model folder (config.pbtxt
     and the version folder) then replaces ``out`` in one step (``slicer.swap``)."""
     seconds: dict[str, float] = {}
@@ -549,6 +551,7 @@ def _slice(src: Path, out: Path, scratch: Path, options: SliceOptions, axis: str
         length_axis=axis,
         profile_seconds=round(seconds["node profile"] + seconds["stage latency tables"], 2),
         stages_chosen=plan.stages_chosen, calibration=calibration, warning=_balance_warning(plan), unpadded=unpadded,
+        coupled=coupled,
         machine=asdict(machine(target.device.gpu)),
     )
     manifest = replace(manifest, stages=tuple(specs), slicing=report)

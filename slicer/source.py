@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -68,13 +69,20 @@ def cannot_run(src: Path, exc: BaseException) -> SliceError:
     return SliceError(f"ONNX Runtime cannot run {src}: {first_line(exc, src)}{fix}")
 
 
+@dataclass(frozen=True)
+class Findings:
+    """What a query's answers depend on besides its own inputs, found by running the source."""
+
+    unpadded: str = ""  # padding it along the length axis changes them (``padding_changes``)
+    coupled: str = ""  # the other rows of its batch change them (``rows_couple``)
+
+
 def check_source(src: Path, model: onnx.ModelProto, specs: Sequence[TensorSpec], axis: str | None,
-                 lengths: Sequence[int | None], dim_sizes: Mapping[str, int], tolerance: float) -> str | None:
+                 lengths: Sequence[int | None], dim_sizes: Mapping[str, int], tolerance: float) -> Findings:
     """Refuse, before anything is profiled or written, a source the backend could not serve as
     asked: an input or output of a type Triton lacks, an output without one row per query (a
-    constant, a sum over the batch), ``--lengths`` past what the model takes. Return why a query
-    padded along the length ``axis`` is answered otherwise than unpadded (``padding_changes``),
-    or None where it is answered alike (or there is no axis)."""
+    constant, a sum over the batch), ``--lengths`` past what the model takes. Return what else
+    its answers depend on: padding along the length ``axis``, the other rows of a batch."""
     import onnxruntime as ort
 
     for spec in specs:
@@ -113,7 +121,8 @@ def check_source(src: Path, model: onnx.ModelProto, specs: Sequence[TensorSpec],
         raise SliceError(f"{src.name}: output {name!r} has no batch axis (shape {list(one)} for one query, "
                          f"{list(two)} for two{_by(node)}), where Triton needs one row per query: drop it from the "
                          "graph's outputs or export it with the batch as its first axis")
-    return padding_changes(session, specs, axis, lengths, dim_sizes, tolerance)
+    return Findings(padding_changes(session, specs, axis, lengths, dim_sizes, tolerance) or "",
+                    rows_couple(session, specs, sizes_at(dim_sizes, axis, first), tolerance) or "")
 
 
 def padding_changes(session, specs: Sequence[TensorSpec], axis: str | None, lengths: Sequence[int | None],
@@ -152,6 +161,32 @@ def padding_changes(session, specs: Sequence[TensorSpec], axis: str | None, leng
             alike, how = np.array_equal(cut, alone), "its values differ"
         if not alike:
             return f"padding one query from {axis}={short} to {longest} with zeros changes its output {name!r} ({how})"
+    return None
+
+
+def rows_couple(session, specs: Sequence[TensorSpec], sizes: Mapping[str, int], tolerance: float) -> str | None:
+    """Why one query batched with another is answered otherwise than alone, or None where it is
+    answered alike (within ``tolerance`` and a ten-thousandth of the output's largest value, as
+    ``padding_changes``). A model whose rows share a computation, dynamic quantization's scale
+    over the whole batch (ONNX Runtime's ``quantize_dynamic``) or batch statistics, answers a
+    query by the company it is batched in: Triton's own batching does so too, and the backend's
+    splits and stretches change that company stage by stage. The other query's floats are four
+    times as large, so that it dominates whatever the batch shares."""
+    one, other = sample_inputs(specs, 1, sizes, seed=1), sample_inputs(specs, 1, sizes, seed=2)
+    together = {name: np.concatenate([one[name], other[name] * 4 if one[name].dtype.kind == "f" else other[name]])
+                for name in one}
+    names = [o.name for o in session.get_outputs()]
+    for name, alone, batched in zip(names, session.run(None, one), session.run(None, together)):
+        alone, first = np.asarray(alone), np.asarray(batched)[:1]
+        if alone.dtype.kind not in "fc" or alone.shape != first.shape:
+            continue  # (integer answers, an argmax, are not compared: rounding may flip them alike)
+        worst = float(np.max(np.abs(first.astype(np.float64) - alone), initial=0.0))
+        if worst > tolerance + 1e-4 * float(np.max(np.abs(alone), initial=0.0)):
+            return (f"one query batched with another is answered otherwise than alone (output {name!r}, largest "
+                    f"difference {worst:.3g}): its rows share a computation (dynamic quantization over the whole "
+                    "batch does), so any batching, Triton's own too, answers a query by the others in its batch, "
+                    "and the backend's splits and stretches change those stage by stage; max_batch_size 1 "
+                    "answers every query alone")
     return None
 
 

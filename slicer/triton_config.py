@@ -48,6 +48,7 @@ def _found(manifest: Manifest) -> str:
         + (f", operator diversity (preferred batch size per stage: {preferred})" if manifest.operator_diversity else "")
         + ".\n"
         + (f"# {report.unpadded[0].upper()}{report.unpadded[1:]}.\n" if report.unpadded else "")
+        + (f"# Batching changes answers: {report.coupled}.\n" if report.coupled else "")
     )
 
 

@@ -467,6 +467,28 @@ def test_an_axis_that_padding_changes_the_answers_on_is_no_length_axis(sources, 
     assert masked.length_axis == "sequence" and masked.slicing.unpadded == ""
 
 
+def test_a_model_whose_rows_share_a_computation_is_sliced_and_says_batching_changes_its_answers(sources, tmp_path,
+                                                                                                    capsys):
+    """ONNX Runtime's dynamic quantization scales each MatMul's input by the largest value of the
+    whole batch, so a query's answers depend on the others in its batch, under any batching,
+    Triton's too. The slicer still slices it (its stages verify against the source batch for
+    batch) and says so: in the manifest, config.pbtxt and its summary. Unquantized, bert_like's
+    rows are independent and nothing is said."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    src = tmp_path / "bert_q.onnx"
+    quantize_dynamic(str(sources["bert_like"]), str(src), weight_type=QuantType.QInt8)
+    out = tmp_path / "bert_q"
+    assert slicer_main([str(src), "--stages", "2", "--out", str(out), "--node-repeats", "2", "--stage-repeats", "3",
+                        "--warmup", "1", "--calibration-rounds", "0"]) == 0
+    said = " ".join(capsys.readouterr().out.split())
+    coupled = Manifest.load(out / VERSION).slicing.coupled
+    assert coupled.startswith("one query batched with another is answered otherwise than alone (output ")
+    assert f"batching changes answers: {coupled}" in said and "max_batch_size 1" in coupled
+    assert f"# Batching changes answers: {coupled}." in (out / "config.pbtxt").read_text()
+    assert sliced(sources["bert_like"], tmp_path / "bert_like", 2).manifest.slicing.coupled == ""
+
+
 def test_never_replaces_the_source_or_a_foreign_folder(sources, tmp_path):
     """The usual Triton layout, the source in OUT/1: refused, and the source is still there; a
     folder holding other files is refused naming them; a model the slicer wrote is replaced."""
