@@ -154,9 +154,8 @@ def padding_changes(session, specs: Sequence[TensorSpec], axis: str | None, leng
         if cut.shape != alone.shape:
             return f"output {name!r} is shaped {list(alone.shape)} unpadded and {list(long.shape)} padded"
         if alone.dtype.kind in "fc":
-            worst = float(np.max(np.abs(cut.astype(np.float64) - alone), initial=0.0))
-            alike = worst <= tolerance + 1e-4 * float(np.max(np.abs(alone), initial=0.0))
-            how = f"largest difference {worst:.3g}"
+            worst = _off_by(alone, cut, tolerance)
+            alike, how = not worst, f"largest difference {worst:.3g}"
         else:
             alike, how = np.array_equal(cut, alone), "its values differ"
         if not alike:
@@ -166,12 +165,11 @@ def padding_changes(session, specs: Sequence[TensorSpec], axis: str | None, leng
 
 def rows_couple(session, specs: Sequence[TensorSpec], sizes: Mapping[str, int], tolerance: float) -> str | None:
     """Why one query batched with another is answered otherwise than alone, or None where it is
-    answered alike (within ``tolerance`` and a ten-thousandth of the output's largest value, as
-    ``padding_changes``). A model whose rows share a computation, dynamic quantization's scale
-    over the whole batch (ONNX Runtime's ``quantize_dynamic``) or batch statistics, answers a
-    query by the company it is batched in: Triton's own batching does so too, and the backend's
-    splits and stretches change that company stage by stage. The other query's floats are four
-    times as large, so that it dominates whatever the batch shares."""
+    answered alike (``_off_by``, as ``padding_changes``). A model whose rows share a computation
+    (dynamic quantization's scale over the whole batch, ONNX Runtime's ``quantize_dynamic``;
+    batch statistics) answers a query by the company it is batched in: Triton's own batching
+    does so too, and the backend's splits and stretches change that company stage by stage. The
+    other query's floats are four times as large, so that it dominates whatever the batch shares."""
     one, other = sample_inputs(specs, 1, sizes, seed=1), sample_inputs(specs, 1, sizes, seed=2)
     together = {name: np.concatenate([one[name], other[name] * 4 if one[name].dtype.kind == "f" else other[name]])
                 for name in one}
@@ -180,14 +178,21 @@ def rows_couple(session, specs: Sequence[TensorSpec], sizes: Mapping[str, int], 
         alone, first = np.asarray(alone), np.asarray(batched)[:1]
         if alone.dtype.kind not in "fc" or alone.shape != first.shape:
             continue  # (integer answers, an argmax, are not compared: rounding may flip them alike)
-        worst = float(np.max(np.abs(first.astype(np.float64) - alone), initial=0.0))
-        if worst > tolerance + 1e-4 * float(np.max(np.abs(alone), initial=0.0)):
+        worst = _off_by(alone, first, tolerance)
+        if worst:
             return (f"one query batched with another is answered otherwise than alone (output {name!r}, largest "
                     f"difference {worst:.3g}): its rows share a computation (dynamic quantization over the whole "
                     "batch does), so any batching, Triton's own too, answers a query by the others in its batch, "
                     "and the backend's splits and stretches change those stage by stage; max_batch_size 1 "
                     "answers every query alone")
     return None
+
+
+def _off_by(alone: np.ndarray, other: np.ndarray, tolerance: float) -> float:
+    """How far ``other`` is from ``alone`` where farther than ``tolerance`` and a ten-thousandth
+    of ``alone``'s largest value (longer sums round differently), else 0."""
+    worst = float(np.max(np.abs(other.astype(np.float64) - alone), initial=0.0))
+    return worst if worst > tolerance + 1e-4 * float(np.max(np.abs(alone), initial=0.0)) else 0.0
 
 
 def _by(node: onnx.NodeProto | None) -> str:
