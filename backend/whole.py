@@ -123,11 +123,10 @@ class WholeBatch:
         pads it, and inputs of its signature were judged valid before. Its reply goes to
         ``meanwhile`` before the host waits for the engines, as ``run``'s ``meanwhile`` is called.
         False, with nothing done, where it needs more: the caller takes the way of ``run``, which
-        judges a signature first seen and answers an invalid query. Inside a stub the Query, its
-        admission and its answer cost more than the engines at TensorRT speed: served plain, one
-        request in flight, the stub's CPU a request fell from 181 to 165 us at near-zero compute
-        (the plain model's 151) and from 270 to 236 at TensorRT speed (239;
-        docs/results/lone-request-straight)."""
+        judges a signature first seen and answers an invalid query. Served plain at TensorRT speed,
+        one request in flight, the stub's CPU a request fell from 270 to 236 us and from 302 to
+        280 (the plain model's 239 and 258); at near-zero compute by 0-16 us in five runs, once
+        18 more, within this host's noise (docs/results/lone-request-straight)."""
         if not self._alone or not valid_before(self._judged, inputs):
             return False
         runs: list[tuple[int, list[float]]] = []
