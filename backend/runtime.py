@@ -166,11 +166,10 @@ class Runtime:
         self.plain.run(queries, meanwhile)
 
     def run_alone(self, inputs: Tensors, meanwhile: Callable[[Reply], None]) -> bool:
-        """``WholeBatch.run_alone`` while the model serves plain (after ``runs_inline`` said so);
-        False through the pipeline, whose lone batches go in as queries (its window reads their
-        arrivals), and once it cannot serve."""
-        return self.mode is not Mode.PIPELINE and self._drained and self.held is None and not self.dead \
-            and self.plain.run_alone(inputs, meanwhile)
+        """``WholeBatch.run_alone`` while the model serves plain (asked once ``runs_inline`` said
+        so, which drained the pipeline and found no hold); False through the pipeline, whose lone
+        batches go in as queries (its window reads their arrivals), and once it cannot serve."""
+        return self.mode is not Mode.PIPELINE and not self.dead and self.plain.run_alone(inputs, meanwhile)
 
     def run_held(self, queries: list[Query]) -> None:
         """Run the queries a hold let go (``hold.Hold``: inside ``execute``, or on the hold's

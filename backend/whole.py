@@ -81,7 +81,7 @@ class WholeBatch:
             (manifest.inputs, manifest.outputs) else None
         # A request without a deadline, handed over alone, needs no Query where the policy neither
         # learns from its run nor refuses one without a deadline, and no bucket pads it (``run_alone``).
-        self._alone = not buckets.sizes and not self.policy.learns and not (reject and self.policy.may_refuse(()))
+        self._takes_alone = not buckets.sizes and not self.policy.learns and not (reject and self.policy.may_refuse(()))
 
     ready = True  # no threads to lose
 
@@ -127,7 +127,7 @@ class WholeBatch:
         one request in flight, the stub's CPU a request fell from 270 to 236 us and from 302 to
         280 (the plain model's 239 and 258); at near-zero compute by 0-16 us in five runs, once
         18 more, within this host's noise (docs/results/lone-request-straight)."""
-        if not self._alone or not valid_before(self._judged, inputs):
+        if not self._takes_alone or not valid_before(self._judged, inputs):
             return False
         runs: list[tuple[int, list[float]]] = []
         called = time.monotonic()

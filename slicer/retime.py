@@ -103,9 +103,9 @@ def main(argv: list[str] | None = None) -> int:
           + (f" (were {was.describe()})" if was else ""))
     rows, length = after.stages[0].latency.batch_sizes[-1], (after.stages[0].latency.lengths or (None,))[-1]
     at = f"{rows} rows" + (f", length {length}" if length else "")
-    for was, now in zip(before.stages, after.stages):
-        print(f"  stage {now.index}: {was.latency.lookup(rows, length):.3f} -> {now.latency.lookup(rows, length):.3f} "
-              f"ms at {at}; preferred batch size {was.preferred_batch_size} -> {now.preferred_batch_size}")
+    for old, now in zip(before.stages, after.stages):
+        print(f"  stage {now.index}: {old.latency.lookup(rows, length):.3f} -> {now.latency.lookup(rows, length):.3f} "
+              f"ms at {at}; preferred batch size {old.preferred_batch_size} -> {now.preferred_batch_size}")
     return 0
 
 
