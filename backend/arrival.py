@@ -68,9 +68,12 @@ class TritonQueue:
         self._since = now if rows < self.max_rows else since + step * (count - 0.5)
         return since, step
 
-    def ended(self, now: float) -> None:
-        """The call ended at ``now``."""
+    def ended(self, began: float, now: float) -> float:
+        """The call that began at ``began`` ended at ``now``; the seconds the instance was idle
+        before it (since the previous call ended; 0 for the first)."""
+        idle = began - self._ended if self._ended is not None else 0.0
         self._ended = now
+        return idle
 
 
 class Arrivals:

@@ -325,8 +325,8 @@ class LoneRuns:
 class Window:
     """What one window of serving showed: its length, the requests answered, the stub's CPU
     seconds, tritonserver's (None where it cannot be read), each stage's busy seconds, the
-    mean rows of a stage's run, and the ``execute`` calls and their wall seconds (0 where not
-    counted)."""
+    mean rows of a stage's run, and the ``execute`` calls: their wall seconds, the idle before
+    each (since the previous call ended) summed and the longest (0 where not counted)."""
 
     seconds: float
     answered: int
@@ -336,6 +336,8 @@ class Window:
     rows: float
     execute_s: float = 0.0
     executes: int = 0
+    idle_s: float = 0.0
+    longest_idle_s: float = 0.0
 
 
 def round_trip_s(window: Window, delay_s: float = 0.0) -> float:
@@ -343,18 +345,22 @@ def round_trip_s(window: Window, delay_s: float = 0.0) -> float:
     do not wait on the answers explain: the instance's idle time between two ``execute`` calls,
     less what an open (Poisson) load at the window's rate leaves idle (none arrived during a call
     of the mean length: ``exp(-rate took) / rate``) and what Triton's batcher may wait for more
-    (its ``delay_s``, a call), spread over the requests. Where the clients
+    (its ``delay_s``, a call), spread over the requests. The longest idle of the window is left
+    out: where a load stopped and another started, the gap between them is no client's round
+    trip (one such gap, read as one, once had a window at the start of 16 in flight read 1.2 ms
+    a request in series and send near-zero compute to the pipeline for the rest of the check:
+    docs/results/lone-request-straight); in a steady loop it is one of many alike. Where the clients
     wait on their answers (a closed loop: perf_analyzer's concurrency) and every request in flight
     fits in one batch, the next batch cannot form until tritonserver has sent this one's answers
     and taken the clients' next requests: that round trip runs in series with the engines (64 in
     flight on the slower engine's two stages, served plain on a one-core server: the engines 73 %
     busy at 670 answers/s, where the pipeline, whose next batch enters while this one runs,
     answered 1,027; docs/results/check-auto-fused-plain). Under an open load it is about none."""
-    if not window.executes or not window.answered or window.seconds <= 0:
+    if window.executes < 2 or not window.answered or window.seconds <= 0:
         return 0.0
     rate = window.answered / window.seconds
     took = window.execute_s / window.executes
-    idle = max(window.seconds - window.execute_s, 0.0) / window.executes
+    idle = max(window.idle_s - window.longest_idle_s, 0.0) / (window.executes - 1)
     return max(idle - math.exp(-rate * took) / rate - delay_s, 0.0) * window.executes / window.answered
 
 
@@ -449,6 +455,7 @@ class ModeSwitch:
         if window.seconds <= 0:
             return None
         if window.answered < MIN_ANSWERS:  # nothing to go by: the load that comes next is likely the last one's
+            self._before = None  # ... but not the same one: no window across a pause agrees with one before it
             return None
         rows = max(window.rows, 1.0)
         per_request = window.stub_s / window.answered

@@ -15,8 +15,10 @@ Families (every metric also carries Triton's ``model`` and ``version`` labels):
   they waited at the entry (the pipeline's queue; Triton's own queue is ``nv_inference_queue_*``);
 - ``dvabatch_queries_waiting``, ``dvabatch_queries_in_flight``: queries at the entry, and queries
   handed to the backend and not yet answered;
-- ``dvabatch_executes_total``, ``dvabatch_execute_us_total``: calls of ``execute`` and the wall
-  time inside them (served plain: the instance's busy time, which ``decide.ModeSwitch`` reads);
+- ``dvabatch_executes_total``, ``dvabatch_execute_us_total``, ``dvabatch_execute_idle_us_total``:
+  calls of ``execute``, the wall time inside them and the time between one call's end and the
+  next's start (served plain: the instance's busy and idle time, which ``decide.ModeSwitch``
+  reads);
 - ``dvabatch_lone_batches_total{ran}``: batches that found the pipeline empty, by where they ran:
   ``inline`` (every stage inside ``execute``, answered in its list) or ``pipeline``
   (``decide.LoneRuns``);
@@ -58,6 +60,8 @@ IN_FLIGHT = Family("dvabatch_queries_in_flight", "gauge", "Queries handed to the
 EXECUTES = Family("dvabatch_executes_total", "counter", "Calls of the model's execute")
 EXECUTE_TIME = Family("dvabatch_execute_us_total", "counter",
                       "Microseconds spent inside the model's execute (wall time)")
+EXECUTE_IDLE = Family("dvabatch_execute_idle_us_total", "counter",
+                      "Microseconds between one call of the model's execute ending and the next beginning")
 LONE = Family("dvabatch_lone_batches_total", "counter",
               "Batches that found the pipeline empty, by where they ran (inline: inside execute; pipeline)")
 SERVING = Family("dvabatch_serving", "gauge",
@@ -65,7 +69,7 @@ SERVING = Family("dvabatch_serving", "gauge",
 CAPACITY = Family("dvabatch_predicted_capacity", "gauge",
                   "Requests/s predicted at load for plain and pipeline serving, from the tables and the host's costs")
 FAMILIES = {f.name: f for f in (META_OPERATIONS, BATCHES, STAGE_BUSY, ENTRY_QUERIES, ENTRY_WAIT, WAITING, IN_FLIGHT,
-                                EXECUTES, EXECUTE_TIME, LONE, SERVING, CAPACITY)}
+                                EXECUTES, EXECUTE_TIME, EXECUTE_IDLE, LONE, SERVING, CAPACITY)}
 
 
 Key = tuple[str, Labels]
@@ -74,6 +78,7 @@ _ENTRY_QUERIES: Key = (ENTRY_QUERIES.name, ())
 _ENTRY_WAIT: Key = (ENTRY_WAIT.name, ())
 _EXECUTES: Key = (EXECUTES.name, ())
 _EXECUTE_TIME: Key = (EXECUTE_TIME.name, ())
+_EXECUTE_IDLE: Key = (EXECUTE_IDLE.name, ())
 _INLINE: Key = ("", ())  # a record of ``Metrics.ran_inline``, counted when folded
 
 
@@ -104,6 +109,7 @@ class Metrics:
         self._lock = threading.Lock()
         self._counters: dict[Key, float] = {}
         self._recorded: deque[tuple[Key, float]] = deque()
+        self._longest_idle_us = 0.0
 
     def meta_operation(self, kind: str) -> None:
         self._add((_meta_key(kind), 1))
@@ -126,9 +132,17 @@ class Metrics:
         pays for its counters on every ``execute``."""
         self._add((_INLINE, (queries, waited_s, batches, runs)))
 
-    def executed(self, seconds: float) -> None:
-        """An ``execute`` call took ``seconds``."""
-        self._add((_EXECUTES, 1), (_EXECUTE_TIME, seconds * 1e6))
+    def executed(self, seconds: float, idle_s: float) -> None:
+        """An ``execute`` call took ``seconds``, ``idle_s`` after the previous one ended."""
+        self._add((_EXECUTES, 1), (_EXECUTE_TIME, seconds * 1e6), (_EXECUTE_IDLE, idle_s * 1e6))
+
+    def longest_idle_s(self) -> float:
+        """The longest idle before an ``execute`` call (``executed``) since the last time asked:
+        where a load stopped or started, the one gap that is no client's round trip."""
+        with self._lock:
+            self._fold()
+            longest, self._longest_idle_us = self._longest_idle_us, 0.0
+        return longest / 1e6
 
     def lone(self, inline: bool) -> None:
         """A batch found the pipeline empty and ran ``inline`` inside ``execute``, or in the pipeline."""
@@ -149,6 +163,7 @@ class Metrics:
         """Forget every counter (what loading ran to measure the host is not the model's)."""
         with self._lock:
             self._recorded.clear()
+            self._longest_idle_us = 0.0
             self._counters = {k: v for k, v in self._counters.items() if k[0] in (SERVING.name, CAPACITY.name)}
 
     def snapshot(self) -> dict[Key, float]:
@@ -166,8 +181,10 @@ class Metrics:
     def _fold(self) -> None:
         recorded, counters = self._recorded, self._counters
         while recorded:
-            key, value = recorded.popleft()
-            for key, value in (_inline_updates(*value) if key is _INLINE else ((key, value),)):
+            record, value = recorded.popleft()
+            if record is _EXECUTE_IDLE and value > self._longest_idle_us:
+                self._longest_idle_us = value
+            for key, value in (_inline_updates(*value) if record is _INLINE else ((record, value),)):
                 counters[key] = counters.get(key, 0.0) + value
 
 

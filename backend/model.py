@@ -208,8 +208,7 @@ class TritonPythonModel:
             return self._execute(requests, began)
         finally:
             ended = time.monotonic()
-            self._reached.ended(ended)
-            self._metrics.executed(ended - began)
+            self._metrics.executed(ended - began, self._reached.ended(began, ended))
             if self._trace is not None:
                 self._trace.write(f"execute\t{began:.6f}\t{ended:.6f}\t{len(requests)}\n")
 

@@ -36,7 +36,7 @@ from .executor import Trace
 from .hold import HeldBatch, Hold
 from .host import Cpus, Machine, cpus, machine
 from .manifest import Manifest
-from .metrics import BATCHES, ENTRY_QUERIES, EXECUTE_TIME, EXECUTES, STAGE_BUSY, Metrics
+from .metrics import BATCHES, ENTRY_QUERIES, EXECUTE_IDLE, EXECUTE_TIME, EXECUTES, STAGE_BUSY, Metrics
 from .nvml import NvmlError
 from .padding import Buckets
 from .query import Query, Reply, Tensors
@@ -220,6 +220,21 @@ def _form_on_cores(config: RuntimeConfig, max_batch_size: int):
     return form
 
 
+@dataclass(frozen=True)
+class Reading:
+    """What the ``Watch`` reads at the end of each window: the clock, this process's CPU seconds
+    and tritonserver's (None where it cannot be read), the metrics' counters, the answers a hold
+    has sent (``Hold.sent``), and the longest idle before an ``execute`` since the last reading
+    (``Metrics.longest_idle_s``)."""
+
+    clock: float
+    cpu_s: float
+    server_s: float | None
+    counters: dict
+    sent: int
+    longest_idle_s: float
+
+
 class Watch(threading.Thread):
     """Every ``WINDOW_S``, what serving showed (the metrics' counters, this process's CPU and
     tritonserver's) goes to the ``ModeSwitch``, and the runtime serves as it says from the next
@@ -248,7 +263,7 @@ class Watch(threading.Thread):
             window = self._window(before, now)
             try:
                 changed = self.switch.observe(window)
-                self._hold(window, now[-1] - before[-1])
+                self._hold(window, now.sent - before.sent)
             except Exception:  # the switch must never take serving down: the mode stays
                 log.exception("the mode switch failed")
                 changed = None
@@ -274,28 +289,25 @@ class Watch(threading.Thread):
                        f"answers/s: the host has room for each held answer's send() up to {most:.0f}/s")
         held.most_per_s = most
 
-    def _read(self) -> tuple[float, float, float | None, dict, int]:
-        """The clock, this process's CPU seconds and tritonserver's, the metrics' counters, and
-        the answers a hold has sent (``Hold.sent``)."""
+    def _read(self) -> Reading:
         sent = self.runtime.held.sent if self.runtime.held is not None else 0
-        return (time.monotonic(), calibrate.host_cpu_s(self.device), self._server_cpu_s(), self.metrics.snapshot(),
-                sent)
+        return Reading(time.monotonic(), calibrate.host_cpu_s(self.device), self._server_cpu_s(),
+                       self.metrics.snapshot(), sent, self.metrics.longest_idle_s())
 
-    def _window(self, before, now) -> Window:
-        (t0, cpu0, server0, counted0, sent0), (t1, cpu1, server1, counted1, sent1) = before, now
-
+    def _window(self, before: Reading, now: Reading) -> Window:
         def delta(key) -> float:
-            return counted1.get(key, 0.0) - counted0.get(key, 0.0)
+            return now.counters.get(key, 0.0) - before.counters.get(key, 0.0)
         busy = tuple(delta((STAGE_BUSY.name, (("stage", str(s)),))) / 1e6 for s in range(self.stages))
         runs = rows = 0.0
-        for key in counted1:
+        for key in now.counters:
             name, labels = key
             if name == BATCHES.name and dict(labels).get("stage") == "0":
                 runs += delta(key)
                 rows += delta(key) * int(dict(labels)["rows"])
-        server = server1 - server0 if server0 is not None and server1 is not None else None
+        server = now.server_s - before.server_s if before.server_s is not None and now.server_s is not None else None
         # A hold's calls return at once, and one runs the held batch: they say nothing of a round trip.
-        shown = self.alone and sent1 == sent0
-        calls = (delta((EXECUTE_TIME.name, ())) / 1e6, int(delta((EXECUTES.name, ())))) if shown else (0.0, 0)
-        return Window(t1 - t0, int(delta((ENTRY_QUERIES.name, ()))), cpu1 - cpu0, server, busy,
-                      rows / runs if runs else 1.0, *calls)
+        shown = self.alone and now.sent == before.sent
+        calls = (delta((EXECUTE_TIME.name, ())) / 1e6, int(delta((EXECUTES.name, ()))),
+                 delta((EXECUTE_IDLE.name, ())) / 1e6, now.longest_idle_s) if shown else ()
+        return Window(now.clock - before.clock, int(delta((ENTRY_QUERIES.name, ()))), now.cpu_s - before.cpu_s,
+                      server, busy, rows / runs if runs else 1.0, *calls)

@@ -557,13 +557,14 @@ def test_served_plain_in_a_closed_loop_the_requests_round_trip_counts_in_series_
     tables = [{"batch_sizes": [1, 64], "mean": [4.0, 36.0]}] * 2
     manifest = timed_manifest(tables, max_batch_size=64)
     costs = HostCosts(pipeline_batch_s=2.3e-3, pipeline_request_s=349e-6, plain_request_s=40e-6)
-    closed = Window(1.0, 640, 640 * 40e-6, 640 * 650e-6, (0.36, 0.36), 64.0, execute_s=0.74, executes=10)
+    closed = Window(1.0, 640, 640 * 40e-6, 640 * 650e-6, (0.36, 0.36), 64.0, execute_s=0.74, executes=10,
+                    idle_s=0.26, longest_idle_s=0.026)
     assert round_trip_s(closed) == pytest.approx(0.26 / 640)
     unseen = ModeSwitch([s.latency for s in manifest.stages], costs, cores=1, mode=Mode.IN_TURN)
     assert _decides(unseen, dataclasses.replace(closed, executes=0)) is None, unseen.last  # what it did before
     switch = ModeSwitch([s.latency for s in manifest.stages], costs, cores=1, mode=Mode.IN_TURN)
     starting = dataclasses.replace(closed, answered=320, stub_s=320 * 40e-6, server_s=320 * 650e-6,
-                                   busy_s=(0.18, 0.18), execute_s=0.37, executes=5)
+                                   busy_s=(0.18, 0.18), execute_s=0.37, executes=5, idle_s=0.6, longest_idle_s=0.5)
     assert switch.observe(starting) is None  # one window never switches
     assert switch.observe(closed) is None  # the window before, at half the rate: a load starting
     assert switch.observe(closed) is Mode.PIPELINE, switch.last
@@ -571,12 +572,39 @@ def test_served_plain_in_a_closed_loop_the_requests_round_trip_counts_in_series_
     pipelined = Window(1.0, 1000, 1000 * 420e-6, 1000 * 650e-6, (0.6, 0.6), 32.0)
     assert _decides(switch, pipelined) is None and "overloaded plain" in switch.last
     assert switch._series_s(1000) == pytest.approx(0.26 / 640) and switch._series_s(500) == 0.0
-    lone = Window(1.0, 100, 100 * 40e-6, None, (0.4, 0.4), 1.0, execute_s=0.8, executes=100)
+    lone = Window(1.0, 100, 100 * 40e-6, None, (0.4, 0.4), 1.0, execute_s=0.8, executes=100, idle_s=0.2,
+                  longest_idle_s=0.002)
     assert round_trip_s(lone) == 0.0  # idle 2 ms a call, where Poisson arrivals leave 4.5
     # Triton's batcher, told to wait up to 5 ms for more, leaves the instance idle that much longer
     # a call under an open load: not a round trip.
-    batched = Window(1.0, 200, 200 * 40e-6, None, (0.1, 0.1), 2.0, execute_s=0.1, executes=100)
+    batched = Window(1.0, 200, 200 * 40e-6, None, (0.1, 0.1), 2.0, execute_s=0.1, executes=100, idle_s=0.9,
+                     longest_idle_s=0.009)
     assert round_trip_s(batched) > 2e-3 and round_trip_s(batched, delay_s=5e-3) == 0.0
+
+
+def test_the_pause_between_two_loads_is_no_round_trip_and_no_window_before_it_agrees_with_one_after():
+    """Near-zero stages served plain, a closed loop of 16 starting 0.8 s into a window after a
+    3.5 s pause: 605 answers/s in runs of 7.6 rows, 2 ms idle before each call but the first.
+    Counting the pause, the instance read 12 ms idle a call and 1.4 ms a request in series: such
+    a window, agreeing with one before the pause at about the same rate, sent the model to the
+    pipeline for the rest of the check (docs/results/lone-request-straight). Without the longest
+    idle, it reads about 0.1 ms. And a window with hardly any answers (the pause) breaks the two
+    in a row a switch needs: the closed loop that pipelines (the slower engine at 64 in flight)
+    switches only on its second window after it."""
+    start = Window(1.0, 605, 605 * 14.5e-6, 605 * 276e-6, (0.0004, 0.0004), 7.6, execute_s=0.04, executes=80,
+                   idle_s=3.5 + 79 * 0.002, longest_idle_s=3.5)
+    assert round_trip_s(start) == pytest.approx(103e-6, rel=0.05)
+    assert round_trip_s(dataclasses.replace(start, idle_s=0.96 * 79 / 80, longest_idle_s=0.0)) > 1.4e-3
+    tables = [{"batch_sizes": [1, 64], "mean": [4.0, 36.0]}] * 2
+    manifest = timed_manifest(tables, max_batch_size=64)
+    costs = HostCosts(pipeline_batch_s=2.3e-3, pipeline_request_s=349e-6, plain_request_s=40e-6)
+    closed = Window(1.0, 640, 640 * 40e-6, 640 * 650e-6, (0.36, 0.36), 64.0, execute_s=0.74, executes=10,
+                    idle_s=0.26, longest_idle_s=0.026)
+    switch = ModeSwitch([s.latency for s in manifest.stages], costs, cores=1, mode=Mode.IN_TURN)
+    assert switch.observe(closed) is None
+    assert switch.observe(Window(1.0, 3, 0.001, None, (0.0, 0.0), 1.0, executes=3)) is None  # the pause
+    assert switch.observe(closed) is None, switch.last
+    assert switch.observe(closed) is Mode.PIPELINE
 
 
 def test_a_pipeline_does_not_shorten_the_round_trip_so_where_it_is_all_the_cycle_plain_stays():
@@ -589,7 +617,8 @@ def test_a_pipeline_does_not_shorten_the_round_trip_so_where_it_is_all_the_cycle
     answered 1,200/s where plain had answered 1,752)."""
     manifest = timed_manifest([flat(0.01)] * 2, max_batch_size=64)
     costs = HostCosts(pipeline_batch_s=665e-6, pipeline_request_s=121e-6, plain_batch_s=25e-6, plain_request_s=14e-6)
-    window = Window(1.0, 1750, 1750 * 14.5e-6, 1750 * 276e-6, (0.0004, 0.0004), 50.0, execute_s=0.08, executes=35)
+    window = Window(1.0, 1750, 1750 * 14.5e-6, 1750 * 276e-6, (0.0004, 0.0004), 50.0, execute_s=0.08, executes=35,
+                    idle_s=0.92, longest_idle_s=0.92 / 35)
     switch = ModeSwitch([s.latency for s in manifest.stages], costs, cores=1, mode=Mode.IN_TURN)
     assert _decides(switch, window) is None, switch.last
     assert "(92% busy)" in switch.last and "526 us a request's round trip" in switch.last

@@ -24,7 +24,7 @@ from backend.policy import FixedPolicy, RandomPolicy
 from backend.query import Failure, Handover, Query, refuse_invalid, take_batch, validate
 from backend.runtime import BACKPRESSURE_MAX_S, Runtime
 from backend.decide import HostCosts, LoneRuns, Mode, choose, waits
-from backend.serving import serve
+from backend.serving import Reading, serve
 from backend.whole import WholeBatch
 from backend.sample import sample_inputs
 from slicer.slicing import VERSION, slice_model
@@ -556,13 +556,15 @@ def test_the_watch_shows_the_switch_the_execute_calls_of_a_lone_instance(tmp_pat
                        CpuDevice(), metrics)
     runtime.watch.stop()
     try:
-        before = (0.0, 0.0, None, metrics.snapshot(), 0)
-        for seconds in (0.01, 0.02, 0.03):
-            metrics.executed(seconds)
-        now = (1.0, 0.0, None, metrics.snapshot(), 0)
+        before = Reading(0.0, 0.0, None, metrics.snapshot(), 0, metrics.longest_idle_s())
+        for seconds, idle in ((0.01, 0.5), (0.02, 0.002), (0.03, 0.003)):
+            metrics.executed(seconds, idle)
+        now = Reading(1.0, 0.0, None, metrics.snapshot(), 0, metrics.longest_idle_s())
         window = runtime.watch._window(before, now)
         assert window.executes == 3 and window.execute_s == pytest.approx(0.06)
-        assert runtime.watch._window(before, (*now[:4], 2)).executes == 0
+        assert window.idle_s == pytest.approx(0.505) and window.longest_idle_s == pytest.approx(0.5)
+        assert metrics.longest_idle_s() == 0.0  # since the last reading
+        assert runtime.watch._window(before, replace(now, sent=2)).executes == 0
         runtime.watch.alone = False
         assert runtime.watch._window(before, now).executes == 0
     finally:

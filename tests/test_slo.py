@@ -219,11 +219,12 @@ def test_a_deadline_counts_the_wait_in_tritons_queue_while_the_instance_was_busy
         since, step = queue.spread(len(rows), sum(rows), now)
         return [since + step * (i + 0.5) for i in range(len(rows))]
     assert arrivals([1], 10.0) == [pytest.approx(9.999)]
-    queue.ended(10.100)  # a 100 ms call of one row: Triton's queue was empty at 10.0
+    assert queue.ended(10.0, 10.100) == 0.0  # a 100 ms call of one row: Triton's queue was empty at 10.0
     assert arrivals([1, 2, 1, 4], 10.1002) == pytest.approx([10.0125, 10.0376, 10.0626, 10.0877], abs=1e-4)
-    queue.ended(10.200)  # that call was full (8 rows): the next came after its last, at 10.0877
+    # that call was full (8 rows), 0.2 ms after the first ended: the next came after its last, at 10.0877
+    assert queue.ended(10.1002, 10.200) == pytest.approx(0.0002)
     assert arrivals([1], 10.2001) == [pytest.approx((10.0877 + 10.2001) / 2, abs=1e-4)]
-    queue.ended(10.300)
+    queue.ended(10.2001, 10.300)
     assert arrivals([1], 11.0) == [pytest.approx(10.999)]  # idle since 10.3: the batcher's delay only
 
 
