@@ -163,7 +163,7 @@ def serve(manifest: Manifest, version_dir: Path, config: RuntimeConfig, device: 
             runtime.held = Hold(config.policy, runtime.run_held, runtime.entry.arrived, runtime.entry.steady_rate)
         switch = ModeSwitch([s.latency for s in manifest.stages], costs, cores, statistic, interpreted(manifest),
                             whole=manifest.fused().stages[0].latency if fused else None,
-                            batcher_delay_s=config.queue.delay_us / 1e6)
+                            batcher_delay_s=config.queue.delay_us / 1e6, entry_waits=waited)
         runtime.watch = Watch(runtime, switch, metrics, device, len(manifest.stages),
                               _shared(server_cpu_s, lent.instances), said, alone=lent.instances == 1)
         runtime.watch.start()

@@ -607,6 +607,31 @@ def test_the_pause_between_two_loads_is_no_round_trip_and_no_window_before_it_ag
     assert switch.observe(closed) is Mode.PIPELINE
 
 
+def test_a_pipeline_whose_execute_waits_pays_the_hand_off_between_calls_as_plain_serving_does():
+    """TensorRT-speed BERT-base (its A100 tables, timed) served plain on a one-core server at 908
+    Poisson answers/s, 1.7 rows a call: the instance sat idle 240 us a request more than such
+    arrivals explain, mostly Triton's hand-off from one call to the next. Counted for plain
+    alone, it made plain's predicted wait the longer one and sent the model to the pipeline,
+    which answered in 3.1 ms where plain had in 2.3 (issue 38's check at 5d4520c). But where the
+    pipeline's ``execute`` waits for stage 0 (the CPU caps it, ``waits``), its calls hold the
+    instance one after another too, each with that hand-off: counted for both, it stays plain."""
+    from tools.lib.paths import ROOT
+    from tools.lib.timed import from_profile
+
+    manifest = from_profile(ROOT / "docs" / "profiles" / "bert_base_trt_a100_2stages.json")[1]
+    tables, whole = [s.latency for s in manifest.stages], manifest.fused().stages[0].latency
+    costs = HostCosts(pipeline_batch_s=321e-6, pipeline_request_s=62e-6, plain_batch_s=155e-6, plain_request_s=19e-6,
+                      handoff_s=4e-6)
+    took, idle = 807e-6, 941e-6  # a call's time inside execute (the whole model and the stub), and the idle before it
+    window = Window(1.0, 908, 534 * 187e-6, 908 * 330e-6, (0.1, 0.1), 1.7, execute_s=534 * took, executes=534,
+                    idle_s=534 * idle, longest_idle_s=3 * idle)
+    assert round_trip_s(window) == pytest.approx(240e-6, rel=0.05)
+    for waits, then in ((False, Mode.PIPELINE), (True, None)):
+        switch = ModeSwitch(tables, costs, cores=1, mode=Mode.FUSED, whole=whole, entry_waits=waits)
+        switch.server = {Mode.PIPELINE: 426e-6, Mode.FUSED: 330e-6}
+        assert _decides(switch, window) is then, switch.last
+
+
 def test_a_pipeline_does_not_shorten_the_round_trip_so_where_it_is_all_the_cycle_plain_stays():
     """Near-zero stages, 64 in flight served plain on a one-core server: 1,750 answers/s in
     batches of 50, ``execute`` busy 8 % of the time, and idle 26 ms before each batch: a round
