@@ -167,7 +167,7 @@ class HeldBatch:
     def run(self, queries: Sequence[Query], meanwhile: Callable[[], None] | None = None) -> None:
         self.whole.run(queries, meanwhile)
 
-    def run_alone(self, inputs: Tensors, meanwhile: Callable[[Reply], None]) -> bool:
+    def run_straight(self, inputs: Sequence[Tensors], meanwhile: Callable[[list[Reply]], None]) -> bool:
         return False  # every query is held
 
     def submit(self, queries: Sequence[Query]) -> None:

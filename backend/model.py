@@ -1,8 +1,8 @@
 """Triton's entry point for every model whose config.pbtxt says ``backend: "dvabatch"``.
 
 Only Triton glue lives here: requests become ``Query`` objects for the server ``serving.serve``
-built (``serving.Server``; a request alone in its call and without a deadline, served plain,
-just its inputs: ``Server.run_alone``), which says per ``execute`` whether the batch runs
+built (``serving.Server``; the requests of a call without a deadline, served plain, just their
+inputs: ``Server.run_straight``), which says per ``execute`` whether the batch runs
 inside it or is handed over. Handed over, ``execute`` returns at once or once stage 0 has computed them (where
 the CPU caps the pipeline: meanwhile Triton gathers the requests that arrive into its next
 batch; ``decide.waits``), so Triton hands over the next batch while earlier ones are still
@@ -232,7 +232,7 @@ class TritonPythonModel:
                                               handover.deliver(i, self._response_of((outputs, failure)))))
             responses = handover.close()
             return None if self._decoupled else responses
-        responses = self._alone(requests[0], inputs[0]) if count == 1 else None
+        responses = self._straight(requests, inputs)
         if responses is None:
             # Every query is answered, its reply kept on it, before the engines are done: the
             # responses are built meanwhile, on arrays filled by the time run returns.
@@ -245,14 +245,16 @@ class TritonPythonModel:
             self._sender(request)(response)
         return None
 
-    def _alone(self, request, inputs: dict) -> list | None:
-        """The response of the one request of a call run inside ``execute`` (the usual call at
-        low load), run from its inputs alone where it has no deadline (``Server.run_alone``), or
-        None: it goes the way of every other call."""
-        if self._queue.timeout_us(request.timeout()):
+    def _straight(self, requests: list, inputs: list[dict]) -> list | None:
+        """The responses of a call run inside ``execute``, run from the requests' inputs alone
+        where none has a deadline (``Server.run_straight``), or None: it goes the way of every
+        other call."""
+        timeout_us = self._queue.timeout_us
+        if any(timeout_us(request.timeout()) for request in requests):
             return None
         responses: list = []
-        if not self._server.run_alone(inputs, lambda reply: responses.append(self._response_of(reply))):
+        respond = self._response_of
+        if not self._server.run_straight(inputs, lambda replies: responses.extend([respond(r) for r in replies])):
             return None
         return responses
 

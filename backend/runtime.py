@@ -99,7 +99,7 @@ class Runtime:
         # and ``mode`` through the ``watch``).
         self.plain = WholeBatch(manifest.fused() if fused else manifest, fused or engines, self.device, self.metrics,
                                 self.pad_values, self.size_limits, config.policy.form_inline, buckets, config.policy,
-                                config.queue.reject)
+                                config.queue.reject, alike_together=True)
         self.lone: LoneRuns | None = None
         self.held: Hold | None = None  # served plain, the queries the policy holds back (``serving.serve``)
         self.mode = Mode.PIPELINE
@@ -165,11 +165,11 @@ class Runtime:
             self.entry.arrived(queries)
         self.plain.run(queries, meanwhile)
 
-    def run_alone(self, inputs: Tensors, meanwhile: Callable[[Reply], None]) -> bool:
-        """``WholeBatch.run_alone`` while the model serves plain (asked once ``runs_inline`` said
-        so, which drained the pipeline and found no hold); False through the pipeline, whose lone
-        batches go in as queries (its window reads their arrivals), and once it cannot serve."""
-        return self.mode is not Mode.PIPELINE and not self.dead and self.plain.run_alone(inputs, meanwhile)
+    def run_straight(self, inputs: Sequence[Tensors], meanwhile: Callable[[list[Reply]], None]) -> bool:
+        """``WholeBatch.run_straight`` while the model serves plain (asked once ``runs_inline``
+        said so, which drained the pipeline and found no hold); False through the pipeline, whose
+        lone batches go in as queries (its window reads their arrivals), and once it cannot serve."""
+        return self.mode is not Mode.PIPELINE and not self.dead and self.plain.run_straight(inputs, meanwhile)
 
     def run_held(self, queries: list[Query]) -> None:
         """Run the queries a hold let go (``hold.Hold``: inside ``execute``, or on the hold's

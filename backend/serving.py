@@ -57,9 +57,10 @@ class Server(Protocol):
 
     def run(self, queries: Sequence[Query], meanwhile: Callable[[], None] | None = None) -> None: ...
 
-    def run_alone(self, inputs: Tensors, meanwhile: Callable[[Reply], None]) -> bool:
-        """Where ``runs_inline``: run one request without a deadline, given as its inputs, and
-        hand its reply to ``meanwhile``; or say False and do nothing (``WholeBatch.run_alone``)."""
+    def run_straight(self, inputs: Sequence[Tensors], meanwhile: Callable[[list[Reply]], None]) -> bool:
+        """Where ``runs_inline``: run the requests of a call, none with a deadline, given as their
+        inputs, and hand their replies to ``meanwhile``; or say False and do nothing
+        (``WholeBatch.run_straight``)."""
 
     def submit(self, queries: Sequence[Query]) -> None: ...
 
@@ -127,7 +128,7 @@ def serve(manifest: Manifest, version_dir: Path, config: RuntimeConfig, device: 
         config.bind(manifest)
         form = together if config.batching == "triton" else _form_on_cores(config, manifest.max_batch_size)
         whole = WholeBatch(manifest, engines, device, metrics, config.pad_values, config.size_limits(manifest), form,
-                           buckets, config.policy, config.queue.reject)
+                           buckets, config.policy, config.queue.reject, alike_together=form is together)
         if config.policy.holds and config.batching != "triton":
             return decision, HeldBatch(whole, config.policy)
         return decision, whole

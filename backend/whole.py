@@ -48,6 +48,12 @@ def together(queries: Sequence[Query]) -> list[list[Query]]:
     return [list(queries)]
 
 
+def _alike(inputs: Sequence[Tensors]) -> bool:
+    """Whether requests' inputs differ in their rows alone."""
+    first = inputs[0]
+    return all(array.shape[1:] == first[name].shape[1:] for each in inputs[1:] for name, array in each.items())
+
+
 class WholeBatch:
     """Runs each batch Triton hands over to completion and answers its queries. A batch is
     padded along each named axis to its longest query (none where they agree, the usual case,
@@ -63,7 +69,7 @@ class WholeBatch:
     def __init__(self, manifest: Manifest, engines: Sequence[Engine], device: Device, metrics: Metrics,
                  pad_values: Mapping[str, float] | None = None, size_limits: Mapping[str, int] | None = None,
                  form: Former = together, buckets: Buckets = Buckets(), policy: Policy | None = None,
-                 reject: bool = True):
+                 reject: bool = True, alike_together: bool = False):
         self.manifest, self.engines, self.device, self.metrics = manifest, engines, device, metrics
         self.pad_values = pad_values or {}
         self.buckets = buckets
@@ -79,9 +85,12 @@ class WholeBatch:
         one = manifest.stages[0]
         self._one = engines[0] if len(engines) == 1 and not one.carry and (one.inputs, one.outputs) == \
             (manifest.inputs, manifest.outputs) else None
-        # A request without a deadline, handed over alone, needs no Query where the policy neither
-        # learns from its run nor refuses one without a deadline, and no bucket pads it (``run_alone``).
-        self._takes_alone = not buckets.sizes and not self.policy.learns and not (reject and self.policy.may_refuse(()))
+        # Requests without a deadline need no Query where the policy neither learns from their run
+        # nor refuses one without a deadline, and no bucket pads them (``run_straight``); several
+        # only where ``form`` runs requests of one shape as one batch (``together``;
+        # ``Policy.form_inline``), which ``alike_together`` says.
+        self._straight = not buckets.sizes and not self.policy.learns and not (reject and self.policy.may_refuse(()))
+        self._alike_together = alike_together
 
     ready = True  # no threads to lose
 
@@ -116,24 +125,50 @@ class WholeBatch:
             ran, admitted, waited_s, batches = self._run_formed(queries, runs)
         self._ended(meanwhile, runs, called, admitted, waited_s, batches, ran)
 
-    def run_alone(self, inputs: Tensors, meanwhile: Callable[[Reply], None]) -> bool:
-        """Run one request Triton handed over alone, given as its inputs, where nothing about it
-        needs a ``Query``: the caller found it has no deadline (no timeout of its own, none by the
-        queue policy), the policy neither learns nor refuses one without a deadline, no bucket
-        pads it, and inputs of its signature were judged valid before. Its reply goes to
+    def run_straight(self, inputs: Sequence[Tensors], meanwhile: Callable[[list[Reply]], None]) -> bool:
+        """Run the requests of one call Triton handed over, given as their inputs, where nothing
+        about them needs a ``Query``: the caller found none has a deadline (no timeout of its own,
+        none by the queue policy), the policy neither learns nor refuses one without a deadline,
+        no bucket pads them, inputs of each one's signature were judged valid before, and, where
+        there are several, they are of one shape but for their rows and ``form`` runs such
+        requests as one batch: stacked, nothing to pad or cut. Their replies, in order, go to
         ``meanwhile`` before the host waits for the engines, as ``run``'s ``meanwhile`` is called.
-        False, with nothing done, where it needs more: the caller takes the way of ``run``, which
-        judges a signature first seen and answers an invalid query. Served plain at TensorRT speed,
-        one request in flight, the stub's CPU a request fell from 270 to 236 us and from 302 to
-        280 (the plain model's 239 and 258); at near-zero compute by 0-16 us in five runs, once
-        18 more, within this host's noise (docs/results/lone-request-straight)."""
-        if not self._takes_alone or not valid_before(self._judged, inputs):
+        False, with nothing done, where they need more: the caller takes the way of ``run``, which
+        judges a signature first seen and answers an invalid query. Served plain at TensorRT
+        speed, one request in flight, the stub's CPU a request fell from 270 to 236 us and from
+        302 to 280 (the plain model's 239 and 258); at near-zero compute by 0-16 us in five runs,
+        once 18 more, within this host's noise (docs/results/lone-request-straight)."""
+        if not self._straight or not all(valid_before(self._judged, each) for each in inputs):
             return False
         runs: list[tuple[int, list[float]]] = []
         called = time.monotonic()
-        reply = self._one_query(inputs, runs)
-        self._ended(lambda: meanwhile(reply), runs, called, 1, 0.0, 1, None)
+        if len(inputs) == 1:
+            replies = [self._one_query(inputs[0], runs)]
+        elif self._alike_together and _alike(inputs):
+            replies = self._run_alike(inputs, runs)
+        else:
+            return False
+        self._ended(lambda: meanwhile(replies), runs, called, len(inputs), 0.0, 1, None)
         return True
+
+    def _run_alike(self, inputs: Sequence[Tensors], runs: list) -> list[Reply]:
+        """The replies of requests of one shape, run as one batch; where the engines fail on it,
+        each runs as its own (``_one_query``), so that only a request that cannot run fails."""
+        device = self.device
+        try:
+            with device.running_on(self._stream):
+                feed = {spec.name: device.from_host(stack(list(map(column, inputs)), spec, {}))
+                        for spec, column, _ in self._columns}
+                outputs = self._stages(feed, len(next(iter(feed.values()))), runs)
+                host = [(spec.name, device.copy_out(outputs[spec.name])) for spec in self.manifest.outputs]
+        except Exception:  # noqa: BLE001 - rerun one by one: only a request that cannot run fails
+            return [self._one_query(each, runs) for each in inputs]
+        replies, start = [], 0
+        for each in inputs:
+            end = start + len(next(iter(each.values())))
+            replies.append(({name: array[start:end] for name, array in host}, None))
+            start = end
+        return replies
 
     def _run_lone(self, query: Query, meanwhile: Callable[[], None] | None) -> None:
         """``run`` for one query, the usual call at low load, admitted and run as its own batch

@@ -404,7 +404,7 @@ def test_a_model_sliced_for_torch_answers_like_the_unsliced_model(client, reposi
 
 def test_a_request_with_a_timeout_amid_seconds_of_lone_requests_without_one_is_answered(client, server, sources):
     """Served plain, a lone request without a deadline runs straight from its inputs
-    (``WholeBatch.run_alone``), and still tells the backend when its call began: a request's
+    (``WholeBatch.run_straight``), and still tells the backend when its call began: a request's
     wait counts from then (``arrival.TritonQueue``). A request with a timeout of 1 s, sent while
     another client has sent lone requests without one, back to back, for 3 s, is answered, not
     refused as expired."""

@@ -656,13 +656,15 @@ def test_a_lone_query_served_plain_is_its_own_batch_and_counted_as_one_engine_ru
         runtime.close()
 
 
-def test_a_lone_request_without_a_deadline_runs_from_its_inputs_once_their_signature_was_judged_valid(tmp_path):
-    """``run_alone``: served plain, the one request of a call, with no deadline, runs from its
-    inputs alone, no ``Query`` made, and its reply goes to ``meanwhile``; it is counted as a lone
-    query's run is. It declines, doing nothing, wherever more is needed: inputs of a signature
-    not judged yet (the general way judges it) or judged invalid (the general way answers why),
-    a lone batch through the pipeline (its window reads the arrival), a policy that learns from
-    each run (``slo``)."""
+def test_requests_without_a_deadline_run_from_their_inputs_once_their_signatures_were_judged_valid(tmp_path):
+    """``run_straight``: served plain, the requests of a call, none with a deadline, run from
+    their inputs alone, no ``Query`` made, and their replies go to ``meanwhile``, in order; they
+    are counted as queries' runs are: one alone, several of one shape as one batch. It declines,
+    doing nothing, wherever more is needed: inputs of a signature not judged yet (the general way
+    judges it) or judged invalid (the general way answers why), requests of different lengths
+    (the policy forms them), a lone batch through the pipeline (its window reads the arrival), a
+    policy that learns from each run (``slo``), and several where the former may split requests
+    of one shape (on the host's cores, the policy's ``form``)."""
     trt = timed_manifest(tmp_path, 0.62, 15.15, 128)
     runtime, metrics = served_plain(trt, tmp_path)
     try:
@@ -670,29 +672,43 @@ def test_a_lone_request_without_a_deadline_runs_from_its_inputs_once_their_signa
         bad = {**feed, "input_ids": feed["input_ids"].astype(np.int32)}
         replies: list = []
         assert runtime.runs_inline()
-        assert not runtime.run_alone(feed, replies.append) and not replies and not metrics.snapshot().get(
+        assert not runtime.run_straight([feed], replies.extend) and not replies and not metrics.snapshot().get(
             ("dvabatch_entry_queries_total", ()))
         inbox = Inbox()
-        runtime.run([inbox.query(0, feed), inbox.query(1, bad)])  # judged: valid, invalid
+        one = sample_inputs(trt.inputs, 1, {"sequence": 16}, seed=3)
+        runtime.run([inbox.query(0, feed), inbox.query(1, bad), inbox.query(2, one)])  # judged: valid, invalid
         assert inbox.answers[1][0][1].bad_input
-        assert not runtime.run_alone(bad, replies.append) and not replies
+        assert not runtime.run_straight([bad], replies.extend) and not replies
         other = sample_inputs(trt.inputs, 2, {"sequence": 16}, seed=1)
-        assert runtime.run_alone(other, replies.append)
+        assert runtime.run_straight([other], replies.extend)
         [(outputs, failure)] = replies
         assert failure is None and all(np.array_equal(outputs[f"{name}_out"], other[name]) for name in other)
         counted = metrics.snapshot()
-        assert counted[("dvabatch_entry_queries_total", ())] == 2
+        assert counted[("dvabatch_entry_queries_total", ())] == 3
         assert counted[("dvabatch_meta_operations_total", (("kind", "new"),))] == 2
         assert {dict(k)["rows"]: v for (family, k), v in counted.items() if family == "dvabatch_batches_total"} \
-            == {"2": 2}
+            == {"3": 1, "2": 1}
+        replies.clear()
+        assert runtime.run_straight([other, one, feed], replies.extend)  # one batch of 5 rows
+        assert [r[1] for r in replies] == [None] * 3
+        for reply, sent in zip(replies, (other, one, feed)):
+            assert all(np.array_equal(reply[0][f"{name}_out"], sent[name]) for name in sent)
+        counted = metrics.snapshot()
+        assert counted[("dvabatch_batches_total", (("stage", "0"), ("rows", "5")))] == 1
+        longer = sample_inputs(trt.inputs, 1, {"sequence": 24}, seed=4)
+        runtime.run([Inbox().query(0, longer)])  # judged valid
+        assert not runtime.run_straight([one, longer], replies.extend) and len(replies) == 3
         runtime.mode = Mode.PIPELINE
-        assert not runtime.run_alone(other, replies.append) and len(replies) == 1
+        assert not runtime.run_straight([other], replies.extend) and len(replies) == 3
     finally:
         runtime.close()
     engines = load_engines(trt, tmp_path, CpuDevice())
     learns = WholeBatch(trt, engines, CpuDevice(), Metrics(), policy=make_policy("slo", {}))
     learns.run([Inbox().query(0, feed)])
-    assert not learns.run_alone(feed, replies.append) and len(replies) == 1
+    assert not learns.run_straight([feed], replies.extend) and len(replies) == 3
+    splits = WholeBatch(trt, engines, CpuDevice(), Metrics(), form=lambda queries: [[q] for q in queries])
+    splits.run([Inbox().query(0, feed)])
+    assert splits.run_straight([feed], replies.extend) and not splits.run_straight([feed, feed], replies.extend)
 
 
 @pytest.mark.wallclock
