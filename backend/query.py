@@ -222,9 +222,9 @@ def signature(inputs: Tensors) -> tuple:
     return tuple([(name, array.dtype, array.shape) for name, array in inputs.items()])
 
 
-def valid_before(judged: Judged, inputs: Tensors) -> bool:
-    """Whether inputs of this signature were judged valid (``refuse_invalid``, with ``judged``)."""
-    judgement = judged.get(signature(inputs))
+def valid_before(judged: Judged, key: tuple) -> bool:
+    """Whether inputs of this ``signature`` were judged valid (``refuse_invalid``, with ``judged``)."""
+    judgement = judged.get(key)
     return judgement is not None and judgement[0] is None
 
 
