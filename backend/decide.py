@@ -597,18 +597,18 @@ class ModeSwitch:
         2.03, which answered in 3.1 ms where plain had in 2.3."""
         if not self.entry_waits:
             return 0.0
-        bs = max(1, min(round(rows), self.tables[0].batch_sizes[-1]))
-        return device_s(self.tables[:1], Mode.IN_TURN, bs, middle_length(self.tables), self.statistic) + rows * series
+        return self._device_s(Mode.IN_TURN, rows, self.tables[:1]) + rows * series
 
     def _series_s(self, rate: float) -> float:
         """A plain request's round trip in series (``round_trip``) at a load of ``rate`` answers/s."""
         seconds, seen_at = self.round_trip
         return seconds if rate >= (1 - SWITCH_GAIN) * seen_at else 0.0
 
-    def _device_s(self, mode: Mode, rows: float) -> float:
+    def _device_s(self, mode: Mode, rows: float, tables: Sequence[LatencyTable] | None = None) -> float:
         """The engines' seconds for a batch of the ``rows`` seen, served ``mode`` (through the
-        whole model's table where it runs fused, else the stages')."""
-        tables = [self.whole] if mode is Mode.FUSED and self.whole is not None else self.tables
+        whole model's table where it runs fused, else the stages', else those ``tables``)."""
+        if tables is None:
+            tables = [self.whole] if mode is Mode.FUSED and self.whole is not None else self.tables
         bs = max(1, min(round(rows), self.tables[0].batch_sizes[-1]))
         return device_s(tables, mode, bs, middle_length(self.tables), self.statistic, self.shared_host)
 
