@@ -167,8 +167,8 @@ class HeldBatch:
     def run(self, queries: Sequence[Query], meanwhile: Callable[[], None] | None = None) -> None:
         self.whole.run(queries, meanwhile)
 
-    def run_straight(self, inputs: Sequence[Tensors], meanwhile: Callable[[list[Reply]], None]) -> bool:
-        return False  # every query is held
+    def run_straight(self, inputs: Sequence[Tensors], meanwhile: Callable[[list[Reply]], None]) -> int:
+        return 0  # every query is held
 
     def submit(self, queries: Sequence[Query]) -> None:
         self.hold.put(refuse_invalid(self.whole.manifest, queries, self.whole.size_limits, self._judged))

@@ -218,6 +218,9 @@ class TritonPythonModel:
         inline = self._server.runs_inline()
         if inline:
             inputs = [{tensor.name(): tensor.as_numpy() for tensor in request.inputs()} for request in requests]
+            responses = self._straight(requests, inputs, began)
+            if responses is not None:
+                return self._returned(requests, responses)
         else:  # out of Triton's shared memory: the pipeline runs them after execute() returned
             inputs = [{tensor.name(): tensor.as_numpy().copy() for tensor in request.inputs()} for request in requests]
         # Every call moves on when the next one's requests are taken to have reached Triton
@@ -232,30 +235,35 @@ class TritonPythonModel:
                                               handover.deliver(i, self._response_of((outputs, failure)))))
             responses = handover.close()
             return None if self._decoupled else responses
-        responses = self._straight(requests, inputs)
-        if responses is None:
-            # Every query is answered, its reply kept on it, before the engines are done: the
-            # responses are built meanwhile, on arrays filled by the time run returns.
-            queries = self._queries(requests, inputs, reached)
-            responses = []
-            self._server.run(queries, lambda: responses.extend([self._response_of(q.reply) for q in queries]))
+        # Every query is answered, its reply kept on it, before the engines are done: the
+        # responses are built meanwhile, on arrays filled by the time run returns.
+        queries = self._queries(requests, inputs, reached)
+        responses = []
+        self._server.run(queries, lambda: responses.extend([self._response_of(q.reply) for q in queries]))
+        return self._returned(requests, responses)
+
+    def _returned(self, requests: list, responses: list) -> list | None:
+        """What ``execute`` returns of the responses of a call run inside it: the list, or, where the
+        model is decoupled, none, each sent through its request's sender."""
         if not self._decoupled:
             return responses
         for request, response in zip(requests, responses):
             self._sender(request)(response)
         return None
 
-    def _straight(self, requests: list, inputs: list[dict]) -> list | None:
+    def _straight(self, requests: list, inputs: list[dict], began: float) -> list | None:
         """The responses of a call run inside ``execute``, run from the requests' inputs alone
         where none has a deadline (``Server.run_straight``), or None: it goes the way of every
-        other call."""
-        timeout_us = self._queue.timeout_us
-        if any(timeout_us(request.timeout()) for request in requests):
+        other call. Where the queue policy gives every request a default timeout, each has one
+        (``QueuePolicy.timeout_us``)."""
+        if self._queue.default_timeout_us or any(request.timeout() for request in requests):
             return None
         responses: list = []
         respond = self._response_of
-        if not self._server.run_straight(inputs, lambda replies: responses.extend([respond(r) for r in replies])):
+        rows = self._server.run_straight(inputs, lambda replies: responses.extend([respond(r) for r in replies]))
+        if not rows:
             return None
+        self._reached.called(len(requests), rows, began)
         return responses
 
     def _queries(self, requests: list, inputs: list[dict], reached: tuple[float, float],

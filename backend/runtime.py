@@ -165,11 +165,13 @@ class Runtime:
             self.entry.arrived(queries)
         self.plain.run(queries, meanwhile)
 
-    def run_straight(self, inputs: Sequence[Tensors], meanwhile: Callable[[list[Reply]], None]) -> bool:
+    def run_straight(self, inputs: Sequence[Tensors], meanwhile: Callable[[list[Reply]], None]) -> int:
         """``WholeBatch.run_straight`` while the model serves plain (asked once ``runs_inline``
-        said so, which drained the pipeline and found no hold); False through the pipeline, whose
+        said so, which drained the pipeline and found no hold); 0 through the pipeline, whose
         lone batches go in as queries (its window reads their arrivals), and once it cannot serve."""
-        return self.mode is not Mode.PIPELINE and not self.dead and self.plain.run_straight(inputs, meanwhile)
+        if self.mode is Mode.PIPELINE or self.dead:
+            return 0
+        return self.plain.run_straight(inputs, meanwhile)
 
     def run_held(self, queries: list[Query]) -> None:
         """Run the queries a hold let go (``hold.Hold``: inside ``execute``, or on the hold's

@@ -57,10 +57,10 @@ class Server(Protocol):
 
     def run(self, queries: Sequence[Query], meanwhile: Callable[[], None] | None = None) -> None: ...
 
-    def run_straight(self, inputs: Sequence[Tensors], meanwhile: Callable[[list[Reply]], None]) -> bool:
+    def run_straight(self, inputs: Sequence[Tensors], meanwhile: Callable[[list[Reply]], None]) -> int:
         """Where ``runs_inline``: run the requests of a call, none with a deadline, given as their
-        inputs, and hand their replies to ``meanwhile``; or say False and do nothing
-        (``WholeBatch.run_straight``)."""
+        inputs, hand their replies to ``meanwhile`` and say how many rows ran; or say 0 and do
+        nothing (``WholeBatch.run_straight``)."""
 
     def submit(self, queries: Sequence[Query]) -> None: ...
 

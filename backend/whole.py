@@ -39,6 +39,8 @@ from .query import (BatchShape, Failure, Judged, Query, Reply, Tensors, each_alo
 
 log = logging.getLogger(__name__)
 
+_ROWS = itemgetter(0)  # a run's rows (``runs``: each batch run, its rows and its clock)
+
 # The batches to run, in order, from queries that arrived together; may leave some for another call.
 Former = Callable[[Sequence[Query]], list[list[Query]]]
 
@@ -124,7 +126,7 @@ class WholeBatch:
             ran, admitted, waited_s, batches = self._run_formed(queries, runs)
         self._ended(meanwhile, runs, called, admitted, waited_s, batches, ran)
 
-    def run_straight(self, inputs: Sequence[Tensors], meanwhile: Callable[[list[Reply]], None]) -> bool:
+    def run_straight(self, inputs: Sequence[Tensors], meanwhile: Callable[[list[Reply]], None]) -> int:
         """Run the requests of one call Triton handed over, given as their inputs, where nothing
         about them needs a ``Query``: the caller found none has a deadline (no timeout of its own,
         none by the queue policy), the policy neither learns nor refuses one without a deadline,
@@ -132,29 +134,31 @@ class WholeBatch:
         there are several, they are of one shape but for their rows and ``form`` runs such
         requests as one batch: stacked, nothing to pad or cut. Their replies, in order, go to
         ``meanwhile`` before the host waits for the engines, as ``run``'s ``meanwhile`` is called.
-        False, with nothing done, where they need more: the caller takes the way of ``run``, which
-        judges a signature first seen and answers an invalid query. Served plain at TensorRT
-        speed, one request in flight, the stub's CPU a request fell from 270 to 236 us and from
-        302 to 280 (the plain model's 239 and 258); at near-zero compute by 0-16 us in five runs,
-        once 18 more, within this host's noise (docs/results/lone-request-straight). With calls of
-        several requests taken too, near-zero compute under 1,200 and 2,400 Poisson requests/s
-        answered in 1.01x and 1.20x the plain model's mean, against 1.17x and 1.47x
-        (docs/results/check-auto-pause-handoff)."""
+        Returns the rows run (for ``arrival.TritonQueue.called``), or 0, with nothing done, where
+        they need more: the caller takes the way of ``run``, which judges a signature first seen
+        and answers an invalid query. Served plain at TensorRT speed, one request in flight, the
+        stub's CPU a request fell from 270 to 236 us and from 302 to 280 (the plain model's 239
+        and 258); at near-zero compute by 0-16 us in five runs, once 18 more, within this host's
+        noise (docs/results/lone-request-straight). With calls of several requests taken too,
+        near-zero compute under 1,200 and 2,400 Poisson requests/s answered in 1.01x and 1.20x
+        the plain model's mean, against 1.17x and 1.47x (docs/results/check-auto-pause-handoff)."""
         if not self._straight:
-            return False
-        signatures = {signature(each) for each in inputs}  # (most calls: one)
-        if not all(valid_before(self._judged, key) for key in signatures):
-            return False
+            return 0
         runs: list[tuple[int, list[float]]] = []
-        called = time.monotonic()
-        if len(inputs) == 1:
+        if len(inputs) == 1:  # (most calls: one request, judged without a set of signatures)
+            if not valid_before(self._judged, signature(inputs[0])):
+                return 0
+            called = time.monotonic()
             replies = [self._one_query(inputs[0], runs)]
-        elif self._alike_together and (len(signatures) == 1 or _alike(signatures)):
-            replies = self._run_alike(inputs, runs)
         else:
-            return False
+            signatures = {signature(each) for each in inputs}
+            if not (all(valid_before(self._judged, key) for key in signatures) and self._alike_together
+                    and (len(signatures) == 1 or _alike(signatures))):
+                return 0
+            called = time.monotonic()
+            replies = self._run_alike(inputs, runs)
         self._ended(lambda: meanwhile(replies), runs, called, len(inputs), 0.0, 1, None)
-        return True
+        return sum(map(_ROWS, runs)) or len(inputs)  # (runs: none where every request failed)
 
     def _run_alike(self, inputs: Sequence[Tensors], runs: list) -> list[Reply]:
         """The replies of requests of one shape, run as one batch; where the engines fail on it,

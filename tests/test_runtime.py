@@ -571,6 +571,33 @@ def test_the_watch_shows_the_switch_the_execute_calls_of_a_lone_instance(tmp_pat
         runtime.close()
 
 
+def test_the_counters_of_calls_served_plain_add_up_with_the_pipelines_own():
+    """``Metrics``: what each ``execute`` records (``executed``, ``ran_inline``), summed when the
+    reader folds it, adds up with what the pipeline's executors record one update at a time."""
+    metrics = Metrics()
+    metrics.stage_ran(0, 2, 0.001)
+    metrics.ran_inline(2, 0.004, 1, [(2, [0.0, 0.003, 0.005])])
+    metrics.executed(0.01, 0.5)
+    metrics.ran_inline(1, 0.0, 1, [(1, [1.0, 1.002, 1.003])])
+    metrics.executed(0.02, 0.25)
+    metrics.admitted(3, 0.001, "new")
+    counted = metrics.snapshot()
+    assert counted[("dvabatch_executes_total", ())] == 2
+    assert counted[("dvabatch_execute_us_total", ())] == pytest.approx(30_000)
+    assert counted[("dvabatch_execute_idle_us_total", ())] == pytest.approx(750_000)
+    assert counted[("dvabatch_entry_queries_total", ())] == 6
+    assert counted[("dvabatch_entry_wait_us_total", ())] == pytest.approx(5_000)
+    assert counted[("dvabatch_meta_operations_total", (("kind", "new"),))] == 3
+    assert {(family, dict(k)["stage"], dict(k)["rows"]): v for (family, k), v in counted.items()
+            if family == "dvabatch_batches_total"} == {("dvabatch_batches_total", "0", "2"): 2,
+                                                       ("dvabatch_batches_total", "1", "2"): 1,
+                                                       ("dvabatch_batches_total", "0", "1"): 1,
+                                                       ("dvabatch_batches_total", "1", "1"): 1}
+    assert counted[("dvabatch_stage_busy_us_total", (("stage", "0"),))] == pytest.approx(1_000 + 3_000 + 2_000)
+    assert counted[("dvabatch_stage_busy_us_total", (("stage", "1"),))] == pytest.approx(2_000 + 1_000)
+    assert metrics.longest_idle_s() == pytest.approx(0.5)
+
+
 def served_plain(manifest: Manifest, folder: Path) -> tuple[Runtime, Metrics]:
     """``auto``'s runtime on ``manifest``, its mode switch stopped, serving plain (timed stages fused)."""
     metrics = Metrics()
@@ -664,7 +691,7 @@ def test_requests_without_a_deadline_run_from_their_inputs_once_their_signatures
     judges it) or judged invalid (the general way answers why), requests of different lengths
     (the policy forms them), a lone batch through the pipeline (its window reads the arrival), a
     policy that learns from each run (``slo``), and several where the former may split requests
-    of one shape (on the host's cores, the policy's ``form``)."""
+    of one shape (on the host's cores, the policy's ``form``): it says so by 0 rows run."""
     trt = timed_manifest(tmp_path, 0.62, 15.15, 128)
     runtime, metrics = served_plain(trt, tmp_path)
     try:
@@ -680,7 +707,7 @@ def test_requests_without_a_deadline_run_from_their_inputs_once_their_signatures
         assert inbox.answers[1][0][1].bad_input
         assert not runtime.run_straight([bad], replies.extend) and not replies
         other = sample_inputs(trt.inputs, 2, {"sequence": 16}, seed=1)
-        assert runtime.run_straight([other], replies.extend)
+        assert runtime.run_straight([other], replies.extend) == 2  # the rows it ran
         [(outputs, failure)] = replies
         assert failure is None and all(np.array_equal(outputs[f"{name}_out"], other[name]) for name in other)
         counted = metrics.snapshot()
@@ -689,7 +716,7 @@ def test_requests_without_a_deadline_run_from_their_inputs_once_their_signatures
         assert {dict(k)["rows"]: v for (family, k), v in counted.items() if family == "dvabatch_batches_total"} \
             == {"3": 1, "2": 1}
         replies.clear()
-        assert runtime.run_straight([other, one, feed], replies.extend)  # one batch of 5 rows
+        assert runtime.run_straight([other, one, feed], replies.extend) == 5  # one batch of 5 rows
         assert [r[1] for r in replies] == [None] * 3
         for reply, sent in zip(replies, (other, one, feed)):
             assert all(np.array_equal(reply[0][f"{name}_out"], sent[name]) for name in sent)

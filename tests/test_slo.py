@@ -226,6 +226,18 @@ def test_a_deadline_counts_the_wait_in_tritons_queue_while_the_instance_was_busy
     assert arrivals([1], 10.2001) == [pytest.approx((10.0877 + 10.2001) / 2, abs=1e-4)]
     queue.ended(10.2001, 10.300)
     assert arrivals([1], 11.0) == [pytest.approx(10.999)]  # idle since 10.3: the batcher's delay only
+    # A call whose requests had no deadline (``called``: nothing reads its figures) leaves the
+    # next call what ``spread`` would have: after a call of fewer rows, since it began ...
+    queue.ended(11.0, 11.1)
+    queue.called(2, 3, 11.1001)
+    queue.ended(11.1001, 11.2)
+    assert arrivals([1, 1], 11.2001) == pytest.approx([11.1251, 11.1751])
+    # ... and after a full one, since its last request came, as ``spread`` takes it (the call
+    # came since 11.2001, 50 ms a request: its last at 11.2751)
+    queue.ended(11.2001, 11.3)
+    queue.called(2, 8, 11.3001)
+    queue.ended(11.3001, 11.4)
+    assert arrivals([1], 11.4001) == [pytest.approx((11.2751 + 11.4001) / 2)]
 
 
 def _early_exit(tables: list[dict]) -> Manifest:
