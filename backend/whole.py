@@ -141,7 +141,11 @@ class WholeBatch:
         and 258); at near-zero compute by 0-16 us in five runs, once 18 more, within this host's
         noise (docs/results/lone-request-straight). With calls of several requests taken too,
         near-zero compute under 1,200 and 2,400 Poisson requests/s answered in 1.01x and 1.20x
-        the plain model's mean, against 1.17x and 1.47x (docs/results/check-auto-pause-handoff)."""
+        the plain model's mean, against 1.17x and 1.47x (docs/results/check-auto-pause-handoff).
+        A lone request is judged by its own signature, without a set of them: with the arrival
+        spread left to queries (``TritonQueue.called``) and a cheaper fold of the counters, the
+        stub's extra CPU over the plain model's at 2,400/s went from 15 to 7 us a request
+        (docs/results/served-plain-bookkeeping)."""
         if not self._straight:
             return 0
         runs: list[tuple[int, list[float]]] = []
