@@ -24,7 +24,7 @@ parameter, so a typo never silently falls back to a default.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
 
 from .dispatch import SmdpPolicy
@@ -77,6 +77,12 @@ class QueuePolicy:
         if not requested_us or not self.default_timeout_us:
             return requested_us or self.default_timeout_us
         return min(requested_us, self.default_timeout_us) if self.allow_timeout_override else self.default_timeout_us
+
+    def any_deadline(self, requested_us: Iterable[int]) -> bool:
+        """Whether any of these requests has a timeout (``timeout_us`` nonzero): every one where
+        the policy sets a default, else those that ask for one. No call a request: ``execute``
+        asks this of every call served plain."""
+        return bool(self.default_timeout_us) or any(requested_us)
 
 
 @dataclass(frozen=True)

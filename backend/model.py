@@ -254,9 +254,8 @@ class TritonPythonModel:
     def _straight(self, requests: list, inputs: list[dict], began: float) -> list | None:
         """The responses of a call run inside ``execute``, run from the requests' inputs alone
         where none has a deadline (``Server.run_straight``), or None: it goes the way of every
-        other call. Where the queue policy gives every request a default timeout, each has one
-        (``QueuePolicy.timeout_us``)."""
-        if self._queue.default_timeout_us or any(request.timeout() for request in requests):
+        other call."""
+        if self._queue.any_deadline(request.timeout() for request in requests):
             return None
         responses: list = []
         respond = self._response_of

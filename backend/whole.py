@@ -141,26 +141,24 @@ class WholeBatch:
         and 258); at near-zero compute by 0-16 us in five runs, once 18 more, within this host's
         noise (docs/results/lone-request-straight). With calls of several requests taken too,
         near-zero compute under 1,200 and 2,400 Poisson requests/s answered in 1.01x and 1.20x
-        the plain model's mean, against 1.17x and 1.47x (docs/results/check-auto-pause-handoff).
-        A lone request is judged by its own signature, without a set of them: with the arrival
-        spread left to queries (``TritonQueue.called``) and a cheaper fold of the counters, the
-        stub's extra CPU over the plain model's at 2,400/s went from 15 to 7 us a request
+        the plain model's mean, against 1.17x and 1.47x (docs/results/check-auto-pause-handoff);
+        with the arrival spread left to queries and a cheaper fold of the counters, the stub's
+        CPU over the plain model's at 2,400/s went from 15 to 7 us a request
         (docs/results/served-plain-bookkeeping)."""
         if not self._straight:
             return 0
-        runs: list[tuple[int, list[float]]] = []
-        if len(inputs) == 1:  # (most calls: one request, judged without a set of signatures)
-            if not valid_before(self._judged, signature(inputs[0])):
-                return 0
-            called = time.monotonic()
-            replies = [self._one_query(inputs[0], runs)]
+        lone = len(inputs) == 1
+        if lone:  # (most calls: one request, judged without a set of signatures)
+            runs_straight = valid_before(self._judged, signature(inputs[0]))
         else:
             signatures = {signature(each) for each in inputs}
-            if not (all(valid_before(self._judged, key) for key in signatures) and self._alike_together
-                    and (len(signatures) == 1 or _alike(signatures))):
-                return 0
-            called = time.monotonic()
-            replies = self._run_alike(inputs, runs)
+            runs_straight = (all(valid_before(self._judged, key) for key in signatures) and self._alike_together
+                             and (len(signatures) == 1 or _alike(signatures)))
+        if not runs_straight:
+            return 0
+        runs: list[tuple[int, list[float]]] = []
+        called = time.monotonic()
+        replies = [self._one_query(inputs[0], runs)] if lone else self._run_alike(inputs, runs)
         self._ended(lambda: meanwhile(replies), runs, called, len(inputs), 0.0, 1, None)
         return sum(map(_ROWS, runs)) or len(inputs)  # (runs: none where every request failed)
 

@@ -356,6 +356,7 @@ def test_queue_policy_reads_triton_config_json():
                                  delay_us=100)
     assert policy.timeout_us(0) == 1000 and policy.timeout_us(50) == 50
     assert policy.timeout_us(5000) == 1000  # an override only shortens the default, as Triton's queue takes it
+    assert policy.any_deadline([0, 0]) and QueuePolicy().any_deadline([0, 7]) and not QueuePolicy().any_deadline([0, 0])
     strict = QueuePolicy(default_timeout_us=1000)
     assert strict.timeout_us(50) == 1000  # no override allowed
     assert QueuePolicy().timeout_us(50) == 50 and QueuePolicy().timeout_us(0) == 0
