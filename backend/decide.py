@@ -407,10 +407,10 @@ class ModeSwitch:
     docs/results/check-auto-2core-noslack.) A window with hardly any answers changes nothing (when a
     load stops and starts again, as a benchmark's windows do, it is served as it was). Each way's
     stub costs measured at load are corrected by what the windows served that way show against them
-    (``costs``; at most ``MAX_CORRECTION`` either way), and tritonserver's cost per request is
-    learnt for each way while it is served that way, where it can be read, over windows of
-    ``CORRECT_AFTER`` answers (a pipelined request never taken to cost it less than a plain one:
-    ``_server_s``)."""
+    (``costs``; at most ``MAX_CORRECTION`` either way, and never less than the way served now),
+    and tritonserver's cost per request is learnt for each way while it is served that way, where
+    it can be read, over windows of ``CORRECT_AFTER`` answers (a pipelined request never taken to
+    cost it less than a plain one: ``_server_s``)."""
 
     tables: Sequence[LatencyTable]
     costs: HostCosts
@@ -435,7 +435,13 @@ class ModeSwitch:
     # Each way's correction of the stub's costs measured at load, as last seen served that way; a
     # way not served yet is taken to be off by as much as the one served now. (One factor for both,
     # read from the way served, once had the switch flip every 1.5 s at near-zero compute: each
-    # window served plain forgot how much dearer the pipeline had just shown itself.)
+    # window served plain forgot how much dearer the pipeline had just shown itself.) Nor is a way
+    # taken to be off by less than the one served now: loading times one batch at a time on a warm
+    # interpreter, and a load that runs the stub beside tritonserver's threads makes both ways
+    # dearer alike, which a sight of the other way at a lighter load did not show. (The pipeline
+    # seen at one request in flight, as loading measured it, against plain seen at twice that
+    # under 1,017 Poisson answers/s, once sent TensorRT speed to a pipeline that cost twice loading's
+    # too, 2.29 ms predicted against 1.46 plain when it went back: docs/results/served-plain-bookkeeping.)
     factors: dict[Mode, float] = field(init=False, default_factory=dict)
     # Served plain, what each request last held the next batch back in series (``round_trip_s``),
     # and the answers/s it was seen at: a load served pipelined at less than ``1 - SWITCH_GAIN``
@@ -469,8 +475,8 @@ class ModeSwitch:
             # What loading measured, against what serving shows now (over enough answers that the
             # stub's per-second work, the metrics' export, weighs little in them).
             factor = self.factors[self.mode] = min(max(per_request / predicted, 1 / MAX_CORRECTION), MAX_CORRECTION)
-            self.costs = self.measured.scaled(self.factors.get(Mode.PIPELINE, factor),
-                                              self.factors.get(self.plain, factor))
+            self.costs = self.measured.scaled(max(self.factors.get(Mode.PIPELINE, factor), factor),
+                                              max(self.factors.get(self.plain, factor), factor))
         if window.server_s is not None and window.answered >= CORRECT_AFTER:
             self.server[self.mode] = window.server_s / window.answered
         rate = window.answered / window.seconds
