@@ -580,7 +580,7 @@ def test_slo_benchmark_sorts_what_became_of_every_request(run, tmp_path):
 
 def test_the_auto_check_sets_auto_beside_the_better_way_and_keeps_each_profile_as_it_goes(run, tmp_path):
     """``tools.check_auto`` on the near-zero-compute profile, briefly: a closed loop and a Poisson
-    load, each with the three ways' figures, ``auto`` against the better way with its interval and
+    load (half the better way's Poisson peak), each with the three ways' figures, ``auto`` against the better way with its interval and
     a verdict, ``auto`` against the better way in each round and that way's own spread, written
     to ``--out`` as soon as each cell is measured (on a lent GPU machine a run cut short by its
     lease kept nothing), with every window's figure. Two rounds, and a third for a cell they
@@ -603,6 +603,8 @@ def test_the_auto_check_sets_auto_beside_the_better_way_and_keeps_each_profile_a
         assert float(r["ensemble"].split("/")[0].split()[0]) > 0
         assert re.fullmatch(r"[\d.]+x \[[\d.]+, [\d.]+\]", r["auto / ensemble [95 %]"])
     assert "cells within 5%" in (out / "summary.md").read_text()
+    # the Poisson loads are fractions of the better way's Poisson peak, each way's found by probes
+    assert "peak of plain" in done.stdout and "peak of pipeline" in done.stdout, done.stdout[-2000:]
     windows = list(csv.DictReader((out / "windows.csv").read_text().splitlines()))
     for r in rows:  # each round ran the four ways, every other round in the reverse order
         mine = [w for w in windows if w["load"] == r["load"]]
