@@ -580,12 +580,13 @@ def test_slo_benchmark_sorts_what_became_of_every_request(run, tmp_path):
 
 def test_the_auto_check_sets_auto_beside_the_better_way_and_keeps_each_profile_as_it_goes(run, tmp_path):
     """``tools.check_auto`` on the near-zero-compute profile, briefly: a closed loop and a Poisson
-    load (half the better way's Poisson peak), each with the three ways' figures, ``auto`` against the better way with its interval and
-    a verdict, ``auto`` against the better way in each round and that way's own spread, written
-    to ``--out`` as soon as each cell is measured (on a lent GPU machine a run cut short by its
-    lease kept nothing), with every window's figure. Two rounds, and a third for a cell they
-    leave unresolved (``--max-rounds``). With ``--ensemble`` each round runs the ensemble of the
-    stages too, and each cell sets ``auto`` beside it."""
+    load (half the better way's Poisson peak), each with the three ways' figures, ``auto``
+    against the better way with its interval and a verdict, ``auto`` against the better way in
+    each round and that way's own spread, written to ``--out`` as soon as each cell is measured
+    (on a lent GPU machine a run cut short by its lease kept nothing), with every window's figure.
+    Two rounds, and a third for a cell they leave unresolved (``--max-rounds``). With
+    ``--ensemble`` each round runs the ensemble of the stages too, and each cell sets ``auto``
+    beside it."""
     out = tmp_path / "check"
     done = run("tools.check_auto", str(ROOT / "docs" / "profiles" / "zero_2stages.json"), "--concurrency", "2",
                "--loads", "0.5", "--seconds", "1", "--warmup", "0.5", "--rounds", "2", "--max-rounds", "3",
