@@ -18,10 +18,13 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 PROC_CGROUP = Path("/proc/self/cgroup")
+PROC_STAT = Path("/proc/stat")
+TICK_S = 1 / os.sysconf("SC_CLK_TCK")
 CPUINFO = Path("/proc/cpuinfo")
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 SYSFS_CPU = Path("/sys/devices/system/cpu")
@@ -145,6 +148,24 @@ def cpus(instances: int = 1, proc_cgroup: Path = PROC_CGROUP, root: Path = CGROU
     cores, shared by the model's ``instances`` on them."""
     pinned = os.sched_getaffinity(0)
     return Cpus(len(pinned), cgroup_quota(proc_cgroup, root), max(1, instances), core_groups(pinned, sysfs))
+
+
+def busy_s(cpus: Collection[int], stat: Path = PROC_STAT) -> float | None:
+    """The seconds the CPUs ``cpus`` have spent busy so far, whatever ran on them (user, nice,
+    system, irq and softirq time in /proc/stat's line for each; not idle, iowait or the
+    hypervisor's steal, in which nothing here runs); None where it cannot be read. What serving
+    does not spend of it is the other processes on these cores (``decide.Window.others_s``)."""
+    wanted, seconds = {f"cpu{cpu}" for cpu in cpus}, 0.0
+    try:
+        for line in stat.read_text().splitlines():
+            fields = line.split()
+            if fields and fields[0] in wanted:
+                wanted.discard(fields[0])
+                user, nice, system, _idle, _iowait, irq, softirq = map(int, fields[1:8])
+                seconds += (user + nice + system + irq + softirq) * TICK_S
+    except (OSError, ValueError):
+        return None
+    return None if wanted else seconds
 
 
 def instances_of(model_config: dict) -> int:

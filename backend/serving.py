@@ -18,6 +18,7 @@ Nothing here imports Triton, so the choice can be tested directly.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -34,7 +35,7 @@ from .dispatch import SmdpPolicy
 from .engines import describe_graphs, describe_pins, fusable, graph_buckets, load_engines, on_host_cores
 from .executor import Trace
 from .hold import HeldBatch, Hold
-from .host import Cpus, Machine, cpus, machine
+from .host import Cpus, Machine, busy_s, cpus, machine
 from .manifest import Manifest
 from .metrics import BATCHES, ENTRY_QUERIES, EXECUTE_IDLE, EXECUTE_TIME, EXECUTES, STAGE_BUSY, Metrics
 from .nvml import NvmlError
@@ -166,7 +167,8 @@ def serve(manifest: Manifest, version_dir: Path, config: RuntimeConfig, device: 
                             whole=manifest.fused().stages[0].latency if fused else None,
                             batcher_delay_s=config.queue.delay_us / 1e6, entry_waits=waited)
         runtime.watch = Watch(runtime, switch, metrics, device, len(manifest.stages),
-                              _shared(server_cpu_s, lent.instances), said, alone=lent.instances == 1)
+                              _shared(server_cpu_s, lent.instances), said, alone=lent.instances == 1,
+                              cores_busy_s=_cores_busy(lent))
         runtime.watch.start()
     return replace(decision, waits=waited, waits_why=waits_why, costs=costs), runtime
 
@@ -199,6 +201,17 @@ def _shared(server_cpu_s: Callable[[], float | None] | None, instances: int) -> 
     return lambda: None if (seconds := server_cpu_s()) is None else seconds / instances
 
 
+def _cores_busy(lent: Cpus) -> Callable[[], float | None] | None:
+    """The busy seconds of this process's cores (``host.busy_s``), where what the others on them
+    spend is serving's to share: not where the model has several instances (each would count
+    the others' stubs, which ``_shared`` already splits tritonserver among), nor under a cgroup's
+    quota, whose cores also run other cgroups' work that takes none of the quota."""
+    if lent.instances > 1 or (lent.quota is not None and lent.quota < lent.pinned):
+        return None
+    mine = frozenset(os.sched_getaffinity(0))
+    return lambda: busy_s(mine)
+
+
 def _measure_energy(policy: SmdpPolicy, manifest: Manifest, device: Device,
                     plain: Callable[[Sequence[Query]], None], metrics: Metrics) -> None:
     """The device's energy per batch, for a policy that weighs power, where the device counts it;
@@ -224,9 +237,11 @@ def _form_on_cores(config: RuntimeConfig, max_batch_size: int):
 @dataclass(frozen=True)
 class Reading:
     """What the ``Watch`` reads at the end of each window: the clock, this process's CPU seconds
-    and tritonserver's (None where it cannot be read), the metrics' counters, the answers a hold
-    has sent (``Hold.sent``), and the longest idle before an ``execute`` since the last reading
-    (``Metrics.longest_idle_s``)."""
+    (less its waits for the device: ``calibrate.host_cpu_s``) and tritonserver's (None where it
+    cannot be read), the metrics' counters, the answers a hold has sent (``Hold.sent``), the
+    longest idle before an ``execute`` since the last reading (``Metrics.longest_idle_s``), and
+    the busy seconds of the process's cores, whoever ran on them, with this process's whole CPU
+    seconds (``Watch.others_s``; None where they are not read)."""
 
     clock: float
     cpu_s: float
@@ -234,6 +249,8 @@ class Reading:
     counters: dict
     sent: int
     longest_idle_s: float
+    cores_busy_s: float | None = None
+    process_s: float = 0.0
 
 
 class Watch(threading.Thread):
@@ -242,15 +259,18 @@ class Watch(threading.Thread):
     ``execute`` on. The windows a switch straddles are not shown to it. Where the model has
     other instances (``alone`` false), its ``execute`` calls are not shown either: Triton hands
     a batch to whichever instance is free, so an instance sits idle while another serves, and
-    that idle would read as a round trip in series (``decide.round_trip_s``)."""
+    that idle would read as a round trip in series (``decide.round_trip_s``). ``cores_busy_s``:
+    the busy seconds so far of the cores this process has (``host.busy_s``), where what the
+    other processes on them spend counts against serving's (``Window.others_s``)."""
 
     def __init__(self, runtime: Runtime, switch: ModeSwitch, metrics: Metrics, device: Device, stages: int,
                  server_cpu_s: Callable[[], float | None] | None, said: Callable[[str], None] | None,
-                 alone: bool = True):
+                 alone: bool = True, cores_busy_s: Callable[[], float | None] | None = None):
         super().__init__(name="dvabatch-mode-switch", daemon=True)
         self.runtime, self.switch, self.metrics, self.stages = runtime, switch, metrics, stages
         self.device, self.alone = device, alone
         self._server_cpu_s, self._said = server_cpu_s or (lambda: None), said or log.info
+        self._cores_busy_s = cores_busy_s or (lambda: None)
         self._stopping = threading.Event()
 
     def stop(self) -> None:
@@ -293,7 +313,8 @@ class Watch(threading.Thread):
     def _read(self) -> Reading:
         sent = self.runtime.held.sent if self.runtime.held is not None else 0
         return Reading(time.monotonic(), calibrate.host_cpu_s(self.device), self._server_cpu_s(),
-                       self.metrics.snapshot(), sent, self.metrics.longest_idle_s())
+                       self.metrics.snapshot(), sent, self.metrics.longest_idle_s(), self._cores_busy_s(),
+                       time.process_time())
 
     def _window(self, before: Reading, now: Reading) -> Window:
         def delta(key) -> float:
@@ -311,4 +332,14 @@ class Watch(threading.Thread):
         calls = (delta((EXECUTE_TIME.name, ())) / 1e6, int(delta((EXECUTES.name, ()))),
                  delta((EXECUTE_IDLE.name, ())) / 1e6, now.longest_idle_s) if shown else ()
         return Window(now.clock - before.clock, int(delta((ENTRY_QUERIES.name, ()))), now.cpu_s - before.cpu_s,
-                      server, busy, rows / runs if runs else 1.0, *calls)
+                      server, busy, rows / runs if runs else 1.0, *calls, others_s=self.others_s(before, now, server))
+
+    @staticmethod
+    def others_s(before: Reading, now: Reading, server_s: float | None) -> float:
+        """What the other processes on this process's cores spent between two readings: the
+        cores' busy seconds less this process's and tritonserver's (0 where either is not read;
+        never below 0: the cores' clock ticks in hundredths of a second)."""
+        if before.cores_busy_s is None or now.cores_busy_s is None or server_s is None:
+            return 0.0
+        mine = now.process_s - before.process_s
+        return max(now.cores_busy_s - before.cores_busy_s - mine - server_s, 0.0)

@@ -555,6 +555,63 @@ def test_a_way_last_seen_at_a_lighter_load_is_taken_as_far_off_as_the_way_served
     assert switch.factors[Mode.PIPELINE] == pytest.approx(1.0, abs=0.01)  # its own sight is kept
 
 
+def test_what_other_processes_spend_on_the_servers_cores_counts_against_either_way():
+    """The TensorRT-speed check on one core, its clients there too (docs/results/check-auto-poisson-peak):
+    served plain at 16 in flight, 1,418 answers/s in runs of 9.2 rows, the instance 99 % busy
+    with each request's round trip in series. With the host's cores taken as the stub's and
+    tritonserver's alone, the pipeline is predicted 69 % busy and the switch pipelines (it then
+    answered 0.86x the plain model). The clients' 0.6 s a second on that core are spent at this
+    load whichever way serves it: counted, the pipeline would be overloaded, and plain stays."""
+    from tools.lib.paths import ROOT
+    from tools.lib.timed import from_profile
+
+    tables = [s.latency for s in from_profile(ROOT / "docs" / "profiles" / "bert_base_trt_a100_2stages.json")[1].stages]
+    costs = HostCosts(pipeline_batch_s=249e-6, pipeline_request_s=57e-6, plain_batch_s=31e-6, plain_request_s=4e-6,
+                      handoff_s=30e-6, send_s=18e-6, how="measured")
+    rate, rows = 1418, 9.2
+    busy = tuple(rate / rows * t.predict(round(rows), None) / 1000 for t in tables)
+    for others_s, switched in ((0.0, Mode.PIPELINE), (0.6, None)):
+        switch = ModeSwitch(tables, costs, cores=1, mode=Mode.IN_TURN)
+        window = Window(1.0, rate, rate * 2 * (31 / rows + 4) * 1e-6, rate * 246e-6, busy, rows, 0.3, 154, 0.70,
+                        0.005, others_s)
+        assert _decides(switch, window) is switched, switch.last
+
+
+def test_the_busy_seconds_of_a_processs_cores_are_read_from_proc_stat(tmp_path):
+    """``host.busy_s``: user, nice, system, irq and softirq of each CPU asked for (not idle,
+    iowait or steal), in clock ticks; None where a CPU's line is missing. This machine's own
+    cores count up while one of them spins (what the mode switch reads: ``Watch.others_s``)."""
+    import os
+
+    from backend.host import TICK_S, busy_s
+
+    stat = tmp_path / "stat"
+    stat.write_text("cpu  9 9 9 9 9 9 9 9 0 0\ncpu0 1 2 3 100 50 4 5 70 0 0\ncpu1 10 0 0 100 0 0 0 0 0 0\n")
+    assert busy_s([0], stat) == pytest.approx(15 * TICK_S)
+    assert busy_s([0, 1], stat) == pytest.approx(25 * TICK_S)
+    assert busy_s([2], stat) is None and busy_s([0], tmp_path / "none") is None
+    mine = os.sched_getaffinity(0)
+    before = busy_s(mine)
+    began = time.process_time()
+    while time.process_time() - began < 0.1:
+        pass
+    assert busy_s(mine) - before >= 0.05
+
+
+def test_the_watch_counts_what_the_cores_ran_beyond_this_process_and_tritonserver():
+    """``Watch.others_s`` between two readings: the cores' busy seconds less this process's own
+    and tritonserver's; none where the cores or tritonserver were not read, never below 0."""
+    from backend.serving import Reading, Watch
+
+    def reading(busy, process) -> Reading:
+        return Reading(0.0, 0.0, None, {}, 0, 0.0, busy, process)
+
+    assert Watch.others_s(reading(10.0, 1.0), reading(11.0, 1.2), 0.3) == pytest.approx(0.5)
+    assert Watch.others_s(reading(10.0, 1.0), reading(10.4, 1.2), 0.3) == 0.0
+    assert Watch.others_s(reading(None, 1.0), reading(None, 1.2), 0.3) == 0.0
+    assert Watch.others_s(reading(10.0, 1.0), reading(11.0, 1.2), None) == 0.0
+
+
 def test_the_mode_switch_pipelines_where_the_engines_are_the_nearer_limit():
     """Two stages of 10 ms a batch, served plain at 700 answers/s in batches of 8: the engines
     are 88 % busy one after another, and pipelined the slower stage would be 44 % busy while the
