@@ -559,7 +559,7 @@ def test_what_other_processes_spend_on_the_servers_cores_counts_against_either_w
     """The TensorRT-speed check on one core, its clients there too (docs/results/check-auto-poisson-peak):
     served plain at 16 in flight, 1,418 answers/s in runs of 9.2 rows, the instance 99 % busy
     with each request's round trip in series. With the host's cores taken as the stub's and
-    tritonserver's alone, the pipeline is predicted 69 % busy and the switch pipelines (it then
+    tritonserver's alone, the pipeline is predicted 69 % busy (78 % in the check) and the switch pipelines (it then
     answered 0.86x the plain model). The clients' 0.6 s a second on that core are spent at this
     load whichever way serves it: counted, the pipeline would be overloaded, and plain stays."""
     from tools.lib.paths import ROOT
