@@ -18,7 +18,6 @@ counter (``energy``).
 from __future__ import annotations
 
 import logging
-import os
 import statistics
 import threading
 import time
@@ -26,6 +25,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from .decide import HostCosts
+from .host import TICK_S
 from .device import Device
 from .manifest import Manifest
 from .query import Query
@@ -35,7 +35,6 @@ log = logging.getLogger(__name__)
 BUDGET_S = 1.5  # the engines' own time the measurement may take, at most (it takes 2 runs a way and size at least)
 ROUNDS = 30  # runs a size at most
 TRIPS = 50  # round trips timed
-TICK_S = 1 / os.sysconf("SC_CLK_TCK")
 ENERGY_RUN_S = 0.25  # each batch size's runs last this long at least: NVML's counter moves in steps of 10-100 ms
 
 

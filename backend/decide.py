@@ -479,8 +479,8 @@ class ModeSwitch:
             # What loading measured, against what serving shows now (over enough answers that the
             # stub's per-second work, the metrics' export, weighs little in them).
             factor = self.factors[self.mode] = min(max(per_request / predicted, 1 / MAX_CORRECTION), MAX_CORRECTION)
-            self.costs = self.measured.scaled(max(self.factors.get(Mode.PIPELINE, factor), factor),
-                                              max(self.factors.get(self.plain, factor), factor))
+            self.costs = self.measured.scaled(max(self.factors.get(Mode.PIPELINE, 0.0), factor),
+                                              max(self.factors.get(self.plain, 0.0), factor))
         if window.server_s is not None and window.answered >= CORRECT_AFTER:
             self.server[self.mode] = window.server_s / window.answered
         rate = window.answered / window.seconds

@@ -361,14 +361,19 @@ def test_the_batch_window_never_takes_more_than_half_of_a_deadline():
     check_rows(clock)
 
 
+def _profile(name: str):
+    """The timed model of a profile in docs/profiles."""
+    from tools.lib.paths import ROOT
+    from tools.lib.timed import from_profile
+
+    return from_profile(ROOT / "docs" / "profiles" / f"{name}.json")[1]
+
+
 def _on(profile: str, engine: str):
     """An H200 profile's tables (docs/profiles) on ``engine``."""
     from dataclasses import replace
 
-    from tools.lib.paths import ROOT
-    from tools.lib.timed import from_profile
-
-    manifest = from_profile(ROOT / "docs" / "profiles" / f"{profile}_torch_h200_2stages.json")[1]
+    manifest = _profile(f"{profile}_torch_h200_2stages")
     return replace(manifest, stages=tuple(replace(s, engine=engine) for s in manifest.stages))
 
 
@@ -535,10 +540,7 @@ def test_a_way_last_seen_at_a_lighter_load_is_taken_as_far_off_as_the_way_served
     1.88 plain, and pipelined (in the check it did; served so, it showed twice what loading
     measured too, and went back). Taken as far off as the way served now, at least, it is
     predicted at 3.91 ms, and the switch stays plain."""
-    from tools.lib.paths import ROOT
-    from tools.lib.timed import from_profile
-
-    tables = [s.latency for s in from_profile(ROOT / "docs" / "profiles" / "bert_base_trt_a100_2stages.json")[1].stages]
+    tables = [s.latency for s in _profile("bert_base_trt_a100_2stages").stages]
     costs = HostCosts(pipeline_batch_s=263e-6, pipeline_request_s=51e-6, plain_batch_s=31e-6, plain_request_s=4e-6,
                       handoff_s=31e-6, send_s=23e-6, how="measured")
     switch = ModeSwitch(tables, costs, cores=1)
@@ -562,10 +564,7 @@ def test_what_other_processes_spend_on_the_servers_cores_counts_against_either_w
     tritonserver's alone, the pipeline is predicted 69 % busy (78 % in the check) and the switch pipelines (it then
     answered 0.86x the plain model). The clients' 0.6 s a second on that core are spent at this
     load whichever way serves it: counted, the pipeline would be overloaded, and plain stays."""
-    from tools.lib.paths import ROOT
-    from tools.lib.timed import from_profile
-
-    tables = [s.latency for s in from_profile(ROOT / "docs" / "profiles" / "bert_base_trt_a100_2stages.json")[1].stages]
+    tables = [s.latency for s in _profile("bert_base_trt_a100_2stages").stages]
     costs = HostCosts(pipeline_batch_s=249e-6, pipeline_request_s=57e-6, plain_batch_s=31e-6, plain_request_s=4e-6,
                       handoff_s=30e-6, send_s=18e-6, how="measured")
     rate, rows = 1418, 9.2

@@ -451,6 +451,15 @@ def test_a_peak_is_bisected_to_the_tolerance_and_a_lone_failing_window_does_not_
     assert tried[:6] == [221, 332, 498, 415, 456, 477] and 900 < low <= 1000 < high
 
 
+def test_loads_are_fractions_of_the_peak_or_where_no_probe_met_the_qos_of_the_lowest_probed():
+    """``Peak.reference`` (``tools.compare``'s and ``tools.check_auto``'s loads)."""
+    from tools.lib.harness import Peak, Probe
+
+    probes = tuple(Probe(rate, None, rate <= 400) for rate in (600, 300, 450, 400))
+    assert Peak(400, 450, probes).reference == 400
+    assert Peak(0.0, 300, tuple(Probe(p.rate, None, False) for p in probes)).reference == 300
+
+
 def test_compare_writes_ratios_with_intervals_an_aa_row_and_goodput(run, repository, sources, tokenizer, tmp_path):
     out = tmp_path / "out"
     done = run("tools.compare", str(repository / "bert_like"), "--source", str(sources["bert_like"]),

@@ -205,8 +205,7 @@ def better_peak(bench: Bench, data: Path, closed: float, args: argparse.Namespac
     for model in ("plain", "pipeline"):
         found = bench.peak(model, data, float(f"{closed:.3g}"), args.qos_ms, args.percentile, args.seconds,
                            args.warmup)
-        # none within the QoS: its lowest probe, as tools.compare reads it
-        peaks[model] = found.rate or min(p.rate for p in found.probes)
+        peaks[model] = found.reference
         console.print(f"  peak of {model}: {peaks[model]:g} requests/s (+{found.resolution:.0%} at most)",
                       highlight=False)
     return max(peaks.values())

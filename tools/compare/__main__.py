@@ -240,9 +240,8 @@ class Search:
 
     def windows(self) -> None:
         results, args = self.results, self.args
-        peak = results.peaks[results.best_baseline].rate
-        if peak <= 0:
-            peak = min(p.rate for p in results.peaks[results.best_baseline].probes)
+        peak = results.peaks[results.best_baseline].reference
+        if results.peaks[results.best_baseline].rate <= 0:
             self.console.print(f"[yellow]no baseline met the QoS of {args.qos_ms:g} ms; the loads are fractions of "
                                f"its lowest probe, {peak:g}/s[/yellow]")
         names = ("low", "medium", "high") if len(args.loads) == 3 else tuple(f"{f:g} of the peak" for f in args.loads)

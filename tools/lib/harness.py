@@ -52,6 +52,12 @@ class Peak:
     probes: tuple[Probe, ...]
 
     @property
+    def reference(self) -> float:
+        """What loads are set as fractions of: the peak, or where no probe met the QoS, the
+        lowest rate probed."""
+        return self.rate if self.rate > 0 else min(p.rate for p in self.probes)
+
+    @property
     def resolution(self) -> float:
         """How far the true peak may lie above ``rate``, as a fraction of it."""
         return (self.ceiling - self.rate) / self.rate if self.rate > 0 else math.inf
