@@ -275,6 +275,10 @@ class SmdpPolicy(DiversityPolicy):
                 self._eager_until = now + self._eager_s
         return until
 
+    def forms_alike_whole(self) -> bool:
+        """The solved policy may serve fewer than wait."""
+        return False
+
     def form(self, waiting: Sequence[Query], room: int, now: float, outlook: Outlook = Outlook()
              ) -> list[tuple[list[Query], BatchShape]]:
         """The oldest ``a`` queries the solved policy serves (all that fit where it would wait:

@@ -219,6 +219,10 @@ class DiversityPolicy(Policy):
             return super().joins(oldest, query)
         return query.rigid == oldest.rigid
 
+    def forms_alike_whole(self) -> bool:
+        """Policy I with several stages cuts a crowd of one length into pieces (``_cluster``)."""
+        return not self.input or len(self._tables) <= 1
+
     def form(self, waiting: Sequence[Query], room: int, now: float, outlook: Outlook = Outlook()
              ) -> list[tuple[list[Query], BatchShape]]:
         if not self.input or waiting[0].rigid is None:

@@ -106,6 +106,13 @@ class Policy:
         batch = take_batch(waiting, room)
         return [(batch, BatchShape.of(batch))]
 
+    def forms_alike_whole(self) -> bool:
+        """Whether ``form`` runs waiting queries of one shape as one batch, up to the room: then
+        a model served plain on the host's cores may run a call of such requests straight, as
+        one batch from their inputs (``WholeBatch.run_straight``), without the queries ``form``
+        would take. Here: yes, ``take_batch`` takes every query that stacks with the oldest."""
+        return True
+
     def form_inline(self, queries: Sequence[Query]) -> list[list[Query]]:
         """The batches to run one after another inside one ``execute`` of a model served as a
         plain one on engines that overlap (a GPU; timed), every query answered once the last is

@@ -129,7 +129,8 @@ def serve(manifest: Manifest, version_dir: Path, config: RuntimeConfig, device: 
         config.bind(manifest)
         form = together if config.batching == "triton" else _form_on_cores(config, manifest.max_batch_size)
         whole = WholeBatch(manifest, engines, device, metrics, config.pad_values, config.size_limits(manifest), form,
-                           buckets, config.policy, config.queue.reject, alike_together=form is together)
+                           buckets, config.policy, config.queue.reject,
+                           alike_together=form is together or config.policy.forms_alike_whole())
         if config.policy.holds and config.batching != "triton":
             return decision, HeldBatch(whole, config.policy)
         return decision, whole

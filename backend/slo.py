@@ -261,6 +261,10 @@ class SloPolicy(DiversityPolicy):
             late.append(batch.pop(0))
         return late
 
+    def forms_alike_whole(self) -> bool:
+        """Orloj's rule may take fewer, the ones in time."""
+        return False
+
     def form(self, waiting: Sequence[Query], room: int, now: float, outlook: Outlook = Outlook()
              ) -> list[tuple[list[Query], BatchShape]]:
         deadlines = np.array([self._deadline(q) for q in waiting])

@@ -146,6 +146,22 @@ def test_auto_takes_the_policies_of_the_recorded_diversities():
         make_policy("auto", {}).bind(untimed)
 
 
+def test_a_policy_says_whether_it_forms_queries_of_one_shape_as_one_batch():
+    """``forms_alike_whole``: whether a call of requests of one shape, served plain on the host's
+    cores, may run straight as one batch. Policy I on several stages cuts a crowd of one length
+    into pieces; on one stage (a fused model) it keeps it whole; SMDP's solution and Orloj's rule
+    may serve fewer than wait."""
+    stages, fused = timed_manifest([PER_LENGTH] * 2), timed_manifest([PER_LENGTH])
+    assert make_policy("pass", {}).forms_alike_whole()
+    for name, several, one in [("auto", False, True), ("input", False, True), ("load", True, True),
+                               ("smdp", False, False), ("slo", False, False)]:
+        chosen = make_policy(name, {})
+        chosen.bind(stages)
+        assert chosen.forms_alike_whole() is several, name
+        chosen.bind(fused)
+        assert chosen.forms_alike_whole() is one, name
+
+
 @pytest.mark.wallclock
 def test_deadlines_stop_a_stretch_that_would_make_the_early_query_late():
     """The backlog case of Policy III, but query 0 must be answered within 4.5T: stretching

@@ -798,6 +798,19 @@ def test_auto_serves_as_a_plain_model_where_the_pipeline_cannot_pay(repository, 
     assert {labels for (family, labels) in server.metrics.snapshot() if family == "dvabatch_stage_busy_us_total"} \
         == {(("stage", "0"),)}
     assert server.metrics.snapshot()[("dvabatch_serving", (("mode", "fused"),))] == 1
+    # A call of several requests of one judged shape runs straight from their inputs, as one
+    # batch: the fused session's Policy I forms one batch of one length (``forms_alike_whole``).
+    # On ``bert_like`` at 4 and 8 in flight that cut the stub's CPU a request by 37 and 36 us,
+    # level with the plain model's (docs/results/fused-calls-straight).
+    alike = [sample_inputs(manifest.inputs, 1, {"sequence": 3}, seed=20 + i) for i in range(3)]
+    for feed in alike:
+        feed["attention_mask"][:] = 1
+    replies: list = []
+    assert server.run_straight(alike, replies.extend) == 3 and [failure for _, failure in replies] == [None] * 3
+    reference = OnnxRuntimeEngine(sources["bert_like"], [o.name for o in manifest.outputs])
+    for (outputs, _), feed in zip(replies, alike):
+        for name, expected in reference.run(feed).items():
+            np.testing.assert_allclose(outputs[name], expected, rtol=1e-4, atol=1e-5)
 
 
 def test_a_model_folder_that_disagrees_with_itself_fails_to_load_naming_the_file(repository, tmp_path):
