@@ -89,7 +89,8 @@ class WholeBatch:
         # Requests without a deadline need no Query where the policy neither learns from their run
         # nor refuses one without a deadline, and no bucket pads them (``run_straight``); several
         # only where ``form`` runs requests of one shape as one batch (``together``;
-        # ``Policy.form_inline``), which ``alike_together`` says.
+        # ``Policy.form_inline``; on the host's cores, ``Policy.forms_alike_whole``), which
+        # ``alike_together`` says.
         self._straight = not buckets.sizes and not self.policy.learns and not (reject and self.policy.may_refuse(()))
         self._alike_together = alike_together
 
