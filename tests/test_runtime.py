@@ -800,8 +800,8 @@ def test_auto_serves_as_a_plain_model_where_the_pipeline_cannot_pay(repository, 
     assert server.metrics.snapshot()[("dvabatch_serving", (("mode", "fused"),))] == 1
     # A call of several requests of one judged shape runs straight from their inputs, as one
     # batch: the fused session's Policy I forms one batch of one length (``forms_alike_whole``).
-    # On ``bert_like`` at 4 and 8 in flight that cut the stub's CPU a request by 37 and 36 us,
-    # level with the plain model's (docs/results/fused-calls-straight).
+    # On ``bert_like`` at 4 / 8 / 32 in flight that cut the stub's CPU a request by 75 / 19 / 24 us
+    # (docs/results/fused-calls-straight).
     alike = [sample_inputs(manifest.inputs, 1, {"sequence": 3}, seed=20 + i) for i in range(3)]
     for feed in alike:
         feed["attention_mask"][:] = 1
