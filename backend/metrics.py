@@ -25,6 +25,9 @@ Families (every metric also carries Triton's ``model`` and ``version`` labels):
 - ``dvabatch_serving{mode}``: 1 for the way the model serves now, 0 for those it served in
   before (``pipeline``; ``fused``: one session inside ``execute`` as a plain model; ``in_turn``:
   the stages one after another inside ``execute``; ``decide.py``, ``decide.ModeSwitch``);
+- ``dvabatch_serving_seconds_total{mode}``: the seconds the model has served each way since it
+  loaded: where ``auto`` switches, how much of a stretch of load it served pipelined and how much
+  plain, which the gauge, read once, cannot say (``tools.check_auto`` reads it around each window);
 - ``dvabatch_predicted_capacity{serving}``: the requests/s predicted at load for ``plain`` and
   ``pipeline`` serving from the tables and the host's measured costs (``decide.capacities``).
 """
@@ -33,6 +36,7 @@ from __future__ import annotations
 
 import functools
 import threading
+import time
 from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -66,10 +70,12 @@ LONE = Family("dvabatch_lone_batches_total", "counter",
               "Batches that found the pipeline empty, by where they ran (inline: inside execute; pipeline)")
 SERVING = Family("dvabatch_serving", "gauge",
                  "1 for how the model serves: pipeline, fused (one session inside execute) or in_turn")
+SERVED = Family("dvabatch_serving_seconds_total", "counter",
+                "Seconds the model has served each way (pipeline, fused or in_turn) since it loaded")
 CAPACITY = Family("dvabatch_predicted_capacity", "gauge",
                   "Requests/s predicted at load for plain and pipeline serving, from the tables and the host's costs")
 FAMILIES = {f.name: f for f in (META_OPERATIONS, BATCHES, STAGE_BUSY, ENTRY_QUERIES, ENTRY_WAIT, WAITING, IN_FLIGHT,
-                                EXECUTES, EXECUTE_TIME, EXECUTE_IDLE, LONE, SERVING, CAPACITY)}
+                                EXECUTES, EXECUTE_TIME, EXECUTE_IDLE, LONE, SERVING, SERVED, CAPACITY)}
 
 
 Key = tuple[str, Labels]
@@ -112,6 +118,8 @@ class Metrics:
         self._counters: dict[Key, float] = {}
         self._recorded: deque[tuple[Key, float]] = deque()
         self._longest_idle_us = 0.0
+        self._mode: Key | None = None  # the serving seconds' key of the way it serves now (``serving``)
+        self._since = 0.0  # when those seconds were last counted
 
     def meta_operation(self, kind: str) -> None:
         self._add((_meta_key(kind), 1))
@@ -154,10 +162,12 @@ class Metrics:
         """Set when the model loads and when it switches: gauges kept beside the counters,
         exported with them (1 for the mode it serves in, 0 for those it served in before)."""
         with self._lock:
+            self._count_served()
             for key in self._counters:
                 if key[0] == SERVING.name:
                     self._counters[key] = 0.0
             self._counters[(SERVING.name, (("mode", mode),))] = 1.0
+            self._mode = (SERVED.name, (("mode", mode),))
             for way, rate in capacity.items():
                 self._counters[(CAPACITY.name, (("serving", way),))] = rate
 
@@ -166,13 +176,22 @@ class Metrics:
         with self._lock:
             self._recorded.clear()
             self._longest_idle_us = 0.0
+            self._since = time.monotonic()
             self._counters = {k: v for k, v in self._counters.items() if k[0] in (SERVING.name, CAPACITY.name)}
 
     def snapshot(self) -> dict[Key, float]:
         """Every counter's total, keyed by (family name, labels)."""
         with self._lock:
             self._fold()
+            self._count_served()
             return dict(self._counters)
+
+    def _count_served(self) -> None:
+        """Add the seconds since they were last counted to the way the model serves now (under the lock)."""
+        now = time.monotonic()
+        if self._mode is not None:
+            self._counters[self._mode] = self._counters.get(self._mode, 0.0) + now - self._since
+        self._since = now
 
     def _add(self, *updates: tuple[Key, float]) -> None:
         self._recorded.extend(updates)

@@ -65,8 +65,9 @@ def scraped(server, until, seconds: float = 30) -> dict:
 
 def settled(server, model: str, quiet_s: float = 1.5) -> dict:
     """Triton's metrics once ``model``'s have not changed for ``quiet_s`` (everything counted
-    before has been exported)."""
-    mine = lambda metrics: {k: v for k, v in metrics.items() if dict(k[1]).get("model") == model}  # noqa: E731
+    before has been exported), but for the seconds served, which grow with the clock."""
+    mine = lambda metrics: {k: v for k, v in metrics.items() if dict(k[1]).get("model") == model  # noqa: E731
+                            and k[0] != "dvabatch_serving_seconds_total"}
     last, since = mine(prom.scrape(server.metrics_url)), time.monotonic()
     while time.monotonic() - since < quiet_s:
         time.sleep(0.1)
@@ -251,8 +252,11 @@ def test_auto_serves_a_fused_model_inside_execute_as_a_plain_model_does(client, 
     assert [(int(b["batch_size"]), int(b["compute_infer"]["count"])) for b in stats] == [(5, 1)]
     counted = batches(server, "bert_like_fused", lambda got: bool(got))
     assert len(manifest.stages) > 1 and {stage for (stage, rows) in counted} == {0}
-    serving = prom.select(prom.scrape(server.metrics_url), "dvabatch_serving", model="bert_like_fused")
+    values = prom.scrape(server.metrics_url)
+    serving = prom.select(values, "dvabatch_serving", model="bert_like_fused")
     assert {dict(k)["mode"]: v for k, v in serving.items()} == {"fused": 1.0}
+    served = prom.select(values, "dvabatch_serving_seconds_total", model="bert_like_fused")
+    assert [dict(k)["mode"] for k, v in served.items() if v > 0] == ["fused"]  # every second since it loaded
     client.unload_model("bert_like_fused")
 
 
@@ -610,6 +614,9 @@ def test_the_auto_check_sets_auto_beside_the_better_way_and_keeps_each_profile_a
         assert (rounds == 2 and r["within"] != "unresolved") or rounds == 3
         assert r["better's spread"].endswith("%")
         assert re.fullmatch(r"[\d.]+x \[[\d.]+, [\d.]+\] \((plain|pipeline)\)", r["auto / better [95 %]"])
+        # how auto served while measured, and whether as the clearly better way (near-zero compute: plain)
+        assert re.fullmatch(r"(plain|pipeline) \d+%( / pipeline \d+%)?", r["auto served"]), r["auto served"]
+        assert r["choice"] in ("right", "wrong", "mixed", "either")
         assert float(r["ensemble"].split("/")[0].split()[0]) > 0
         assert re.fullmatch(r"[\d.]+x \[[\d.]+, [\d.]+\]", r["auto / ensemble [95 %]"])
     assert "cells within 5%" in (out / "summary.md").read_text()
@@ -623,6 +630,10 @@ def test_the_auto_check_sets_auto_beside_the_better_way_and_keeps_each_profile_a
                                                   "ensemble", "auto", "pipeline", "plain"]
         assert all(float(w["answers/s or mean ms"]) > 0 and int(w["requests"]) > 0
                    for w in mine if w["requests"])  # (empty: a window perf_analyzer lost)
+        assert all(re.fullmatch(r"((fused|in_turn|pipeline):[\d.]+ ?)+", w["served (mode:seconds)"])
+                   for w in mine if w["model"] == "auto" and w["requests"])
+        assert not any(w["served (mode:seconds)"] for w in mine if w["model"] != "auto")
+    assert "auto served as the clearly better way in" in (out / "summary.md").read_text()
 
 
 def test_cost_benchmark_measures_four_ways_and_the_trace_shows_the_pipeline(run, tmp_path):

@@ -392,6 +392,25 @@ def test_config_pbtxt_may_be_stricter_than_the_model_never_disagree():
         check(_interface([ids, {**flag, "reshape": None}], []), manifest)
 
 
+def test_metrics_count_the_seconds_served_each_way_from_the_end_of_loading():
+    """``dvabatch_serving_seconds_total{mode}``: the seconds since loading's measurements ended
+    (``clear``) go to the way the model served in them, a switch's (``serving``) to the new way."""
+    metrics = Metrics()
+    metrics.serving("pipeline", {})
+    time.sleep(0.2)
+    metrics.clear()  # loading measured the host: its seconds are not served
+    time.sleep(0.05)
+    metrics.serving("fused", {})
+    time.sleep(0.1)
+    served = {dict(k[1])["mode"]: v for k, v in metrics.snapshot().items() if k[0] == "dvabatch_serving_seconds_total"}
+    assert set(served) == {"pipeline", "fused"}
+    assert 0.05 <= served["pipeline"] < 0.15 and 0.1 <= served["fused"] < 0.2, served
+    time.sleep(0.05)
+    later = metrics.snapshot()[("dvabatch_serving_seconds_total", (("mode", "fused"),))]
+    assert later >= served["fused"] + 0.05
+    assert metrics.snapshot()[("dvabatch_serving_seconds_total", (("mode", "pipeline"),))] == served["pipeline"]
+
+
 def test_metrics_sum_what_every_thread_counted_while_they_count_and_clear_keeps_the_gauges():
     """Several threads record at once, without a lock: a reader sees their counts grow while
     they write and loses none once they are done; clearing forgets the counters, not the gauges."""
@@ -399,8 +418,9 @@ def test_metrics_sum_what_every_thread_counted_while_they_count_and_clear_keeps_
     metrics.serving("in_turn", {"plain": 900.0})
     metrics.ran_inline(1, 0.5, 1, [(1, [0.0, 1.0, 3.0])])
     metrics.clear()  # what loading ran is not the model's; the mode it serves in stays
-    assert metrics.snapshot() == {("dvabatch_serving", (("mode", "in_turn"),)): 1.0,
-                                  ("dvabatch_predicted_capacity", (("serving", "plain"),)): 900.0}
+    assert {k: v for k, v in metrics.snapshot().items() if k[0] != "dvabatch_serving_seconds_total"} == {
+        ("dvabatch_serving", (("mode", "in_turn"),)): 1.0,
+        ("dvabatch_predicted_capacity", (("serving", "plain"),)): 900.0}
 
     def count():
         for _ in range(20000):

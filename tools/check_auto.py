@@ -40,6 +40,16 @@ it with its interval: where the pipeline pays, the margins issue 20 reached over
 (1.2x its answers/s at 16 and 64 in flight, 0.8x its mean at medium load) are read in the same
 run as the verdicts. The ensemble takes no part in the verdict, nor in the Poisson rates.
 
+Beside the verdict, each cell says how ``auto`` served while measured (the seconds its
+``dvabatch_serving_seconds_total`` grew each way during its windows, warm-ups included) and
+whether that was the better way's (``choice``): ``right`` where it served as the better one at
+least 90 % of that time, ``wrong`` at most 10 %, else ``mixed``, and ``either`` where the two ways
+are not shown apart by more than the margin (the worse one over the better by the same test as
+``auto``'s verdict), so that any choice is right. The host's noise that leaves a ratio unresolved
+seldom hides which way is better by far: a cell can show that ``auto`` chose right on a host
+whose windows cannot show it within 5 %, and where it chose right, what is left is the cost of
+its serving path beside the peer's.
+
 One round (``--rounds 1``) gives no interval: its ratio alone says yes or no. Where more were asked
 for, a cell left with fewer rounds that have both windows is unresolved.
 
@@ -66,7 +76,7 @@ import math
 import shutil
 import tempfile
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from rich.console import Console
@@ -86,6 +96,8 @@ DEFAULT_PROFILES = tuple(PROFILES / name for name in ("zero_2stages.json", "bert
                                                      "slow_2stages.json"))
 MODELS = ("plain", "pipeline", "auto")
 ENSEMBLE = "ensemble"
+PEER_OF_MODE = {"pipeline": "pipeline", "fused": "plain", "in_turn": "plain"}  # how auto served: the peer serving so
+RIGHT_SHARE = 0.9  # a choice is right (or wrong) where auto served the better way at least (at most 1 -) this share
 
 
 def in_turn(models: tuple[str, ...], turn: int) -> tuple[str, ...]:
@@ -103,6 +115,7 @@ class Cell:
     rounds: dict[str, list[Window | None]]  # by model, in the order run; grows while measured (``measure``)
     confidence: float = 0.95  # each look's interval (``looked``)
     wanted: int = 1  # rounds with both windows a verdict needs (``--rounds``); a lost window's round does not count
+    served: list[dict[str, float]] = field(default_factory=list)  # auto's seconds by mode in each round's window
 
     @property
     def statistic(self) -> str:
@@ -130,10 +143,10 @@ class Cell:
     def models(self) -> tuple[str, ...]:
         return tuple(self.rounds)
 
-    def paired(self, peer: str | None = None) -> list[float]:
-        """``auto`` over ``peer`` (by default the better way) in each round, where both windows
+    def paired(self, peer: str | None = None, model: str = "auto") -> list[float]:
+        """``model`` over ``peer`` (by default the better way) in each round, where both windows
         ran: side by side, so that what the host's load does to one round does it to both."""
-        return [self._figure(a) / self._figure(b) for a, b in zip(self.rounds["auto"], self.rounds[peer or self.best])
+        return [self._figure(a) / self._figure(b) for a, b in zip(self.rounds[model], self.rounds[peer or self.best])
                 if a is not None and b is not None]
 
     def versus(self, peer: str | None = None) -> Ratio:
@@ -154,14 +167,50 @@ class Cell:
         for turn in range(len(self.rounds["auto"])):
             for model in in_turn(self.models, turn):
                 window = self.rounds[model][turn]
+                served = self.served[turn] if model == "auto" else {}
                 lines.append([self.profile, self.load, str(turn + 1), model] + (
                     ["", "", ""] if window is None else
-                    [f"{self._figure(window):.4g}", str(window.requests), f"{window.seconds:.3f}"]))
+                    [f"{self._figure(window):.4g}", str(window.requests), f"{window.seconds:.3f}"])
+                    + [" ".join(f"{mode}:{spent:.1f}" for mode, spent in sorted(served.items()))])
         return lines
 
     def verdict(self, margin: float) -> str:
         """``yes``, ``NO`` or ``unresolved`` over the rounds with both windows (``intervals.verdict``)."""
         return verdict(self.paired(), not self.closed, margin, self.confidence, self.wanted)
+
+    def served_as(self) -> dict[str, float]:
+        """The seconds ``auto`` served as each peer (plain, pipeline) in its windows."""
+        seconds = dict.fromkeys(("plain", "pipeline"), 0.0)
+        for window in self.served:
+            for mode, spent in window.items():
+                seconds[PEER_OF_MODE[mode]] += spent
+        return seconds
+
+    def clearly_better(self, margin: float) -> str | None:
+        """The better way where the other is shown outside ``margin`` of it (by the test ``auto``'s
+        verdict takes), else None: either way would do, or the rounds cannot tell."""
+        worse = "pipeline" if self.best == "plain" else "plain"
+        shown = verdict(self.paired(self.best, worse), not self.closed, margin, self.confidence, self.wanted)
+        return self.best if shown == "NO" else None
+
+    def choice(self, margin: float) -> str:
+        """``right``, ``wrong`` or ``mixed``: whether ``auto`` served as the clearly better way
+        (``RIGHT_SHARE`` of its time, or at most the rest); ``either`` where no way is clearly
+        better; ``-`` where its serving seconds were not read."""
+        seconds = self.served_as()
+        if not sum(seconds.values()):
+            return "-"
+        better = self.clearly_better(margin)
+        if better is None:
+            return "either"
+        share = seconds[better] / sum(seconds.values())
+        return "right" if share >= RIGHT_SHARE else "wrong" if share <= 1 - RIGHT_SHARE else "mixed"
+
+    def served_label(self) -> str:
+        """How ``auto`` served while measured: each way's share of its seconds."""
+        seconds = self.served_as()
+        total = sum(seconds.values())
+        return " / ".join(f"{way} {spent / total:.0%}" for way, spent in seconds.items() if spent) if total else "-"
 
 
 def run_profile(profile: Path, args: argparse.Namespace, console: Console) -> Iterator[Cell]:
@@ -212,9 +261,10 @@ def better_peak(bench: Bench, data: Path, closed: float, args: argparse.Namespac
 
 
 HEADER = ("profile", "load", "plain", "pipeline", "auto", "auto / better [95 %]", "within", "each round",
-          "better's spread")
+          "better's spread", "auto served", "choice")
 ENSEMBLE_HEADER = (ENSEMBLE, "auto / ensemble [95 %]")  # added with --ensemble
-WINDOW_HEADER = ("profile", "load", "round", "model", "answers/s or mean ms", "requests", "seconds")
+WINDOW_HEADER = ("profile", "load", "round", "model", "answers/s or mean ms", "requests", "seconds",
+                 "served (mode:seconds)")
 
 
 def looked(args: argparse.Namespace) -> float:
@@ -237,13 +287,15 @@ def measure(bench: Bench, profile: str, label: str, load: Load, data: Path, args
             break
         for model in in_turn(args.models, turn):
             try:
-                window = bench.window(model, load, data, args.seconds, args.warmup).window
+                measured = bench.window(model, load, data, args.seconds, args.warmup)
             except PerfAnalyzerError as exc:
                 console.print(f"[red]{profile} {model} {load.label}: {exc}[/red]")
-                window = None
-            cell.rounds[model].append(window)
+                measured = None
+            cell.rounds[model].append(measured and measured.window)
+            if model == "auto":
+                cell.served.append(measured.served if measured else {})
     console.print(f"{profile} {label}: auto {cell.versus()} the {cell.best} one after {len(cell.rounds['auto'])} "
-                  f"rounds: {cell.verdict(args.margin)}")
+                  f"rounds: {cell.verdict(args.margin)}; served {cell.served_label()}: {cell.choice(args.margin)}")
     return cell
 
 
@@ -254,7 +306,7 @@ def row(cell: Cell, margin: float) -> list[str]:
     line = [cell.profile, cell.load, *(fmt(figures[m]) for m in MODELS),
             f"{cell.versus()} ({cell.best})", cell.verdict(margin),
             " / ".join(f"{r:.2f}x" for r in cell.paired()) or "-",
-            "-" if math.isnan(spread) else f"{spread:.0%}"]
+            "-" if math.isnan(spread) else f"{spread:.0%}", cell.served_label(), cell.choice(margin)]
     if ENSEMBLE in cell.rounds:
         line += [fmt(figures[ENSEMBLE]), str(cell.versus(ENSEMBLE))]
     return line
@@ -316,10 +368,14 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def tally(cells: list[Cell], margin: float) -> str:
-    """How many cells are shown within the margin, shown outside it, and unresolved."""
+    """How many cells are shown within the margin, shown outside it, and unresolved; and in how
+    many of those with a clearly better way ``auto`` served as it."""
     counts = collections.Counter(cell.verdict(margin) for cell in cells)
+    choices = collections.Counter(cell.choice(margin) for cell in cells)
+    clear = choices["right"] + choices["wrong"] + choices["mixed"]
     return (f"{counts['yes']} of {len(cells)} cells within {margin:.0%} ({counts['NO']} outside, "
-            f"{counts['unresolved']} unresolved at this host's noise)")
+            f"{counts['unresolved']} unresolved at this host's noise); auto served as the clearly better way in "
+            f"{choices['right']} of the {clear} cells with one ({choices['wrong']} wrong, {choices['mixed']} mixed)")
 
 
 def write(out: Path, cells: list[Cell], margin: float, titles: tuple[str, ...]) -> None:

@@ -30,10 +30,13 @@ PEAK_TOLERANCE = 0.05  # a peak's bisection stops once its bracket is this close
 
 @dataclass(frozen=True)
 class Measured:
-    """A window and the batches formed during it: (stage, rows) -> batches."""
+    """A window and the batches formed during it: (stage, rows) -> batches; and for a dvabatch
+    model the seconds it served each way meanwhile, its warm-up included (mode -> seconds:
+    ``dvabatch_serving_seconds_total``; empty for a model Triton batches)."""
 
     window: Window
     batches: dict[tuple[int, int], float] = field(default_factory=dict)
+    served: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -112,9 +115,13 @@ class Bench:
                     counts[(step, int(entry["batch_size"]))] = float(entry["compute_infer"]["count"])
         return counts
 
-    def _dvabatch_batches(self, model: str) -> dict[tuple[int, int], float]:
-        values = prom.select(prom.scrape(self.metrics_url), "dvabatch_batches_total", model=model)
-        return {(int(dict(k)["stage"]), int(dict(k)["rows"])): v for k, v in values.items()}
+    def _dvabatch_counts(self, model: str) -> tuple[dict[tuple[int, int], float], dict[str, float]]:
+        """A dvabatch model's batches so far by (stage, rows), and its seconds served by mode."""
+        values = prom.scrape(self.metrics_url)
+        batches = prom.select(values, "dvabatch_batches_total", model=model)
+        served = prom.select(values, "dvabatch_serving_seconds_total", model=model)
+        return ({(int(dict(k)["stage"]), int(dict(k)["rows"])): v for k, v in batches.items()},
+                {dict(k)["mode"]: v for k, v in served.items()})
 
     def serving(self, model: str) -> str:
         """How a dvabatch model serves now, by its ``dvabatch_serving`` gauge (``pipeline``,
@@ -127,15 +134,15 @@ class Bench:
                batched_by_triton: Sequence[str] = ()) -> Measured:
         """One window of ``load``; ``batched_by_triton``: the models whose batches Triton forms (a
         plain model, an ensemble's steps), else the backend's own batches of ``model`` are read."""
-        count = (lambda: self._triton_batches(batched_by_triton)) if batched_by_triton \
-            else (lambda: self._dvabatch_batches(model))
+        count = (lambda: (self._triton_batches(batched_by_triton), {})) if batched_by_triton \
+            else (lambda: self._dvabatch_counts(model))
         before = count()
         window = measure(model, self.url, load, data, seconds, warmup_s)
         if not batched_by_triton:
             time.sleep(METRICS_SETTLE_S)
         after = count()
-        grown = {key: value - before.get(key, 0.0) for key, value in after.items()}
-        return Measured(window, {key: value for key, value in grown.items() if value > 0})
+        grown = [{key: value - then.get(key, 0.0) for key, value in now.items()} for then, now in zip(before, after)]
+        return Measured(window, *({key: value for key, value in g.items() if value > 0} for g in grown))
 
     def capacity(self, model: str, data: str | Path, concurrency: int, seconds: float) -> float:
         """Answers per second of a closed loop of ``concurrency``."""
