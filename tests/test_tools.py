@@ -263,11 +263,17 @@ def test_auto_serves_a_fused_model_inside_execute_as_a_plain_model_does(client, 
 def test_the_ways_of_serving_take_the_peers_settings_to_the_peers_alone(repository, sources, tmp_path):
     """``write_ways`` (``tools.bench_cost``, ``tools.check_auto``): ``Peer(spinning=False)``
     (``bench_cost --peers-no-spinning``) makes the plain model's and every ensemble step's ONNX
-    Runtime threads sleep, and ours keep their own settings (``--parameter``)."""
+    Runtime threads sleep, and ours keep their own settings (``--parameter``). ``Peer(ragged=True)``
+    (``check_auto --length 32,64,128``) pads the plain model's batches to their longest; the
+    ensemble's steps still batch equal lengths (an intermediate tensor padded with zeros is not
+    what the padded model computes)."""
     sleeping = 'key: "allow_spinning" value: { string_value: "false" }'
-    counted = write_ways(repository / "bert_like", tmp_path, {}, [sources["bert_like"]], Peer(spinning=False))
+    counted = write_ways(repository / "bert_like", tmp_path, {}, [sources["bert_like"]],
+                         Peer(spinning=False, ragged=True))
     for model in (*counted["plain"], *counted["ensemble"]):
-        assert sleeping in (tmp_path / model / "config.pbtxt").read_text(), model
+        config = (tmp_path / model / "config.pbtxt").read_text()
+        assert sleeping in config, model
+        assert ("allow_ragged_batch: true" in config) == (model == "plain"), model
     for model in ("auto", "pipeline"):
         assert sleeping not in (tmp_path / model / "config.pbtxt").read_text(), model
 
@@ -599,11 +605,12 @@ def test_the_auto_check_sets_auto_beside_the_better_way_and_keeps_each_profile_a
     (on a lent GPU machine a run cut short by its lease kept nothing), with every window's figure.
     Two rounds, and a third for a cell they leave unresolved (``--max-rounds``). With
     ``--ensemble`` each round runs the ensemble of the stages too, and each cell sets ``auto``
-    beside it."""
+    beside it. Queries of two lengths in turn: the plain model pads a batch to its longest (the
+    ensemble's steps batch equal lengths, as Triton's batcher does)."""
     out = tmp_path / "check"
     done = run("tools.check_auto", str(ROOT / "docs" / "profiles" / "zero_2stages.json"), "--concurrency", "2",
                "--loads", "0.5", "--seconds", "1", "--warmup", "0.5", "--rounds", "2", "--max-rounds", "3",
-               "--ensemble", "--out", str(out))
+               "--length", "32,64", "--ensemble", "--out", str(out))
     assert done.returncode in (0, 1), done.stdout[-2000:] + done.stderr[-2000:]  # 1: a cell outside the margin
     rows = list(csv.DictReader((out / "check.csv").read_text().splitlines()))
     assert [r["load"] for r in rows] == ["2 in flight", rows[1]["load"]] and rows[1]["load"].startswith("Poisson 0.5")
@@ -630,7 +637,8 @@ def test_the_auto_check_sets_auto_beside_the_better_way_and_keeps_each_profile_a
                                                   "ensemble", "auto", "pipeline", "plain"]
         assert all(float(w["answers/s or mean ms"]) > 0 and int(w["requests"]) > 0
                    for w in mine if w["requests"])  # (empty: a window perf_analyzer lost)
-        assert all(re.fullmatch(r"((fused|in_turn|pipeline):[\d.]+ ?)+", w["served (mode:seconds)"])
+        served = r"((fused|in_turn|pipeline):[\d.]+ ?)+(\(lone inline \d+%\))?"  # auto's seconds each way
+        assert all(re.fullmatch(served, w["served (mode:seconds)"])
                    for w in mine if w["model"] == "auto" and w["requests"])
         assert not any(w["served (mode:seconds)"] for w in mine if w["model"] != "auto")
     assert "auto served as the clearly better way in" in (out / "summary.md").read_text()

@@ -3,14 +3,18 @@
     python -m tools.check_auto [PROFILE.json | MODEL_DIR ...] [--concurrency 1,16,64]
                                [--loads 0.3,0.6,0.9] [--qos-ms 200] [--percentile 99] [--seconds 3]
                                [--rounds 1] [--max-rounds N]
-                               [--margin 0.05] [--length 64] [--ensemble] [--source SRC.onnx ...]
+                               [--margin 0.05] [--length 64 | 32,64,128] [--ensemble] [--source SRC.onnx ...]
                                [--out docs/results/RUN]
 
 For each timed profile (default: near-zero compute, TensorRT-speed BERT-base and the slower
 engine of ``docs/profiles``) or sliced model directory, one tritonserver serves three models of
 the same engine, as ``tools.bench_cost`` builds them: ``plain`` (a plain Python model behind
 Triton's dynamic batcher), ``pipeline`` (our runtime with ``policy: pass``, always pipelined)
-and ``auto`` (what the slicer writes; ``tools.lib.peers.write_ways``). Each cell runs the three side by side:
+and ``auto`` (what the slicer writes; ``tools.lib.peers.write_ways``). Every query has
+``--length`` tokens; given several, successive queries take them in turn (the paper's input
+diversity), and the plain model pads a batch to its longest (``allow_ragged_batch``: Triton's
+batcher would otherwise batch equal lengths only, as the forced pipeline's ``policy: pass`` and
+the ensemble's steps do). Each cell runs the three side by side:
 
 - closed loops (perf_analyzer) at each ``--concurrency``: answers/s; ``auto`` passes where it
   answers at least ``1 - margin`` of the better of the other two;
@@ -41,8 +45,10 @@ it with its interval: where the pipeline pays, the margins issue 20 reached over
 run as the verdicts. The ensemble takes no part in the verdict, nor in the Poisson rates.
 
 Beside the verdict, each cell says how ``auto`` served while measured (the seconds its
-``dvabatch_serving_seconds_total`` grew each way during its windows, warm-ups included) and
-whether that was the better way's (``choice``): ``right`` where it served as the better one at
+``dvabatch_serving_seconds_total`` grew each way during its windows, warm-ups included; of its
+seconds pipelined, the share of its ``execute`` calls in which a lone batch ran inline counts as
+served plain, for it ran as the plain path runs: ``decide.LoneRuns``) and whether that was the
+better way's (``choice``): ``right`` where it served as the better one at
 least 90 % of that time, ``wrong`` at most 10 %, else ``mixed``, and ``either`` where the two ways
 are not shown apart by more than the margin (the worse one over the better by the same test as
 ``auto``'s verdict), so that any choice is right. The host's noise that leaves a ratio unresolved
@@ -84,10 +90,10 @@ from rich.table import Table
 from tritonclient.utils import InferenceServerException
 
 from tools.lib.cli import numbers, table_console
-from tools.lib.harness import Bench
+from tools.lib.harness import Bench, Measured
 from tools.lib.intervals import Ratio, across_rounds, pooled, verdict
 from tools.lib.paths import ROOT
-from tools.lib.peers import write_ways
+from tools.lib.peers import Peer, write_ways
 from tools.lib.perf_analyzer import Load, PerfAnalyzerError, Window
 from tools.lib.workload import interface_of, synthetic, write_input_data
 
@@ -116,6 +122,7 @@ class Cell:
     confidence: float = 0.95  # each look's interval (``looked``)
     wanted: int = 1  # rounds with both windows a verdict needs (``--rounds``); a lost window's round does not count
     served: list[dict[str, float]] = field(default_factory=list)  # auto's seconds by mode in each round's window
+    inline: list[float] = field(default_factory=list)  # the share of its calls pipelined that ran inline, each round
 
     @property
     def statistic(self) -> str:
@@ -167,11 +174,13 @@ class Cell:
         for turn in range(len(self.rounds["auto"])):
             for model in in_turn(self.models, turn):
                 window = self.rounds[model][turn]
-                served = self.served[turn] if model == "auto" else {}
+                served = " ".join(f"{mode}:{spent:.1f}" for mode, spent in
+                                  sorted((self.served[turn] if model == "auto" else {}).items()))
+                if model == "auto" and self.inline[turn]:
+                    served += f" (lone inline {self.inline[turn]:.0%})"
                 lines.append([self.profile, self.load, str(turn + 1), model] + (
                     ["", "", ""] if window is None else
-                    [f"{self._figure(window):.4g}", str(window.requests), f"{window.seconds:.3f}"])
-                    + [" ".join(f"{mode}:{spent:.1f}" for mode, spent in sorted(served.items()))])
+                    [f"{self._figure(window):.4g}", str(window.requests), f"{window.seconds:.3f}"]) + [served])
         return lines
 
     def verdict(self, margin: float) -> str:
@@ -179,11 +188,14 @@ class Cell:
         return verdict(self.paired(), not self.closed, margin, self.confidence, self.wanted)
 
     def served_as(self) -> dict[str, float]:
-        """The seconds ``auto`` served as each peer (plain, pipeline) in its windows."""
+        """The seconds ``auto`` served as each peer (plain, pipeline) in its windows, a lone
+        batch's inline run counted as plain (``inline``)."""
         seconds = dict.fromkeys(("plain", "pipeline"), 0.0)
-        for window in self.served:
+        for window, inline in zip(self.served, self.inline):
             for mode, spent in window.items():
-                seconds[PEER_OF_MODE[mode]] += spent
+                moved = spent * inline if mode == "pipeline" else 0.0
+                seconds[PEER_OF_MODE[mode]] += spent - moved
+                seconds["plain"] += moved
         return seconds
 
     def clearly_better(self, margin: float) -> str | None:
@@ -218,8 +230,8 @@ def run_profile(profile: Path, args: argparse.Namespace, console: Console) -> It
     loads at fractions of the better way's Poisson peak (``better_peak``)."""
     folder = Path(tempfile.mkdtemp(prefix="dvabatch-check-"))
     try:
-        write_ways(profile, folder, {}, args.source)
-        data = write_input_data(synthetic(interface_of(folder / "auto"), 1, {}, lengths=(args.length,)),
+        write_ways(profile, folder, {}, args.source, Peer(ragged=len(args.length) > 1))
+        data = write_input_data(synthetic(interface_of(folder / "auto"), 1, {}, lengths=args.length),
                                 folder / "data.json")
         log = (args.out / f"tritonserver-{profile.stem}.log") if args.out else folder / "triton.log"
         if args.out:
@@ -294,9 +306,18 @@ def measure(bench: Bench, profile: str, label: str, load: Load, data: Path, args
             cell.rounds[model].append(measured and measured.window)
             if model == "auto":
                 cell.served.append(measured.served if measured else {})
+                cell.inline.append(inline_share(measured) if measured else 0.0)
     console.print(f"{profile} {label}: auto {cell.versus()} the {cell.best} one after {len(cell.rounds['auto'])} "
                   f"rounds: {cell.verdict(args.margin)}; served {cell.served_label()}: {cell.choice(args.margin)}")
     return cell
+
+
+def inline_share(measured: Measured) -> float:
+    """The share of a window's ``execute`` calls made while pipelining in which a lone batch ran
+    inline (the calls split between the modes by their seconds)."""
+    served, calls = measured.served, measured.calls
+    pipelined = served.get("pipeline", 0.0) / (sum(served.values()) or 1.0) * calls.get("executes", 0.0)
+    return min(calls.get("inline", 0.0) / pipelined, 1.0) if pipelined else 0.0
 
 
 def row(cell: Cell, margin: float) -> list[str]:
@@ -335,7 +356,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-rounds", type=int, default=0,
                         help="more rounds, up to this many, for a cell still unresolved after --rounds (default: none)")
     parser.add_argument("--margin", type=float, default=0.05)
-    parser.add_argument("--length", type=int, default=64, help="tokens per query (default 64)")
+    parser.add_argument("--length", type=numbers(int), default="64",
+                        help="tokens per query (default 64); several: successive queries take them in turn, "
+                             "and the plain model pads a batch to its longest")
     parser.add_argument("--ensemble", action="store_true",
                         help="run the ensemble of the stages too, and set auto beside it (not part of the verdict)")
     parser.add_argument("--source", type=Path, action="append", default=[],

@@ -31,12 +31,15 @@ PEAK_TOLERANCE = 0.05  # a peak's bisection stops once its bracket is this close
 @dataclass(frozen=True)
 class Measured:
     """A window and the batches formed during it: (stage, rows) -> batches; and for a dvabatch
-    model the seconds it served each way meanwhile, its warm-up included (mode -> seconds:
-    ``dvabatch_serving_seconds_total``; empty for a model Triton batches)."""
+    model, its warm-up included, the seconds it served each way (mode -> seconds:
+    ``dvabatch_serving_seconds_total``) and its ``execute`` calls (``executes``), with those in
+    which a lone batch ran inline while it pipelined (``inline``: ``decide.LoneRuns``); both
+    empty for a model Triton batches."""
 
     window: Window
     batches: dict[tuple[int, int], float] = field(default_factory=dict)
     served: dict[str, float] = field(default_factory=dict)
+    calls: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -115,13 +118,17 @@ class Bench:
                     counts[(step, int(entry["batch_size"]))] = float(entry["compute_infer"]["count"])
         return counts
 
-    def _dvabatch_counts(self, model: str) -> tuple[dict[tuple[int, int], float], dict[str, float]]:
-        """A dvabatch model's batches so far by (stage, rows), and its seconds served by mode."""
+    def _dvabatch_counts(self, model: str) -> tuple[dict[tuple[int, int], float], dict[str, float],
+                                                    dict[str, float]]:
+        """A dvabatch model's counts so far: batches by (stage, rows), seconds served by mode,
+        and its calls (``Measured.calls``)."""
         values = prom.scrape(self.metrics_url)
         batches = prom.select(values, "dvabatch_batches_total", model=model)
         served = prom.select(values, "dvabatch_serving_seconds_total", model=model)
+        calls = {"executes": sum(prom.select(values, "dvabatch_executes_total", model=model).values()),
+                 "inline": sum(prom.select(values, "dvabatch_lone_batches_total", model=model, ran="inline").values())}
         return ({(int(dict(k)["stage"]), int(dict(k)["rows"])): v for k, v in batches.items()},
-                {dict(k)["mode"]: v for k, v in served.items()})
+                {dict(k)["mode"]: v for k, v in served.items()}, calls)
 
     def serving(self, model: str) -> str:
         """How a dvabatch model serves now, by its ``dvabatch_serving`` gauge (``pipeline``,
@@ -134,7 +141,7 @@ class Bench:
                batched_by_triton: Sequence[str] = ()) -> Measured:
         """One window of ``load``; ``batched_by_triton``: the models whose batches Triton forms (a
         plain model, an ensemble's steps), else the backend's own batches of ``model`` are read."""
-        count = (lambda: (self._triton_batches(batched_by_triton), {})) if batched_by_triton \
+        count = (lambda: (self._triton_batches(batched_by_triton), {}, {})) if batched_by_triton \
             else (lambda: self._dvabatch_counts(model))
         before = count()
         window = measure(model, self.url, load, data, seconds, warmup_s)

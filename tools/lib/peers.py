@@ -381,8 +381,8 @@ def write_ways(profile: Path, folder: Path, parameters: Mapping[str, str] = {},
     directory (real stages, on the device it was sliced for; its unsliced source among
     ``sources`` or where the slicer found it): ``auto`` (ours as the slicer configured it),
     ``pipeline`` (ours, ``policy: pass``), ``plain`` and ``ensemble``; ``parameters`` go on top
-    of ours, ``peer`` says how the last two are served. Returns model -> the Triton models whose
-    batches count."""
+    of ours, ``peer`` says how the last two are served (but an ensemble's steps batch equal
+    shapes only, ragged or not). Returns model -> the Triton models whose batches count."""
     if profile.is_dir():
         write_variant(profile, folder, "auto", parameters)
         write_variant(profile, folder, "pipeline", {**parameters, "policy": "pass"})
@@ -396,5 +396,5 @@ def write_ways(profile: Path, folder: Path, parameters: Mapping[str, str] = {},
                                   policy, manifest.whole)
         timed_whole(written)
     write_plain(folder / "auto", folder, "plain", peer, among=sources)
-    steps = [p.name for p in write_ensemble(folder / "auto", folder, "ensemble", peer)[:-1]]
+    steps = [p.name for p in write_ensemble(folder / "auto", folder, "ensemble", replace(peer, ragged=False))[:-1]]
     return {"plain": ["plain"], "ensemble": steps, "pipeline": ["pipeline"], "auto": ["auto"]}
