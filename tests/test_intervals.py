@@ -110,3 +110,35 @@ def test_t_quantiles_are_the_printed_tables_and_any_level_a_sequential_check_ask
     rounds = [0.97, 0.93, 1.01, 0.95]
     once, looked = across_rounds(rounds, False), across_rounds(rounds, False, confidence=0.99)
     assert looked.value == once.value and looked.low < once.low and looked.high > once.high
+
+
+def test_the_check_says_whether_auto_served_as_the_clearly_better_way():
+    """``tools.check_auto``'s choice from a cell's windows: the better way is clear where the
+    other is shown outside the margin of it; ``auto``'s seconds pipelined in which its lone
+    batches ran inline count as plain (the slower engine at 1 in flight read ``wrong`` before);
+    ``either`` where the two ways are not shown apart."""
+    from tools.check_auto import Cell, inline_share
+    from tools.lib.harness import Measured
+
+    closed = Load(concurrency=1)
+
+    def cell(plain: list[float], pipeline: list[float], served: list[dict], inline: list[float]) -> Cell:
+        answers = lambda per_s: window([1.0] * int(per_s), load=closed)  # noqa: E731  one second's answers
+        rounds = {"plain": [answers(a) for a in plain], "pipeline": [answers(a) for a in pipeline],
+                  "auto": [answers(a) for a in plain]}
+        return Cell("slow", "1 in flight", True, rounds, wanted=3, served=served, inline=inline)
+
+    pipelined = [{"pipeline": 5.0}] * 3
+    apart = cell([103, 104, 102], [93, 92, 94], pipelined, [0.0] * 3)
+    assert apart.clearly_better(0.05) == "plain" and apart.choice(0.05) == "wrong"
+    lone = cell([103, 104, 102], [93, 92, 94], pipelined, [0.94] * 3)
+    assert lone.served_label() == "plain 94% / pipeline 6%" and lone.choice(0.05) == "right"
+    half = cell([103, 104, 102], [93, 92, 94], [{"fused": 2.5, "pipeline": 2.5}] * 3, [0.0] * 3)
+    assert half.choice(0.05) == "mixed"
+    close = cell([103, 104, 102], [101, 102, 103], pipelined, [0.0] * 3)
+    assert close.clearly_better(0.05) is None and close.choice(0.05) == "either"
+    assert cell([103, 104, 102], [93, 92, 94], [{}] * 3, [0.0] * 3).choice(0.05) == "-"
+    # a window half pipelined: its calls split by seconds, of which the lone inline ones are a share
+    measured = Measured(window([1.0]), served={"fused": 2.0, "pipeline": 2.0}, calls={"executes": 200, "inline": 50})
+    assert inline_share(measured) == pytest.approx(0.5)
+    assert inline_share(Measured(window([1.0]), served={"fused": 4.0}, calls={"executes": 200})) == 0.0
