@@ -7,6 +7,8 @@ import math
 import numpy as np
 import pytest
 
+from tools.lib.check_cell import Cell, inline_share
+from tools.lib.harness import Measured
 from tools.lib.intervals import Ratio, against_margin, across_rounds, pooled, ratio, t_quantile, verdict
 from tools.lib.perf_analyzer import Load, Window
 
@@ -113,13 +115,10 @@ def test_t_quantiles_are_the_printed_tables_and_any_level_a_sequential_check_ask
 
 
 def test_the_check_says_whether_auto_served_as_the_clearly_better_way():
-    """``tools.check_auto``'s choice from a cell's windows: the better way is clear where the
+    """``tools.check_auto``'s choice from a cell's windows (``tools.lib.check_cell``): the better way is clear where the
     other is shown outside the margin of it; ``auto``'s seconds pipelined in which its lone
     batches ran inline count as plain (the slower engine at 1 in flight read ``wrong`` before);
     ``either`` where the two ways are not shown apart."""
-    from tools.check_auto import Cell, inline_share
-    from tools.lib.harness import Measured
-
     closed = Load(concurrency=1)
 
     def cell(plain: list[float], pipeline: list[float], served: list[dict], inline: list[float]) -> Cell:

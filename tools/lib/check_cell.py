@@ -1,0 +1,144 @@
+"""One cell of ``tools.check_auto``: one load of one profile, every way's window in each round,
+``auto``'s verdict against the better way and which way ``auto`` served (its ``choice``).
+
+Apart from the command, so that a test can build a cell from windows it made and read its
+verdict and choice without a server."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from tools.lib.harness import Measured
+from tools.lib.intervals import Ratio, across_rounds, pooled, verdict
+from tools.lib.perf_analyzer import Window
+
+PEER_OF_MODE = {"pipeline": "pipeline", "fused": "plain", "in_turn": "plain"}  # how auto served: the peer serving so
+RIGHT_SHARE = 0.9  # a choice is right (or wrong) where auto served the better way at least (at most 1 -) this share
+
+
+def in_turn(models: tuple[str, ...], turn: int) -> tuple[str, ...]:
+    """The ways in the order round ``turn`` (from 0) runs them: every other round reversed."""
+    return models if turn % 2 == 0 else models[::-1]
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One load of one profile: each model's window in each round (None where it failed)."""
+
+    profile: str
+    load: str
+    closed: bool
+    rounds: dict[str, list[Window | None]]  # by model, in the order run; grows while measured (``measure``)
+    confidence: float = 0.95  # each look's interval (``looked``)
+    wanted: int = 1  # rounds with both windows a verdict needs (``--rounds``); a lost window's round does not count
+    served: list[dict[str, float]] = field(default_factory=list)  # auto's seconds by mode in each round's window
+    inline: list[float] = field(default_factory=list)  # the share of its calls pipelined that ran inline, each round
+
+    @property
+    def statistic(self) -> str:
+        return "throughput" if self.closed else "mean"
+
+    def _kept(self, model: str) -> list[Window]:
+        return [w for w in self.rounds[model] if w is not None]
+
+    def _figure(self, window: Window) -> float:
+        """One window's answers/s (closed) or mean ms (open)."""
+        return pooled([window], self.statistic)
+
+    @property
+    def figures(self) -> dict[str, float]:
+        """Each model's answers/s (closed) or mean ms (open) over its rounds' requests."""
+        return {m: pooled(self._kept(m), self.statistic) for m in self.rounds}
+
+    @property
+    def best(self) -> str:
+        figures = self.figures
+        peers = {m: figures[m] for m in ("plain", "pipeline") if not math.isnan(figures[m])} or {"plain": math.nan}
+        return max(peers, key=peers.get) if self.closed else min(peers, key=peers.get)
+
+    @property
+    def models(self) -> tuple[str, ...]:
+        return tuple(self.rounds)
+
+    def paired(self, peer: str | None = None, model: str = "auto") -> list[float]:
+        """``model`` over ``peer`` (by default the better way) in each round, where both windows
+        ran: side by side, so that what the host's load does to one round does it to both."""
+        return [self._figure(a) / self._figure(b) for a, b in zip(self.rounds[model], self.rounds[peer or self.best])
+                if a is not None and b is not None]
+
+    def versus(self, peer: str | None = None) -> Ratio:
+        """``auto`` over ``peer`` (by default the better way): the rounds' ratios' geometric mean
+        and its t interval at ``confidence`` (none from one round; NaN where no round has both)."""
+        return across_rounds(self.paired(peer), not self.closed, self.confidence)
+
+    def spread(self) -> float:
+        """How far the better way's own rounds lie apart (largest over smallest, less one): a
+        verdict within the margin means little where this is larger."""
+        found = [self._figure(w) for w in self._kept(self.best)]
+        return max(found) / min(found) - 1 if len(found) > 1 else math.nan
+
+    def windows(self) -> list[list[str]]:
+        """A line per window in the order measured: its round, model, figure, requests and
+        seconds (the figure empty where the window failed)."""
+        lines = []
+        for turn in range(len(self.rounds["auto"])):
+            for model in in_turn(self.models, turn):
+                window = self.rounds[model][turn]
+                served = " ".join(f"{mode}:{spent:.1f}" for mode, spent in
+                                  sorted((self.served[turn] if model == "auto" else {}).items()))
+                if model == "auto" and self.inline[turn]:
+                    served += f" (lone inline {self.inline[turn]:.0%})"
+                lines.append([self.profile, self.load, str(turn + 1), model] + (
+                    ["", "", ""] if window is None else
+                    [f"{self._figure(window):.4g}", str(window.requests), f"{window.seconds:.3f}"]) + [served])
+        return lines
+
+    def verdict(self, margin: float) -> str:
+        """``yes``, ``NO`` or ``unresolved`` over the rounds with both windows (``intervals.verdict``)."""
+        return verdict(self.paired(), not self.closed, margin, self.confidence, self.wanted)
+
+    def served_as(self) -> dict[str, float]:
+        """The seconds ``auto`` served as each peer (plain, pipeline) in its windows, a lone
+        batch's inline run counted as plain (``inline``)."""
+        seconds = dict.fromkeys(("plain", "pipeline"), 0.0)
+        for window, inline in zip(self.served, self.inline):
+            for mode, spent in window.items():
+                moved = spent * inline if mode == "pipeline" else 0.0
+                seconds[PEER_OF_MODE[mode]] += spent - moved
+                seconds["plain"] += moved
+        return seconds
+
+    def clearly_better(self, margin: float) -> str | None:
+        """The better way where the other is shown outside ``margin`` of it (by the test ``auto``'s
+        verdict takes), else None: either way would do, or the rounds cannot tell."""
+        worse = "pipeline" if self.best == "plain" else "plain"
+        shown = verdict(self.paired(self.best, worse), not self.closed, margin, self.confidence, self.wanted)
+        return self.best if shown == "NO" else None
+
+    def choice(self, margin: float) -> str:
+        """``right``, ``wrong`` or ``mixed``: whether ``auto`` served as the clearly better way
+        (``RIGHT_SHARE`` of its time, or at most the rest); ``either`` where no way is clearly
+        better; ``-`` where its serving seconds were not read."""
+        seconds = self.served_as()
+        if not sum(seconds.values()):
+            return "-"
+        better = self.clearly_better(margin)
+        if better is None:
+            return "either"
+        share = seconds[better] / sum(seconds.values())
+        return "right" if share >= RIGHT_SHARE else "wrong" if share <= 1 - RIGHT_SHARE else "mixed"
+
+    def served_label(self) -> str:
+        """How ``auto`` served while measured: each way's share of its seconds."""
+        seconds = self.served_as()
+        total = sum(seconds.values())
+        return " / ".join(f"{way} {spent / total:.0%}" for way, spent in seconds.items() if spent) if total else "-"
+
+
+def inline_share(measured: Measured) -> float:
+    """The share of a window's ``execute`` calls made while pipelining in which a lone batch ran
+    inline (the calls split between the modes by their seconds)."""
+    served, calls = measured.served, measured.calls
+    pipelined = served.get("pipeline", 0.0) / (sum(served.values()) or 1.0) * calls.get("executes", 0.0)
+    return min(calls.get("inline", 0.0) / pipelined, 1.0) if pipelined else 0.0
