@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from tools.lib.check_cell import Cell, inline_share
+from tools.lib.check_cell import Cell, Served
 from tools.lib.harness import Measured
 from tools.lib.intervals import Ratio, against_margin, across_rounds, pooled, ratio, t_quantile, verdict
 from tools.lib.perf_analyzer import Load, Window
@@ -121,23 +121,23 @@ def test_the_check_says_whether_auto_served_as_the_clearly_better_way():
     ``either`` where the two ways are not shown apart."""
     closed = Load(concurrency=1)
 
-    def cell(plain: list[float], pipeline: list[float], served: list[dict], inline: list[float]) -> Cell:
+    def cell(plain: list[float], pipeline: list[float], served: Served) -> Cell:
         answers = lambda per_s: window([1.0] * int(per_s), load=closed)  # noqa: E731  one second's answers
         rounds = {"plain": [answers(a) for a in plain], "pipeline": [answers(a) for a in pipeline],
                   "auto": [answers(a) for a in plain]}
-        return Cell("slow", "1 in flight", True, rounds, wanted=3, served=served, inline=inline)
+        return Cell("slow", "1 in flight", True, rounds, wanted=3, served=[served] * 3)
 
-    pipelined = [{"pipeline": 5.0}] * 3
-    apart = cell([103, 104, 102], [93, 92, 94], pipelined, [0.0] * 3)
+    pipelined = Served({"pipeline": 5.0})
+    apart = cell([103, 104, 102], [93, 92, 94], pipelined)
     assert apart.clearly_better(0.05) == "plain" and apart.choice(0.05) == "wrong"
-    lone = cell([103, 104, 102], [93, 92, 94], pipelined, [0.94] * 3)
+    lone = cell([103, 104, 102], [93, 92, 94], Served({"pipeline": 5.0}, inline=0.94))
     assert lone.served_label() == "plain 94% / pipeline 6%" and lone.choice(0.05) == "right"
-    half = cell([103, 104, 102], [93, 92, 94], [{"fused": 2.5, "pipeline": 2.5}] * 3, [0.0] * 3)
-    assert half.choice(0.05) == "mixed"
-    close = cell([103, 104, 102], [101, 102, 103], pipelined, [0.0] * 3)
+    assert str(lone.served[0]) == "pipeline:5.0 (lone inline 94%)"
+    assert cell([103, 104, 102], [93, 92, 94], Served({"fused": 2.5, "pipeline": 2.5})).choice(0.05) == "mixed"
+    close = cell([103, 104, 102], [101, 102, 103], pipelined)
     assert close.clearly_better(0.05) is None and close.choice(0.05) == "either"
-    assert cell([103, 104, 102], [93, 92, 94], [{}] * 3, [0.0] * 3).choice(0.05) == "-"
+    assert cell([103, 104, 102], [93, 92, 94], Served.of(None)).choice(0.05) == "-"  # a window lost
     # a window half pipelined: its calls split by seconds, of which the lone inline ones are a share
     measured = Measured(window([1.0]), served={"fused": 2.0, "pipeline": 2.0}, calls={"executes": 200, "inline": 50})
-    assert inline_share(measured) == pytest.approx(0.5)
-    assert inline_share(Measured(window([1.0]), served={"fused": 4.0}, calls={"executes": 200})) == 0.0
+    assert Served.of(measured).inline == pytest.approx(0.5)
+    assert Served.of(Measured(window([1.0]), served={"fused": 4.0}, calls={"executes": 200})).inline == 0.0

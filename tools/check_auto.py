@@ -89,7 +89,7 @@ from rich.table import Table
 from tritonclient.utils import InferenceServerException
 
 from tools.lib.cli import numbers, table_console
-from tools.lib.check_cell import Cell, in_turn, inline_share
+from tools.lib.check_cell import Cell, Served, in_turn
 from tools.lib.harness import Bench
 from tools.lib.paths import ROOT
 from tools.lib.peers import Peer, write_ways
@@ -183,8 +183,7 @@ def measure(bench: Bench, profile: str, label: str, load: Load, data: Path, args
                 measured = None
             cell.rounds[model].append(measured and measured.window)
             if model == "auto":
-                cell.served.append(measured.served if measured else {})
-                cell.inline.append(inline_share(measured) if measured else 0.0)
+                cell.served.append(Served.of(measured))
     console.print(f"{profile} {label}: auto {cell.versus()} the {cell.best} one after {len(cell.rounds['auto'])} "
                   f"rounds: {cell.verdict(args.margin)}; served {cell.served_label()}: {cell.choice(args.margin)}")
     return cell

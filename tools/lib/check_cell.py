@@ -17,6 +17,39 @@ PEER_OF_MODE = {"pipeline": "pipeline", "fused": "plain", "in_turn": "plain"}  #
 RIGHT_SHARE = 0.9  # a choice is right (or wrong) where auto served the better way at least (at most 1 -) this share
 
 
+@dataclass(frozen=True)
+class Served:
+    """How ``auto`` served during one window: its seconds by mode, and of its calls made while
+    pipelining, the share in which a lone batch ran inline (``decide.LoneRuns``): those ran as
+    the plain path runs, so they count as served plain."""
+
+    seconds: dict[str, float] = field(default_factory=dict)
+    inline: float = 0.0
+
+    @classmethod
+    def of(cls, measured: Measured | None) -> Served:
+        """From a window's counts (nothing where the window failed); its calls are split between
+        the modes by their seconds."""
+        if measured is None:
+            return cls()
+        seconds, calls = measured.served, measured.calls
+        pipelined = seconds.get("pipeline", 0.0) / (sum(seconds.values()) or 1.0) * calls.get("executes", 0.0)
+        return cls(seconds, min(calls.get("inline", 0.0) / pipelined, 1.0) if pipelined else 0.0)
+
+    def as_peers(self) -> dict[str, float]:
+        """The seconds served as each peer serves (plain, pipeline)."""
+        peers = dict.fromkeys(("plain", "pipeline"), 0.0)
+        for mode, spent in self.seconds.items():
+            moved = spent * self.inline if mode == "pipeline" else 0.0
+            peers[PEER_OF_MODE[mode]] += spent - moved
+            peers["plain"] += moved
+        return peers
+
+    def __str__(self) -> str:
+        text = " ".join(f"{mode}:{spent:.1f}" for mode, spent in sorted(self.seconds.items()))
+        return text + (f" (lone inline {self.inline:.0%})" if self.inline else "")
+
+
 def in_turn(models: tuple[str, ...], turn: int) -> tuple[str, ...]:
     """The ways in the order round ``turn`` (from 0) runs them: every other round reversed."""
     return models if turn % 2 == 0 else models[::-1]
@@ -32,8 +65,7 @@ class Cell:
     rounds: dict[str, list[Window | None]]  # by model, in the order run; grows while measured (``measure``)
     confidence: float = 0.95  # each look's interval (``looked``)
     wanted: int = 1  # rounds with both windows a verdict needs (``--rounds``); a lost window's round does not count
-    served: list[dict[str, float]] = field(default_factory=list)  # auto's seconds by mode in each round's window
-    inline: list[float] = field(default_factory=list)  # the share of its calls pipelined that ran inline, each round
+    served: list[Served] = field(default_factory=list)  # how auto served in each round's window
 
     @property
     def statistic(self) -> str:
@@ -85,13 +117,10 @@ class Cell:
         for turn in range(len(self.rounds["auto"])):
             for model in in_turn(self.models, turn):
                 window = self.rounds[model][turn]
-                served = " ".join(f"{mode}:{spent:.1f}" for mode, spent in
-                                  sorted((self.served[turn] if model == "auto" else {}).items()))
-                if model == "auto" and self.inline[turn]:
-                    served += f" (lone inline {self.inline[turn]:.0%})"
                 lines.append([self.profile, self.load, str(turn + 1), model] + (
                     ["", "", ""] if window is None else
-                    [f"{self._figure(window):.4g}", str(window.requests), f"{window.seconds:.3f}"]) + [served])
+                    [f"{self._figure(window):.4g}", str(window.requests), f"{window.seconds:.3f}"])
+                    + [str(self.served[turn]) if model == "auto" else ""])
         return lines
 
     def verdict(self, margin: float) -> str:
@@ -99,14 +128,11 @@ class Cell:
         return verdict(self.paired(), not self.closed, margin, self.confidence, self.wanted)
 
     def served_as(self) -> dict[str, float]:
-        """The seconds ``auto`` served as each peer (plain, pipeline) in its windows, a lone
-        batch's inline run counted as plain (``inline``)."""
+        """The seconds ``auto`` served as each peer (plain, pipeline) in its windows (``Served``)."""
         seconds = dict.fromkeys(("plain", "pipeline"), 0.0)
-        for window, inline in zip(self.served, self.inline):
-            for mode, spent in window.items():
-                moved = spent * inline if mode == "pipeline" else 0.0
-                seconds[PEER_OF_MODE[mode]] += spent - moved
-                seconds["plain"] += moved
+        for window in self.served:
+            for peer, spent in window.as_peers().items():
+                seconds[peer] += spent
         return seconds
 
     def clearly_better(self, margin: float) -> str | None:
@@ -135,10 +161,3 @@ class Cell:
         total = sum(seconds.values())
         return " / ".join(f"{way} {spent / total:.0%}" for way, spent in seconds.items() if spent) if total else "-"
 
-
-def inline_share(measured: Measured) -> float:
-    """The share of a window's ``execute`` calls made while pipelining in which a lone batch ran
-    inline (the calls split between the modes by their seconds)."""
-    served, calls = measured.served, measured.calls
-    pipelined = served.get("pipeline", 0.0) / (sum(served.values()) or 1.0) * calls.get("executes", 0.0)
-    return min(calls.get("inline", 0.0) / pipelined, 1.0) if pipelined else 0.0
