@@ -5,7 +5,8 @@ batch item); the backend's entry file copies them, and the runtime's gauges, int
 metrics API about once a second, so the hot path never pays for a round trip to the Triton
 process. No Triton or CUDA here.
 
-Families (every metric also carries Triton's ``model`` and ``version`` labels):
+Families (every metric also carries Triton's ``model`` and ``version`` labels, and each gauge
+its instance's name: ``model.MetricsExporter``):
 
 - ``dvabatch_meta_operations_total{kind}``: meta operations applied, ``new``, ``stretch``, ``split``;
 - ``dvabatch_batches_total{stage, rows}``: batch items each stage ran, by the rows in the item

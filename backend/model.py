@@ -84,11 +84,19 @@ def _rows(inputs: dict) -> int:
 
 class MetricsExporter(threading.Thread):
     """Copies the runtime's counters into Triton's custom metrics about once a second (and once
-    more when the model unloads), so the hot path never waits on the Triton process."""
+    more when the model unloads), so the hot path never waits on the Triton process.
 
-    def __init__(self, metrics: Metrics, gauges, labels: dict[str, str]):
+    A model's instances (``instance_group`` count) export into the same series, which Triton
+    keeps once per family and labels: a counter, which each adds only its growth to, is their
+    sum, as Triton's own per-model counters are. A gauge is set, so each instance's own carries
+    an ``instance`` label (``instance``: Triton's instance name): set into one series, the last
+    writer's value would stand for all of them (one instance's queries in flight; ``serving``
+    flipping between two instances' modes). A stub Triton restarts sets its instance's again."""
+
+    def __init__(self, metrics: Metrics, gauges, labels: dict[str, str], instance: str):
         super().__init__(name="dvabatch-metrics", daemon=True)
-        self._metrics, self._gauges, self._labels = metrics, gauges, labels
+        self._metrics, self._gauges = metrics, gauges
+        self._labels = {"counter": labels, "gauge": {**labels, "instance": instance}}
         self._families: dict = {}
         self._series: dict = {}
         self._sent: dict = {}
@@ -118,7 +126,7 @@ class MetricsExporter(threading.Thread):
                 if name not in self._families:
                     kind = pb_utils.MetricFamily.COUNTER if family.kind == "counter" else pb_utils.MetricFamily.GAUGE
                     self._families[name] = pb_utils.MetricFamily(name=name, description=family.description, kind=kind)
-                self._series[key] = self._families[name].Metric(labels={**self._labels, **dict(labels)})
+                self._series[key] = self._families[name].Metric(labels={**self._labels[family.kind], **dict(labels)})
             # Each call is a round trip to the Triton process, and in Triton 24.10 a gauge's set
             # holds the GIL through it (60 us: execute waits), so only what changed is sent.
             sent = self._sent.get(key)
@@ -179,7 +187,7 @@ class TritonPythonModel:
         self._server = server
         labels = {"model": args["model_name"], "version": args["model_version"]}
         self._metrics = metrics
-        self._exporter = MetricsExporter(metrics, server.gauges, labels)
+        self._exporter = MetricsExporter(metrics, server.gauges, labels, args["model_instance_name"])
         self._exporter.start()
         # What loading made (modules, graphs, tables) lives as long as the model: keep the
         # collector from scanning it again at every full collection (a few ms each, paused

@@ -244,7 +244,9 @@ def test_instances_on_the_cpu_share_its_cores_and_answer_like_the_unsliced_model
                                                                                   sources):
     """Two CPU instances (``instance_group`` count 2): each one's sessions take its share of the
     cores (the model's log says so, as Triton's config gave the count), and concurrent requests,
-    spread over both stubs, answer as the unsliced model does."""
+    spread over both stubs, answer as the unsliced model does. The metrics count every query once
+    (a counter is the instances' sum) and keep a gauge per instance (one's never overwrites the
+    other's)."""
     name = "resnet_like_two"
     shutil.copytree(repository / "resnet_like", repository / name)
     config = (repository / name / "config.pbtxt").read_text().replace('name: "resnet_like"', f'name: "{name}"')
@@ -259,6 +261,19 @@ def test_instances_on_the_cpu_share_its_cores_and_answer_like_the_unsliced_model
             np.testing.assert_allclose(answer["logits"], reference.run(feed)["logits"], atol=1e-5)
         said = [line for line in server.log.read_text().splitlines() if f"{name}: serves" in line]
         assert len(said) == 2 and all("shared by 2 instances" in line for line in said), said
+        deadline = time.monotonic() + 30  # each instance exports about once a second, a series at a time
+        while True:
+            metrics = prom.scrape(server.metrics_url)
+            queries = prom.select(metrics, "dvabatch_entry_queries_total", model=name)
+            in_flight = prom.select(metrics, "dvabatch_queries_in_flight", model=name)
+            if (sum(queries.values()) >= len(feeds) and len(in_flight) == 2) or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        assert list(queries.values()) == [len(feeds)] and all("instance" not in dict(k) for k in queries)
+        instances = [f"{name}_0_0", f"{name}_0_1"]
+        assert sorted(dict(k)["instance"] for k in in_flight) == instances
+        serving = prom.select(metrics, "dvabatch_serving", model=name, mode="pipeline")
+        assert sorted(dict(k)["instance"] for k, v in serving.items() if v == 1) == instances
     finally:
         client.unload_model(name)
 
