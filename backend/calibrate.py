@@ -49,10 +49,11 @@ def process_cpu_s(pid: int, thread: int | None = None) -> float | None:
         return None
 
 
-def host_cpu_s(device: Device) -> float:
-    """This process's CPU seconds so far, less what its threads spent waiting for ``device``
-    (CUDA spins while it waits: engine time, not serving work)."""
-    return time.process_time() - device.waited_s
+def host_cpu_s(device: Device, process_s: float | None = None) -> float:
+    """This process's CPU seconds so far (``process_s``, where the caller read them), less what
+    its threads spent waiting for ``device`` (CUDA spins while it waits: engine time, not serving
+    work)."""
+    return (time.process_time() if process_s is None else process_s) - device.waited_s
 
 
 def measure(manifest: Manifest, device: Device, pipeline: Callable[[Sequence[Query]], None],

@@ -313,9 +313,9 @@ class Watch(threading.Thread):
 
     def _read(self) -> Reading:
         sent = self.runtime.held.sent if self.runtime.held is not None else 0
-        return Reading(time.monotonic(), calibrate.host_cpu_s(self.device), self._server_cpu_s(),
-                       self.metrics.snapshot(), sent, self.metrics.longest_idle_s(), self._cores_busy_s(),
-                       time.process_time())
+        process_s = time.process_time()
+        return Reading(time.monotonic(), calibrate.host_cpu_s(self.device, process_s), self._server_cpu_s(),
+                       self.metrics.snapshot(), sent, self.metrics.longest_idle_s(), self._cores_busy_s(), process_s)
 
     def _window(self, before: Reading, now: Reading) -> Window:
         def delta(key) -> float:
