@@ -31,7 +31,7 @@ def _model(module, folder: str, name: str, config: dict):
     model = module.TritonPythonModel()
     model.initialize({"model_repository": folder, "model_version": "1", "model_name": name,
                       "model_config": json.dumps(config), "model_instance_kind": "CPU",
-                      "model_instance_device_id": "0"})
+                      "model_instance_name": f"{name}_0_0", "model_instance_device_id": "0"})
     return model
 
 

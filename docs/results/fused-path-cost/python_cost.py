@@ -100,7 +100,7 @@ def load(path: Path, repository: Path, name: str):
                              parameters_of((folder / "config.pbtxt").read_text()).items()}}
     model = module.TritonPythonModel()
     model.initialize({"model_repository": str(folder), "model_version": "1", "model_config": json.dumps(config),
-                      "model_name": name})
+                      "model_name": name, "model_instance_name": f"{name}_0_0"})
     return model
 
 
