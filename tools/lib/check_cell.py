@@ -160,4 +160,3 @@ class Cell:
         seconds = self.served_as()
         total = sum(seconds.values())
         return " / ".join(f"{way} {spent / total:.0%}" for way, spent in seconds.items() if spent) if total else "-"
-
