@@ -15,7 +15,8 @@ what serving shows), never from a cost measured on another machine:
   pipeline's own cost, the stub's one interpreter, the host's cores, the bottleneck stage,
   weighed against the waits its multi-entry saves), and pipelines again when it does not.
 - **Whether a pipeline's ``execute`` waits** until stage 0 computed its queries (``waits``): where
-  the host's CPU caps the pipeline, so that Triton batches what arrives meanwhile.
+  the host's CPU caps the pipeline, so that Triton batches what arrives meanwhile; under ``auto``
+  decided again from each window served pipelined (``EntryWait``).
 - **Whether a lone batch runs inside ``execute``** (``LoneRuns``): only under ``auto`` (or where
   ``lone_inline`` asks), and only while the looks say a request rarely arrives during one, by
   what the pipeline's hand-offs cost here against what such a request would wait.
@@ -53,6 +54,11 @@ MAX_CORRECTION = 2.0
 # (the TensorRT-speed profile's differ by 0.02 %: the tables' rounding).
 FUSED_NOISE = 0.01
 MIN_ANSWERS = 20  # a window with fewer answers shows too little to decide on: the mode stays
+# A pipelined ``execute`` that returns at once starts waiting for stage 0 once the host is this
+# busy in two windows in a row: its CPU then caps the pipeline (``EntryWait``).
+HOST_SATURATED = 0.95
+TRIAL_WINDOWS = 2  # windows a trial of returning at once runs (``EntryWait``)
+TRIAL_GAIN = 0.05  # and how many more answers/s than waiting it must show to be kept
 
 
 class Mode(Enum):
@@ -321,6 +327,93 @@ class LoneRuns:
         return False
 
 
+@dataclass
+class EntryWait:
+    """Whether a pipelined ``execute`` waits until stage 0 computed its queries, decided again
+    from every window served pipelined (``auto`` on engines that overlap, ``execute_waits:
+    auto``). At load ``waits`` can only weigh the engines' capacity at their best batch, which
+    a lighter load may never reach: there, on three 0.7 ms stages at 16 in flight, waiting held
+    the model to 1,630 answers/s where returning at once answered 1,834, the host 70 % busy
+    waiting and 83 % at once (stage 0 idles while Triton hands the next call over). But under an
+    open load at 0.6 of the pipeline's peak, waiting answered in 7.3 ms where returning at once
+    took 7.8-9.3 (what Triton batches during a call saves the stages' fixed cost), and where the
+    host's CPU caps the pipeline waiting is what keeps up (fewer, fuller calls; near-zero compute
+    at 16 in flight: 3,346 answers/s waiting against 2,462 at once, the host saturated either way).
+    No reading of the host tells those apart, so it is tried: where waiting leaves the host clear
+    room (under ``1 - SWITCH_GAIN`` busy), the entry returns at once for ``TRIAL_WINDOWS``, and
+    keeps doing so only where that answered ``TRIAL_GAIN`` more than waiting did (clients that
+    wait on their answers send more when answered sooner; an open load's rate is the same either
+    way), else it waits again and tries no more until the load moves by ``SWITCH_GAIN``. Returning
+    at once, it waits again once the host is ``HOST_SATURATED`` busy, and tries no more at that
+    load or a heavier one. A change needs two windows in a row agreeing (a window may hold a
+    load starting or stopping), and a trial two at rates within ``SWITCH_GAIN`` of each other
+    (where a load started, a first window's answers once made the trial's 657/s look like more
+    than waiting's 381 under an open load of 700/s); a trial whose load stops or moves (its
+    windows' rates apart by more) is abandoned, waiting again, free to try again. ``host``: the
+    host's utilisation as ``ModeSwitch.host_busy`` reads it, ``rate`` the window's answers/s;
+    None for a window not served pipelined or with too few answers to go by."""
+
+    waits: bool
+    last: str = ""  # why the entry does what it does now: for the log
+    _wanted: bool | None = field(default=None, init=False)  # what the window before asked for
+    _saturated_at: float = field(default=math.inf, init=False)  # answers/s at which returning at once saturated
+    _refused_at: float = field(default=-math.inf, init=False)  # answers/s a trial at once did not raise
+    _baseline: float | None = field(default=None, init=False)  # answers/s waiting, while a trial runs
+    _tried: list[float] = field(default_factory=list, init=False)  # answers/s of the trial's windows
+
+    def observe(self, host: float | None, rate: float = 0.0) -> bool | None:
+        """Take a window; whether the entry waits from now on where that changes or a trial
+        ends, else None."""
+        if host is None:
+            self._wanted = None
+            return None if self._baseline is None else self._abandon()
+        if self._baseline is not None and host < HOST_SATURATED:
+            return self._trial(rate)
+        if self.waits:
+            moved = abs(rate - self._refused_at) > SWITCH_GAIN * self._refused_at
+            wanted = not (host < 1 - SWITCH_GAIN and rate < (1 - SWITCH_GAIN) * self._saturated_at and moved)
+        else:
+            wanted = host >= HOST_SATURATED
+        before, self._wanted = self._wanted, (wanted, rate)
+        if wanted is self.waits or before is None or before[0] is not wanted:
+            return None
+        if not wanted and abs(rate - before[1]) > SWITCH_GAIN * before[1]:
+            return None  # a trial compares with waiting at a steady load: not one starting or stopping
+        self.waits, self._wanted = wanted, None
+        if wanted:
+            self._saturated_at, self._baseline = rate, None
+            self.last = (f"the host {host:.0%} busy returning at once at {rate:.0f} answers/s, at or past "
+                         f"{HOST_SATURATED:.0%}")
+        else:
+            self._baseline, self._tried = (before[1] + rate) / 2, []
+            self.last = (f"a trial: the host {host:.0%} busy waiting for stage 0 at {rate:.0f} answers/s, under "
+                         f"{1 - SWITCH_GAIN:.0%}")
+        return wanted
+
+    def _trial(self, rate: float) -> bool | None:
+        """A window of a trial at once: after ``TRIAL_WINDOWS``, keep it (False) or wait again (True)."""
+        if self._tried and abs(rate - self._tried[-1]) > SWITCH_GAIN * self._tried[-1]:
+            return self._abandon()
+        self._tried.append(rate)
+        if len(self._tried) < TRIAL_WINDOWS:
+            return None
+        tried, baseline = sum(self._tried) / len(self._tried), self._baseline
+        self._baseline, self._wanted = None, None
+        if tried >= (1 + TRIAL_GAIN) * baseline:
+            self.last = f"returning at once answered {tried:.0f}/s where waiting for stage 0 answered {baseline:.0f}"
+            return False
+        self.waits, self._refused_at = True, baseline
+        self.last = (f"returning at once answered {tried:.0f}/s where waiting for stage 0 answered {baseline:.0f}: "
+                     f"not {TRIAL_GAIN:.0%} more")
+        return True
+
+    def _abandon(self) -> bool:
+        """A trial whose load stopped or moved says nothing: wait again, free to try once more."""
+        self.waits, self._baseline, self._wanted = True, None, None
+        self.last = "a trial of returning at once ended with its load"
+        return True
+
+
 @dataclass(frozen=True)
 class Window:
     """What one window of serving showed: its length, the requests answered, the stub's CPU
@@ -517,6 +610,14 @@ class ModeSwitch:
         if not better or not steady or before.wanted is not other:
             return None  # a window may hold a load starting or stopping: the one before must agree
         return self._switch(other)
+
+    def host_busy(self, window: Window) -> float | None:
+        """The host's utilisation as a window ``observe`` took showed it, served as now (``_host``:
+        the stub's interpreter, or the cores with tritonserver and the other processes on them),
+        for ``EntryWait``; None where the window answered too few to go by."""
+        if window.seconds <= 0 or window.answered < MIN_ANSWERS:
+            return None
+        return self._host(window.stub_s, window, self.mode)
 
     def hold_rate(self, window: Window, held: bool) -> float | None:
         """The arrival rate up to which a hold (``hold.py``) may hold queries back, from a window

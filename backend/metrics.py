@@ -29,6 +29,9 @@ its instance's name: ``model.MetricsExporter``):
 - ``dvabatch_serving_seconds_total{mode}``: the seconds the model has served each way since it
   loaded: where ``auto`` switches, how much of a stretch of load it served pipelined and how much
   plain, which the gauge, read once, cannot say (``tools.check_auto`` reads it around each window);
+- ``dvabatch_execute_waits``: 1 where a pipelined ``execute`` waits until stage 0 has computed
+  its queries, 0 where it returns at once (``decide.waits`` at load; under ``auto``,
+  ``decide.EntryWait`` while it serves);
 - ``dvabatch_predicted_capacity{serving}``: the requests/s predicted at load for ``plain`` and
   ``pipeline`` serving from the tables and the host's measured costs (``decide.capacities``).
 """
@@ -73,10 +76,12 @@ SERVING = Family("dvabatch_serving", "gauge",
                  "1 for how the model serves: pipeline, fused (one session inside execute) or in_turn")
 SERVED = Family("dvabatch_serving_seconds_total", "counter",
                 "Seconds the model has served each way (pipeline, fused or in_turn) since it loaded")
+EXECUTE_WAITS = Family("dvabatch_execute_waits", "gauge",
+                       "1 where a pipelined execute waits for stage 0 to run its queries, 0 where it returns at once")
 CAPACITY = Family("dvabatch_predicted_capacity", "gauge",
                   "Requests/s predicted at load for plain and pipeline serving, from the tables and the host's costs")
 FAMILIES = {f.name: f for f in (META_OPERATIONS, BATCHES, STAGE_BUSY, ENTRY_QUERIES, ENTRY_WAIT, WAITING, IN_FLIGHT,
-                                EXECUTES, EXECUTE_TIME, EXECUTE_IDLE, LONE, SERVING, SERVED, CAPACITY)}
+                                EXECUTES, EXECUTE_TIME, EXECUTE_IDLE, LONE, SERVING, SERVED, EXECUTE_WAITS, CAPACITY)}
 
 
 Key = tuple[str, Labels]

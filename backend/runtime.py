@@ -36,7 +36,7 @@ from .exit import Exit
 from .decide import LoneRuns, Mode
 from .hold import Hold, batches
 from .manifest import Manifest
-from .metrics import IN_FLIGHT, WAITING, Family, Metrics
+from .metrics import EXECUTE_WAITS, IN_FLIGHT, WAITING, Family, Metrics
 from .padding import Buckets, cut, stack
 from .query import EXPIRED, Code, Failure, Judged, Query, Reply, Tensors, refuse_invalid
 from .scheduler import Scheduler
@@ -205,10 +205,11 @@ class Runtime:
             self._on_death(self.dead)
 
     def gauges(self) -> dict[Family, float]:
-        """Queries waiting at the entry, and every query handed over and not yet answered."""
+        """Queries waiting at the entry, every query handed over and not yet answered, and
+        whether ``execute`` waits for stage 0 (``wait_s``)."""
         waiting = len(self.entry) + (len(self.held) if self.held is not None else 0)
         running = len({id(m.query) for row in self.table.rows() for m in row.members if not m.query.answered})
-        return {WAITING: waiting, IN_FLIGHT: waiting + running}
+        return {WAITING: waiting, IN_FLIGHT: waiting + running, EXECUTE_WAITS: float(self.wait_s > 0)}
 
     def close(self, timeout: float = 60) -> None:
         """Finish what was admitted, refuse what was still waiting, stop the executors."""

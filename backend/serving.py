@@ -28,8 +28,8 @@ from typing import Protocol
 
 from . import calibrate
 from .config import RuntimeConfig
-from .decide import (Choice, HostCosts, LoneRuns, Mode, ModeSwitch, Window, capacities, choose, fuses, interpreted,
-                     waits)
+from .decide import (Choice, EntryWait, HostCosts, LoneRuns, Mode, ModeSwitch, Window, capacities, choose, fuses,
+                     interpreted, waits)
 from .device import CpuDevice, Device
 from .dispatch import SmdpPolicy
 from .engines import describe_graphs, describe_pins, fusable, graph_buckets, load_engines, on_host_cores
@@ -169,7 +169,8 @@ def serve(manifest: Manifest, version_dir: Path, config: RuntimeConfig, device: 
                             batcher_delay_s=config.queue.delay_us / 1e6, entry_waits=waited)
         runtime.watch = Watch(runtime, switch, metrics, device, len(manifest.stages),
                               _shared(server_cpu_s, lent.instances), said, alone=lent.instances == 1,
-                              cores_busy_s=_cores_busy(lent))
+                              cores_busy_s=_cores_busy(lent),
+                              entry=EntryWait(waited) if config.execute_waits == "auto" else None)
         runtime.watch.start()
     return replace(decision, waits=waited, waits_why=waits_why, costs=costs), runtime
 
@@ -262,14 +263,17 @@ class Watch(threading.Thread):
     a batch to whichever instance is free, so an instance sits idle while another serves, and
     that idle would read as a round trip in series (``decide.round_trip_s``). ``cores_busy_s``:
     the busy seconds so far of the cores this process has (``host.busy_s``), where what the
-    other processes on them spend counts against serving's (``Window.others_s``)."""
+    other processes on them spend counts against serving's (``Window.others_s``). ``entry``:
+    where ``execute_waits`` is ``auto``, whether a pipelined ``execute`` waits for stage 0,
+    decided again from each window served pipelined (``EntryWait``)."""
 
     def __init__(self, runtime: Runtime, switch: ModeSwitch, metrics: Metrics, device: Device, stages: int,
                  server_cpu_s: Callable[[], float | None] | None, said: Callable[[str], None] | None,
-                 alone: bool = True, cores_busy_s: Callable[[], float | None] | None = None):
+                 alone: bool = True, cores_busy_s: Callable[[], float | None] | None = None,
+                 entry: EntryWait | None = None):
         super().__init__(name="dvabatch-mode-switch", daemon=True)
         self.runtime, self.switch, self.metrics, self.stages = runtime, switch, metrics, stages
-        self.device, self.alone = device, alone
+        self.device, self.alone, self.entry = device, alone, entry
         self._server_cpu_s, self._said = server_cpu_s or (lambda: None), said or log.info
         self._cores_busy_s = cores_busy_s or (lambda: None)
         self._stopping = threading.Event()
@@ -284,18 +288,34 @@ class Watch(threading.Thread):
             now = self._read()
             window = self._window(before, now)
             try:
+                served = self.switch.mode
                 changed = self.switch.observe(window)
                 self._hold(window, now.sent - before.sent)
+                waits = self._entry(window if served is Mode.PIPELINE and changed is None else None)
             except Exception:  # the switch must never take serving down: the mode stays
                 log.exception("the mode switch failed")
-                changed = None
+                changed = waits = None
             before = now
             if changed is not None:
                 self.runtime.mode = changed
                 self.metrics.serving(changed.value, {})
                 self._said(f"serves {'pipelined' if changed is Mode.PIPELINE else 'plain'} now: {self.switch.last}")
+            if changed is not None or waits is not None:
                 time.sleep(WINDOW_S / 2)  # the switch's own transient is no window
                 before = self._read()
+
+    def _entry(self, window: Window | None) -> bool | None:
+        """Whether a pipelined ``execute`` waits for stage 0 from now on, where the window (one
+        served pipelined; None for any other) decides it (``EntryWait``)."""
+        if self.entry is None:
+            return None
+        host = None if window is None else self.switch.host_busy(window)
+        waits = self.entry.observe(host, 0.0 if window is None else window.answered / window.seconds)
+        if waits is not None:
+            self.runtime.wait_s = BACKPRESSURE_MAX_S if waits else 0.0
+            self.switch.entry_waits = waits
+            self._said(f"execute {'waits for stage 0' if waits else 'returns at once'} now: {self.entry.last}")
+        return waits
 
     def _hold(self, window: Window, sent: int) -> None:
         """The arrival rate up to which a hold (``hold.py``) may hold queries back from now on

@@ -11,7 +11,7 @@ import pytest
 
 from backend.batch_table import Flight
 from backend.manifest import LatencyTable
-from backend.decide import (HostCosts, LoneRuns, Mode, ModeSwitch, Window, capacities, fuses, interpreted,
+from backend.decide import (EntryWait, HostCosts, LoneRuns, Mode, ModeSwitch, Window, capacities, fuses, interpreted,
                             round_trip_s)
 from backend.config import RuntimeConfig, make_policy
 from backend.policy import Outlook
@@ -732,6 +732,58 @@ def test_a_pipeline_whose_execute_waits_pays_the_hand_off_between_calls_as_plain
         switch = ModeSwitch(tables, costs, cores=1, mode=Mode.FUSED, whole=whole, entry_waits=waits)
         switch.server = {Mode.PIPELINE: 426e-6, Mode.FUSED: 330e-6}
         assert _decides(switch, window) is then, switch.last
+
+
+def test_the_entry_tries_returning_at_once_where_waiting_leaves_the_host_room_and_keeps_what_answers_more():
+    """Three timed stages of 0.7 ms for one query, pipelined on a one-core server (issue 38's
+    held-out check). At 16 in flight, waiting for stage 0 left the host 70 % busy at 1,630
+    answers/s: after two such windows the entry tries returning at once, which answered 1,834
+    (a closed loop sends more when answered sooner): kept, and it stays so at 83-90 % busy. At
+    64 in flight returning at once saturates the host at 2,700 answers/s: the entry waits after
+    two windows, and at that load tries no more even where the host reads under 85 % (it did
+    85-91 % waiting); at a load clearly lighter it tries again. Under an open load of 1,300/s
+    returning at once answers no more (the arrivals' rate): it waits again, and tries no more
+    until the load moves. A window not served pipelined, or with too few answers (None), breaks
+    a run of two."""
+    entry = EntryWait(waits=True)
+    assert entry.observe(0.70, 1630) is None and entry.waits
+    assert entry.observe(None) is None  # a window served plain between the two
+    assert entry.observe(0.70, 1630) is None
+    assert entry.observe(0.70, 1630) is False and not entry.waits
+    assert "a trial: the host 70% busy waiting for stage 0 at 1630 answers/s, under 85%" in entry.last
+    assert entry.observe(0.83, 1820) is None and entry.observe(0.84, 1848) is False and not entry.waits
+    assert "answered 1834/s where waiting for stage 0 answered 1630" in entry.last
+    assert entry.observe(0.83, 1834) is None and entry.observe(0.90, 1834) is None and not entry.waits
+    assert entry.observe(1.02, 2700) is None and entry.observe(0.97, 2700) is True and entry.waits
+    assert "97% busy returning at once at 2700 answers/s, at or past 95%" in entry.last
+    assert all(entry.observe(0.80, 2600) is None for _ in range(3)) and entry.waits  # the same load
+    assert entry.observe(0.60, 1300) is None and entry.observe(0.60, 1300) is False  # a lighter one: a trial
+    assert entry.observe(0.66, 1302) is None and entry.observe(0.66, 1298) is True and entry.waits
+    assert "answered 1300/s where waiting for stage 0 answered 1300: not 5% more" in entry.last
+    assert all(entry.observe(0.60, 1310) is None for _ in range(3)) and entry.waits
+    assert entry.observe(0.35, 700) is None and entry.observe(0.35, 700) is False  # the load moved
+    entry = EntryWait(waits=True)  # an open load of 700/s starting: its first window is no baseline
+    assert entry.observe(0.30, 380) is None and entry.observe(0.58, 694) is None and entry.waits
+    assert entry.observe(0.58, 700) is False and "at 700 answers/s" in entry.last
+    assert entry.observe(0.60, 657) is None and entry.observe(0.60, 700) is True and entry.waits
+    entry = EntryWait(waits=True)  # a closed loop of 16 that stops during a trial: no verdict
+    assert entry.observe(0.70, 1630) is None and entry.observe(0.70, 1630) is False
+    assert entry.observe(0.83, 1834) is None and entry.observe(0.5, 939) is True and entry.waits
+    assert "ended with its load" in entry.last
+    assert entry.observe(0.70, 1630) is None and entry.observe(0.70, 1630) is False  # free to try again
+    assert entry.observe(None) is True and entry.waits
+
+
+def test_the_host_the_entry_reads_is_the_switchs_own_utilisation_of_the_window():
+    """``ModeSwitch.host_busy``: the stub's interpreter, or the cores with tritonserver's CPU (as
+    the window showed it, learnt in ``observe``) and the other processes there; None for a
+    window with too few answers."""
+    manifest = timed_manifest([flat(0.7)] * 3, max_batch_size=64)
+    switch = ModeSwitch([s.latency for s in manifest.stages], HostCosts(pipeline_request_s=200e-6), cores=1)
+    window = Window(1.0, 1600, 1600 * 230e-6, 1600 * 200e-6, (0.5, 0.5, 0.5), 5.0, others_s=0.05)
+    switch.observe(window)
+    assert switch.host_busy(window) == pytest.approx(0.368 + 0.32 + 0.05)
+    assert switch.host_busy(dataclasses.replace(window, answered=5)) is None
 
 
 def test_a_pipeline_does_not_shorten_the_round_trip_so_where_it_is_all_the_cycle_plain_stays():

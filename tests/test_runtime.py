@@ -19,11 +19,11 @@ from backend.engines import OnnxRuntimeEngine, load_engines
 from backend.errors import ConfigError
 from backend.host import Machine, machine
 from backend.manifest import Manifest, SlicingReport
-from backend.metrics import Metrics
+from backend.metrics import EXECUTE_WAITS, Metrics
 from backend.policy import FixedPolicy, RandomPolicy
 from backend.query import Failure, Handover, Query, refuse_invalid, take_batch, validate
 from backend.runtime import BACKPRESSURE_MAX_S, Runtime
-from backend.decide import HostCosts, LoneRuns, Mode, choose, waits
+from backend.decide import HostCosts, LoneRuns, Mode, Window, choose, waits
 from backend.serving import Reading, serve
 from backend.whole import WholeBatch
 from backend.sample import sample_inputs
@@ -567,6 +567,36 @@ def test_the_watch_shows_the_switch_the_execute_calls_of_a_lone_instance(tmp_pat
         assert runtime.watch._window(before, replace(now, sent=2)).executes == 0
         runtime.watch.alone = False
         assert runtime.watch._window(before, now).executes == 0
+    finally:
+        runtime.close()
+
+
+def test_the_watch_has_a_pipelined_execute_wait_for_stage_0_while_the_host_is_saturated(tmp_path):
+    """Under ``auto`` with ``execute_waits: auto``, the windows served pipelined decide again
+    whether ``execute`` waits for stage 0 (``decide.EntryWait``): two windows with the stub's
+    interpreter saturated make it wait, two with room at a lighter load make it return at once; the runtime, the
+    mode switch's predictions and the ``dvabatch_execute_waits`` gauge follow. Set by the user,
+    ``execute_waits`` stays as set."""
+    metrics = Metrics()
+    manifest = timed_manifest(tmp_path, 20, 20, 2)
+    _, runtime = serve(manifest, tmp_path, RuntimeConfig(policy=make_policy("auto", {})), CpuDevice(), metrics)
+    runtime.watch.stop()
+    try:
+        watch = runtime.watch
+        assert runtime.wait_s == 0.0 and runtime.gauges()[EXECUTE_WAITS] == 0.0  # the engines cap 20 ms stages
+        saturated, room = Window(1.0, 1000, 0.99, None, (0.3, 0.3), 4.0), Window(1.0, 300, 0.1, None, (0.1, 0.1), 2.0)
+        assert watch._entry(saturated) is None and watch._entry(saturated) is True
+        assert runtime.wait_s == BACKPRESSURE_MAX_S and watch.switch.entry_waits
+        assert runtime.gauges()[EXECUTE_WAITS] == 1.0
+        assert watch._entry(room) is None and watch._entry(None) is None and watch._entry(room) is None
+        assert watch._entry(room) is False and runtime.wait_s == 0.0 and not watch.switch.entry_waits
+    finally:
+        runtime.close()
+    config = RuntimeConfig.from_parameters({"policy": "auto", "execute_waits": "false"})
+    _, runtime = serve(manifest, tmp_path, config, CpuDevice(), Metrics())
+    runtime.watch.stop()
+    try:
+        assert runtime.watch.entry is None and runtime.watch._entry(saturated) is None and runtime.wait_s == 0.0
     finally:
         runtime.close()
 
