@@ -355,7 +355,7 @@ class EntryWait:
 
     waits: bool
     last: str = ""  # why the entry does what it does now: for the log
-    _wanted: bool | None = field(default=None, init=False)  # what the window before asked for
+    _wanted: tuple[bool, float] | None = field(default=None, init=False)  # the window before: its wish, its rate
     _saturated_at: float = field(default=math.inf, init=False)  # answers/s at which returning at once saturated
     _refused_at: float = field(default=-math.inf, init=False)  # answers/s a trial at once did not raise
     _baseline: float | None = field(default=None, init=False)  # answers/s waiting, while a trial runs
