@@ -774,6 +774,25 @@ def test_the_entry_tries_returning_at_once_where_waiting_leaves_the_host_room_an
     assert entry.observe(None) is True and entry.waits
 
 
+def test_returning_at_once_kept_by_a_trial_holds_for_that_load_alone():
+    """Six timed 1 ms stages on a one-core server (a held-out profile): at 1 in flight a trial of
+    returning at once answered 145/s where waiting had answered 136 and was kept; at 16 in flight,
+    the host unsaturated, it had then stayed so at 0.87x the forced pipeline, which waited. Now
+    two windows at a load moved by more than ``SWITCH_GAIN`` from the trial's make the entry wait
+    again, free to try at the new load, where returning at once answers less: it waits. A load
+    within ``SWITCH_GAIN`` of the trial's keeps it."""
+    entry = EntryWait(waits=True)
+    assert entry.observe(0.14, 136) is None and entry.observe(0.14, 136) is False
+    assert entry.observe(0.15, 144) is None and entry.observe(0.15, 146) is False and not entry.waits
+    assert entry.observe(0.16, 150) is None and entry.observe(0.16, 155) is None and not entry.waits
+    assert entry.observe(0.70, 800) is None and entry.observe(0.72, 810) is True and entry.waits
+    assert "kept at 145 answers/s and the load moved to 810" in entry.last
+    assert entry.observe(0.75, 950) is None and entry.observe(0.75, 950) is False  # a trial at this load
+    assert entry.observe(0.80, 850) is None and entry.observe(0.80, 860) is True and entry.waits
+    assert "not 5% more" in entry.last
+    assert all(entry.observe(0.75, 950) is None for _ in range(3)) and entry.waits
+
+
 def test_the_host_the_entry_reads_is_the_switchs_own_utilisation_of_the_window():
     """``ModeSwitch.host_busy``: the stub's interpreter, or the cores with tritonserver's CPU (as
     the window showed it, learnt in ``observe``) and the other processes there; None for a
