@@ -121,7 +121,7 @@ class Policy:
 
     def stretch(self, candidate: BatchRow, queries: Sequence[Query], now: float, backlog: int = 0) -> bool:
         """Should ``queries`` join ``candidate`` (the latest batch, legal to stretch)? ``backlog``:
-        batches ahead of it in the pipeline plus queries left waiting."""
+        the rows left waiting at the entry behind them."""
         return False
 
     def stretchable(self, queries: Sequence[Query], now: float) -> bool:

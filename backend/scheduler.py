@@ -64,7 +64,7 @@ class Scheduler:
                     if rows + query.rows <= fits and candidate.shape.admits(query):
                         joining.append(query)
                         rows += query.rows
-                backlog = len(self.table) - 1 + len(waiting) - len(joining)
+                backlog = sum(q.rows for q in waiting) - rows  # the rows left queued behind
                 if joining and self.policy.stretch(candidate, joining, now, backlog):
                     item = self.table.stretch(candidate.id, joining)
                     self._admitted("stretch", joining, now)
