@@ -357,7 +357,7 @@ class DiversityPolicy(Policy):
         for stage, took in enumerate(alone):
             following = max(following, finish[stage]) + took
         saved = sum(early[at + 1:]) + sum(alone[at + 1:]) - sum(merged[at + 1:])
-        lost = bs * (end - finish[-1]) + late * max(end - following, 0.0)
+        lost = bs * (end - finish[-1]) + late * (end - following)  # row-seconds, summed over the batch
         if saved <= 0 or saved < lost:
             return False
         early_queries = [m.query for m in candidate.members]

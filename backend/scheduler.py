@@ -59,12 +59,14 @@ class Scheduler:
         with self.table.lock:
             candidate = self.table.stretch_candidate(waiting[0])
             if candidate is not None:
-                joining, rows, fits = [], 0, min(room, self.table.max_batch_size - candidate.bs)
+                joining, rows, backlog = [], 0, 0  # backlog: the rows left queued behind
+                fits = min(room, self.table.max_batch_size - candidate.bs)
                 for query in waiting:
                     if rows + query.rows <= fits and candidate.shape.admits(query):
                         joining.append(query)
                         rows += query.rows
-                backlog = sum(q.rows for q in waiting) - rows  # the rows left queued behind
+                    else:
+                        backlog += query.rows
                 if joining and self.policy.stretch(candidate, joining, now, backlog):
                     item = self.table.stretch(candidate.id, joining)
                     self._admitted("stretch", joining, now)
