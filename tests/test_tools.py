@@ -449,6 +449,26 @@ def test_a_profiles_whole_table_times_our_fused_model_and_the_plain_peer_alike(r
     assert Manifest.load(timed_whole(ours) / VERSION).stages[0].latency == ours.whole
 
 
+def test_an_engine_profile_divides_its_costs_by_the_shares_given_and_names_a_bad_share(run, tmp_path):
+    """Operator diversity as a profile: stage 0 takes 3/4 of the launch cost and 1/4 of the work
+    a row, stage 1 the rest, so stage 0 gains from large batches and stage 1 hardly does; the
+    stages still add up to the whole. Shares that do not match the stages are refused by name."""
+    done = run("tools.engine_profile", "uneven", "--one-ms", "5", "--full-ms", "68", "--full-rows", "64",
+               "--fixed-shares", "3,1", "--row-shares", "1,3", "--lengths", "128", "--out", str(tmp_path))
+    assert done.returncode == 0, done.stdout + done.stderr
+    written = json.loads((tmp_path / "uneven.json").read_text())
+    first, second = (s["latency"]["mean"][0] for s in written["stages"])
+    whole = written["whole"]["latency"]["mean"][0]
+    assert (first[0], second[0]) == (pytest.approx(3.25), pytest.approx(1.75))  # 4 ms fixed, 1 ms a row
+    assert (first[63], second[63]) == (pytest.approx(19.0), pytest.approx(49.0))
+    assert all(a + b == pytest.approx(w, abs=1e-3) for a, b, w in zip(first, second, whole))
+    assert "0.75/0.25 of the fixed cost" in written["source"]
+    refused = run("tools.engine_profile", "bad", "--one-ms", "5", "--full-ms", "68", "--full-rows", "64",
+                  "--stages", "3", "--row-shares", "1,3", "--out", str(tmp_path))
+    assert refused.returncode == 2 and "--row-shares needs 3 shares" in refused.stderr
+    assert not (tmp_path / "bad.json").exists()
+
+
 def test_a_peak_is_bisected_to_the_tolerance_and_a_lone_failing_window_does_not_set_it():
     """Bisection to 5 % of a peak of 1000/s, the failure that closes the bracket probed twice; and
     the plain model's probes in sim-minilm-h100-fp16-heldout/whole, where one window at 498/s

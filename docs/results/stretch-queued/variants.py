@@ -1,11 +1,13 @@
 """Forced pipelines under several policies beside ``pipeline`` (``policy: pass``) and ``auto``, at one
-Poisson rate, in one tritonserver, each round in turn (every other round reversed).
+load, in one tritonserver, each round in turn (every other round reversed).
 
-    PYTHONPATH=. python docs/results/stretch-queued/variants.py PROFILE RATE ROUNDS "load,load;t_comp_wait_ms=0"
+    PYTHONPATH=. python docs/results/stretch-queued/variants.py PROFILE LOAD ROUNDS "load,load;t_comp_wait_ms=0"
+
+LOAD is a Poisson rate in requests/s (``840``) or a closed loop's requests in flight (``c64``).
 
 Each variant is ``POLICY[;SETTING=VALUE...]``: a copy of ``pipeline`` with ``policy`` and its
-``policy.SETTING`` parameters. Prints each model's mean latency per round, their mean, and the
-geometric mean of its ratio to ``pipeline`` round by round.
+``policy.SETTING`` parameters. Prints each model's mean latency per round (answers/s for a
+closed loop), their mean, and the geometric mean of its ratio to ``pipeline`` round by round.
 """
 
 import shutil
@@ -36,7 +38,9 @@ def variant(repository: Path, spec: str) -> str:
 
 
 def main() -> None:
-    profile, rate, rounds, specs = Path(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3]), sys.argv[4].split(",")
+    profile, rounds, specs = Path(sys.argv[1]), int(sys.argv[3]), sys.argv[4].split(",")
+    spec = sys.argv[2]
+    load = Load(concurrency=int(spec[1:])) if spec.startswith("c") else Load(rate=float(spec))
     folder = Path(tempfile.mkdtemp(prefix="variants-"))
     repository = folder / "repository"
     write_ways(profile, repository)
@@ -50,7 +54,8 @@ def main() -> None:
             bench.load(model)
         for round_ in range(rounds):
             for model in models if round_ % 2 == 0 else models[::-1]:
-                means[model].append(measure(model, bench.url, Load(rate=rate), data, 6, 5).mean_ms)
+                window = measure(model, bench.url, load, data, 6, 5)
+                means[model].append(window.throughput if load.closed else window.mean_ms)
     for model, got in means.items():
         ratio = statistics.geometric_mean([a / b for a, b in zip(got, means["pipeline"])])
         print(model, " ".join(f"{x:.2f}" for x in got), f"mean {statistics.fmean(got):.2f}", f"vs pipeline {ratio:.3f}")
