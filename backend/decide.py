@@ -57,8 +57,8 @@ MIN_ANSWERS = 20  # a window with fewer answers shows too little to decide on: t
 # A pipelined ``execute`` that returns at once starts waiting for stage 0 once the host is this
 # busy in two windows in a row: its CPU then caps the pipeline (``EntryWait``).
 HOST_SATURATED = 0.95
-TRIAL_WINDOWS = 2  # windows a trial of returning at once runs (``EntryWait``)
-TRIAL_GAIN = 0.05  # and how many more answers/s than waiting it must show to be kept
+TRIAL_WINDOWS = 2  # windows a trial runs (``EntryWait``: of returning at once; ``ModeSwitch``: of the other way)
+TRIAL_GAIN = 0.05  # and how many more answers/s than the way before it must show to be kept
 
 
 class Mode(Enum):
@@ -400,6 +400,11 @@ class EntryWait:
                          f"{1 - SWITCH_GAIN:.0%}")
         return wanted
 
+    @property
+    def trying(self) -> bool:
+        """Whether the entry returns at once on trial now (``ModeSwitch.observe``'s ``trial``)."""
+        return self._baseline is not None
+
     def _trial(self, rate: float) -> bool | None:
         """A window of a trial at once: after ``TRIAL_WINDOWS``, keep it (False) or wait again (True)."""
         if self._tried and abs(rate - self._tried[-1]) > SWITCH_GAIN * self._tried[-1]:
@@ -483,6 +488,16 @@ class Seen:
 
 
 @dataclass
+class ModeTrial:
+    """A trial of the other way, begun where the way served is at capacity: the way to go back
+    to, the answers/s it served at (both windows' mean), and the trial's windows' answers/s."""
+
+    back: Mode
+    baseline: float
+    rates: list[float] = field(default_factory=list)
+
+
+@dataclass
 class ModeSwitch:
     """Serves pipelined or plain, whichever answers the load seen sooner (auto on engines that
     overlap). Each window it reads the utilisation of every limit serving has in the way it serves
@@ -518,7 +533,17 @@ class ModeSwitch:
     (``costs``; at most ``MAX_CORRECTION`` either way, and never less than the way served now),
     and tritonserver's cost per request is learnt for each way while it is served that way, where
     it can be read, over windows of ``CORRECT_AFTER`` answers (a pipelined request never taken to
-    cost it less than a plain one: ``_server_s``)."""
+    cost it less than a plain one: ``_server_s``).
+
+    Where the way served is at capacity and the other is predicted less busy, but within the
+    model's error, the other is tried (``ModeTrial``): served for ``TRIAL_WINDOWS`` and kept where
+    it answered ``TRIAL_GAIN`` more, as ``EntryWait`` tries returning at once. At capacity the
+    answers/s are the way's capacity, so they decide where the costs cannot: served plain, each
+    way's stub cost is corrected by no less than plain's factor, from a base that leaves out
+    what Triton's requests and responses cost the stub (three uneven timed stages at 64 in
+    flight: plain's 2.6x made the pipeline 93 % busy against plain's 99 %, and plain stayed, at
+    0.84x the answers of the forced pipeline). One trial a load: none again until the load
+    moves by ``SWITCH_GAIN`` from the last trial's."""
 
     tables: Sequence[LatencyTable]
     costs: HostCosts
@@ -560,6 +585,8 @@ class ModeSwitch:
     round_trip: tuple[float, float] = field(init=False, default=(0.0, 0.0))
     _seen: tuple[Mode, float] = field(init=False, default=(Mode.PIPELINE, 0.0))  # the last window's way, how busy
     _before: Seen | None = field(init=False, default=None)  # the window before, since the last switch
+    trying: ModeTrial | None = field(init=False, default=None)  # the other way on trial now
+    _tried_at: float | None = field(init=False, default=None)  # answers/s at which the last trial began
 
     def __post_init__(self):
         self.measured = self.costs
@@ -569,13 +596,18 @@ class ModeSwitch:
         """How a batch served plain runs."""
         return Mode.IN_TURN if self.whole is None else Mode.FUSED
 
-    def observe(self, window: Window) -> Mode | None:
-        """Take a window served ``self.mode``; the new mode where it switches, else None."""
+    def observe(self, window: Window, trial: bool = False) -> Mode | None:
+        """Take a window served ``self.mode``; the new mode where it switches, else None.
+        ``trial``: a window of ``EntryWait``'s trial of returning at once, which serves the
+        pipeline as it may not go on serving: its costs are learnt, but it decides nothing,
+        nor pairs with the window after it (three uneven timed stages at 64 in flight went
+        plain on a trial's two windows, batches of 9.3 rows where waiting for stage 0 forms
+        17, and answered 0.84x the forced pipeline)."""
         if window.seconds <= 0:
             return None
         if window.answered < MIN_ANSWERS:  # nothing to go by: the load that comes next is likely the last one's
             self._before = None  # ... but not the same one: no window across a pause agrees with one before it
-            return None
+            return None if self.trying is None else self._end_trial("ended with its load")
         rows = max(window.rows, 1.0)
         per_request = window.stub_s / window.answered
         predicted = self.measured.stub_s(self.mode, rows) / rows
@@ -587,6 +619,9 @@ class ModeSwitch:
                                               max(self.factors.get(self.plain, 0.0), factor))
         if window.server_s is not None and window.answered >= CORRECT_AFTER:
             self.server[self.mode] = window.server_s / window.answered
+        if trial:
+            self._before = None
+            return None
         rate = window.answered / window.seconds
         before = self._before
         steady = before is not None and abs(rate / before.rate - 1) <= SWITCH_GAIN
@@ -613,14 +648,45 @@ class ModeSwitch:
         # wait on their answers (a round trip in series) and keep the instance busy within the
         # model's error of all the time: weigh capacities.
         looped = self.mode is not Mode.PIPELINE and series > 0 and busy[self.mode] >= 1 - SWITCH_GAIN
+        if self.trying is not None:
+            self._before = None
+            return self._trial(rate)
+        tries = False
         if looped or math.isinf(latency[self.mode]):
             better = busy[other] < busy[self.mode] * (1 - SWITCH_GAIN)
+            tries = not better and busy[other] < busy[self.mode] and (
+                self._tried_at is None or abs(rate - self._tried_at) > SWITCH_GAIN * self._tried_at)
         else:
             better = latency[other] < latency[self.mode] * (1 - SWITCH_GAIN)
-        self._before = Seen(rate, trip, other if better else None)
-        if not better or not steady or before.wanted is not other:
+        self._before = Seen(rate, trip, other if better or tries else None)
+        if not (better or tries) or not steady or before.wanted is not other:
             return None  # a window may hold a load starting or stopping: the one before must agree
+        if not better:
+            self.trying = ModeTrial(self.mode, (before.rate + rate) / 2)
+            self._tried_at = self.trying.baseline
+            self.last = f"a trial, {way(self.mode)} at capacity: {self.last}"
         return self._switch(other)
+
+    def _trial(self, rate: float) -> Mode | None:
+        """A window of a trial: after ``TRIAL_WINDOWS``, the way tried is kept (returned, as a
+        switch to it) or left."""
+        trying = self.trying
+        if trying.rates and abs(rate - trying.rates[-1]) > SWITCH_GAIN * trying.rates[-1]:
+            return self._end_trial("ended with its load")
+        trying.rates.append(rate)
+        if len(trying.rates) < TRIAL_WINDOWS:
+            return None
+        tried = sum(trying.rates) / len(trying.rates)
+        said = f"answered {tried:.0f}/s where {way(trying.back)} answered {trying.baseline:.0f}"
+        if tried >= (1 + TRIAL_GAIN) * trying.baseline:
+            self.trying, self.last = None, f"a trial {said}: kept"
+            return self.mode
+        return self._end_trial(f"{said}: not {TRIAL_GAIN:.0%} more")
+
+    def _end_trial(self, why: str) -> Mode | None:
+        back, self.trying = self.trying.back, None
+        self.last = f"a trial {way(self.mode)} {why}"
+        return self._switch(back)
 
     def host_busy(self, window: Window) -> float | None:
         """The host's utilisation as a window ``observe`` took showed it, served as now (``_host``:
@@ -762,6 +828,11 @@ class ModeSwitch:
     def _server_text(self) -> str:
         return ", ".join(f"{s * 1e6:.0f} us a request {'pipelined' if m is Mode.PIPELINE else 'plain'}"
                          for m, s in self.server.items()) or "not seen"
+
+
+def way(mode: Mode) -> str:
+    """How ``mode`` serves, in the log's words."""
+    return "pipelined" if mode is Mode.PIPELINE else "plain"
 
 
 def _ms(seconds: float) -> str:

@@ -29,7 +29,7 @@ from typing import Protocol
 from . import calibrate
 from .config import RuntimeConfig
 from .decide import (Choice, EntryWait, HostCosts, LoneRuns, Mode, ModeSwitch, Window, capacities, choose, fuses,
-                     interpreted, waits)
+                     interpreted, waits, way)
 from .device import CpuDevice, Device
 from .dispatch import SmdpPolicy
 from .engines import describe_graphs, describe_pins, fusable, graph_buckets, load_engines, on_host_cores
@@ -258,7 +258,9 @@ class Reading:
 class Watch(threading.Thread):
     """Every ``WINDOW_S``, what serving showed (the metrics' counters, this process's CPU and
     tritonserver's) goes to the ``ModeSwitch``, and the runtime serves as it says from the next
-    ``execute`` on. The windows a switch straddles are not shown to it. Where the model has
+    ``execute`` on. The windows a switch straddles are not shown to it, and those of ``EntryWait``'s
+    trial decide nothing (``ModeSwitch.observe``'s ``trial``), nor do the ``ModeSwitch``'s own
+    trial's decide whether ``execute`` waits. Where the model has
     other instances (``alone`` false), its ``execute`` calls are not shown either: Triton hands
     a batch to whichever instance is free, so an instance sits idle while another serves, and
     that idle would read as a round trip in series (``decide.round_trip_s``). ``cores_busy_s``:
@@ -289,9 +291,10 @@ class Watch(threading.Thread):
             window = self._window(before, now)
             try:
                 served = self.switch.mode
-                changed = self.switch.observe(window)
+                changed = self.switch.observe(window, trial=self.entry is not None and self.entry.trying)
                 self._hold(window, now.sent - before.sent)
-                waits = self._entry(window if served is Mode.PIPELINE and changed is None else None)
+                settled = served is Mode.PIPELINE and changed is None and self.switch.trying is None
+                waits = self._entry(window if settled else None)
             except Exception:  # the switch must never take serving down: the mode stays
                 log.exception("the mode switch failed")
                 changed = waits = None
@@ -299,7 +302,7 @@ class Watch(threading.Thread):
             if changed is not None:
                 self.runtime.mode = changed
                 self.metrics.serving(changed.value, {})
-                self._said(f"serves {'pipelined' if changed is Mode.PIPELINE else 'plain'} now: {self.switch.last}")
+                self._said(f"serves {way(changed)} now: {self.switch.last}")
             if changed is not None or waits is not None:
                 time.sleep(WINDOW_S / 2)  # the switch's own transient is no window
                 before = self._read()

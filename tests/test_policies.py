@@ -830,6 +830,27 @@ def test_returning_at_once_kept_by_a_trial_holds_for_that_load_alone():
     assert all(entry.observe(0.75, 950) is None for _ in range(3)) and entry.waits
 
 
+def test_the_windows_of_a_trial_of_returning_at_once_learn_costs_but_switch_nothing():
+    """``EntryWait`` tries returning at once: Triton's batches shrink meanwhile (three uneven
+    timed stages at 64 in flight: 9.3 rows a run where waiting formed 17), and the pipeline they
+    show is not the one that serves after the trial. In the setting where plain answers sooner
+    (two 1 ms stages, the pipeline's stub three times the plain path's), two windows of a trial
+    switch nothing and their costs are learnt; a window after the trial does not pair with
+    them, the next one does."""
+    manifest = timed_manifest([flat(1.0)] * 2)
+    switch = ModeSwitch([s.latency for s in manifest.stages],
+                        HostCosts(pipeline_request_s=900e-6, plain_request_s=300e-6), cores=4)
+    entry = EntryWait(waits=True)
+    assert entry.observe(0.5, 1000) is None and entry.observe(0.5, 1000) is False and entry.trying
+    dearer = _window(1.1, (0.125, 0.125), server_s=0.1)
+    assert switch.observe(dearer, trial=entry.trying) is None and entry.observe(0.5, 1000) is None
+    assert switch.observe(dearer, trial=entry.trying) is None and entry.observe(0.5, 1000) is True
+    assert not entry.trying  # not 5 % more: waits again
+    assert switch.factors[Mode.PIPELINE] == pytest.approx(1.1 / 0.9) and switch.server[Mode.PIPELINE] > 0
+    assert switch.observe(_window(0.9, (0.125, 0.125)), trial=entry.trying) is None
+    assert switch.observe(_window(0.9, (0.125, 0.125)), trial=entry.trying) is Mode.IN_TURN
+
+
 def test_the_host_the_entry_reads_is_the_switchs_own_utilisation_of_the_window():
     """``ModeSwitch.host_busy``: the stub's interpreter, or the cores with tritonserver's CPU (as
     the window showed it, learnt in ``observe``) and the other processes there; None for a
@@ -848,15 +869,21 @@ def test_a_pipeline_does_not_shorten_the_round_trip_so_where_it_is_all_the_cycle
     trip of 526 us a request, 92 % of the window. The instance is saturated, but a pipeline would
     not shorten the round trip that fills it, only overlap it with the engines, which here have
     nothing to do: the round trip's share caps it too, and it is not clearly less busy (92 %,
-    where its stub costs alone predict 83 %): the mode stays (it switched, and the pipeline
-    answered 1,200/s where plain had answered 1,752)."""
+    where its stub costs alone predict 83 %): the switch does not pipeline on that (it switched,
+    and the pipeline answered 1,200/s where plain had answered 1,752) but tries it; two windows
+    of the trial at 1,200/s send it back plain, and at that load it tries no more."""
     manifest = timed_manifest([flat(0.01)] * 2, max_batch_size=64)
     costs = HostCosts(pipeline_batch_s=665e-6, pipeline_request_s=121e-6, plain_batch_s=25e-6, plain_request_s=14e-6)
     window = Window(1.0, 1750, 1750 * 14.5e-6, 1750 * 276e-6, (0.0004, 0.0004), 50.0, execute_s=0.08, executes=35,
                     idle_s=0.92, longest_idle_s=0.92 / 35)
     switch = ModeSwitch([s.latency for s in manifest.stages], costs, cores=1, mode=Mode.IN_TURN)
-    assert _decides(switch, window) is None, switch.last
-    assert "(92% busy)" in switch.last and "526 us a request's round trip" in switch.last
+    assert _decides(switch, window) is Mode.PIPELINE and switch.trying is not None
+    assert "a trial, plain at capacity" in switch.last and "(92% busy)" in switch.last
+    assert "526 us a request's round trip" in switch.last
+    tried = dataclasses.replace(window, answered=1200, stub_s=1200 * 121e-6, execute_s=0.0, executes=0, idle_s=0.0)
+    assert switch.observe(tried) is None and switch.observe(tried) is Mode.IN_TURN
+    assert "answered 1200/s where plain answered 1750: not 5% more" in switch.last and switch.trying is None
+    assert _decides(switch, window) is None and _decides(switch, window) is None
 
 
 def test_the_mode_switch_weighs_tritonserver_by_what_each_way_cost_it_when_served_that_way():
@@ -921,15 +948,22 @@ def test_an_overloaded_way_gives_way_only_to_one_that_would_be_clearly_less_busy
     """Served plain on one core at 10,000 answers/s, ten rows a run: the stub (30 us a request)
     and tritonserver (71 us) keep the core 101 % busy, overloaded, so those answers are the plain
     way's capacity and the load may be more. The pipeline, predicted at that rate 98 % busy (its
-    stub 27 us a request), would carry no more within the model's error: the mode stays (it
-    switched before, and back within seconds, docs/results/check-auto-client-core). With a stub
-    that cost it nothing it would be 71 % busy, clearly less: the switch pipelines."""
+    stub 27 us a request), would carry no more within the model's error (it switched before, and
+    back within seconds, docs/results/check-auto-client-core): it is tried, and kept where its
+    two windows answer 5 % more. With a stub that cost it nothing it would be 71 % busy, clearly
+    less: the switch pipelines, no trial."""
     manifest = timed_manifest([flat(0.01)] * 2)
     window = _window(0.3, (0.01, 0.01), answered=10000, rows=10.0, server_s=0.71)
-    for pipeline_request_s, switched in ((27e-6, None), (0.0, Mode.PIPELINE)):
+    for pipeline_request_s, on_trial in ((27e-6, True), (0.0, False)):
         costs = HostCosts(pipeline_request_s=pipeline_request_s, plain_request_s=30e-6)
         switch = ModeSwitch([s.latency for s in manifest.stages], costs, cores=1, mode=Mode.IN_TURN)
-        assert _decides(switch, window) is switched, switch.last
+        assert _decides(switch, window) is Mode.PIPELINE and (switch.trying is not None) is on_trial, switch.last
+    tried = _window(0.3, (0.01, 0.01), answered=10600, rows=10.0, server_s=0.75)
+    switch = ModeSwitch([s.latency for s in manifest.stages], HostCosts(pipeline_request_s=27e-6,
+                        plain_request_s=30e-6), cores=1, mode=Mode.IN_TURN)
+    assert _decides(switch, window) is Mode.PIPELINE
+    assert switch.observe(tried) is None and switch.observe(tried) is Mode.PIPELINE  # 6 % more: kept
+    assert switch.trying is None and switch.last == "a trial answered 10600/s where plain answered 10000: kept"
 
 
 def test_the_mode_switch_serves_plain_where_the_pipelines_hand_offs_outweigh_its_multi_entry():
