@@ -541,7 +541,7 @@ class ModeSwitch:
     answers/s are the way's capacity, so they decide where the costs cannot: served plain, each
     way's stub cost is corrected by no less than plain's factor, from a base that leaves out
     what Triton's requests and responses cost the stub (three uneven timed stages at 64 in
-    flight: plain's 2.6x made the pipeline 93 % busy against plain's 99 %, and plain stayed, at
+    flight: plain's 2.0x made the pipeline 93 % busy against plain's 99 %, and plain stayed, at
     0.84x the answers of the forced pipeline). One trial a load: none again until the load
     moves by ``SWITCH_GAIN`` from the last trial's."""
 
@@ -597,7 +597,8 @@ class ModeSwitch:
         return Mode.IN_TURN if self.whole is None else Mode.FUSED
 
     def observe(self, window: Window, trial: bool = False) -> Mode | None:
-        """Take a window served ``self.mode``; the new mode where it switches, else None.
+        """Take a window served ``self.mode``; the mode to serve where it switches or keeps a
+        trial (``ModeTrial``), else None.
         ``trial``: a window of ``EntryWait``'s trial of returning at once, which serves the
         pipeline as it may not go on serving: its costs are learnt, but it decides nothing,
         nor pairs with the window after it (three uneven timed stages at 64 in flight went
