@@ -328,6 +328,35 @@ class LoneRuns:
 
 
 @dataclass
+class Trial:
+    """A trial of another way of serving against the answers/s the way before it served at
+    (``baseline``): ``TRIAL_WINDOWS`` windows at rates within ``SWITCH_GAIN`` of each other, the
+    way tried kept where they answered ``TRIAL_GAIN`` more (``EntryWait``, ``ModeSwitch``)."""
+
+    baseline: float
+    rates: list[float] = field(default_factory=list)
+
+    def moved(self, rate: float) -> bool:
+        """Whether a window's answers/s moved from the window before: a load that stopped or
+        changed says nothing of either way, and the trial ends."""
+        return bool(self.rates) and abs(rate - self.rates[-1]) > SWITCH_GAIN * self.rates[-1]
+
+    def take(self, rate: float) -> bool | None:
+        """A window's answers/s: None while the trial runs, else whether the way tried is kept."""
+        self.rates.append(rate)
+        if len(self.rates) < TRIAL_WINDOWS:
+            return None
+        return self.answered >= (1 + TRIAL_GAIN) * self.baseline
+
+    @property
+    def answered(self) -> float:
+        return sum(self.rates) / len(self.rates)
+
+    def said(self, tried: str, before: str) -> str:
+        return f"{tried} answered {self.answered:.0f}/s where {before} answered {self.baseline:.0f}"
+
+
+@dataclass
 class EntryWait:
     """Whether a pipelined ``execute`` waits until stage 0 computed its queries, decided again
     from every window served pipelined (``auto`` on engines that overlap, ``execute_waits:
@@ -362,18 +391,17 @@ class EntryWait:
     _wanted: tuple[bool, float] | None = field(default=None, init=False)  # the window before: its wish, its rate
     _saturated_at: float = field(default=math.inf, init=False)  # answers/s at which returning at once saturated
     _refused_at: float = field(default=-math.inf, init=False)  # answers/s a trial at once did not raise
-    _baseline: float | None = field(default=None, init=False)  # answers/s waiting, while a trial runs
+    _trial: Trial | None = field(default=None, init=False)  # of returning at once, against waiting
     _kept_at: float | None = field(default=None, init=False)  # answers/s of the trial that kept returning at once
-    _tried: list[float] = field(default_factory=list, init=False)  # answers/s of the trial's windows
 
     def observe(self, host: float | None, rate: float = 0.0) -> bool | None:
         """Take a window; whether the entry waits from now on where that changes or a trial
         ends, else None."""
         if host is None:
             self._wanted = None
-            return None if self._baseline is None else self._abandon()
-        if self._baseline is not None and host < HOST_SATURATED:
-            return self._trial(rate)
+            return None if self._trial is None else self._abandon()
+        if self._trial is not None and host < HOST_SATURATED:
+            return self._take(rate)
         if self.waits:
             moved = abs(rate - self._refused_at) > SWITCH_GAIN * self._refused_at
             wanted = not (host < 1 - SWITCH_GAIN and rate < (1 - SWITCH_GAIN) * self._saturated_at and moved)
@@ -385,7 +413,7 @@ class EntryWait:
             return None
         if not wanted and abs(rate - before[1]) > SWITCH_GAIN * before[1]:
             return None  # a trial compares with waiting at a steady load: not one starting or stopping
-        self.waits, self._wanted, self._baseline = wanted, None, None
+        self.waits, self._wanted, self._trial = wanted, None, None
         if wanted and host >= HOST_SATURATED:
             self._saturated_at, self._kept_at = rate, None
             self.last = (f"the host {host:.0%} busy returning at once at {rate:.0f} answers/s, at or past "
@@ -395,7 +423,7 @@ class EntryWait:
                          f"{rate:.0f}: a trial speaks for its load alone")
             self._kept_at = None
         else:
-            self._baseline, self._tried = (before[1] + rate) / 2, []
+            self._trial = Trial((before[1] + rate) / 2)
             self.last = (f"a trial: the host {host:.0%} busy waiting for stage 0 at {rate:.0f} answers/s, under "
                          f"{1 - SWITCH_GAIN:.0%}")
         return wanted
@@ -403,29 +431,28 @@ class EntryWait:
     @property
     def trying(self) -> bool:
         """Whether the entry returns at once on trial now (``ModeSwitch.observe``'s ``trial``)."""
-        return self._baseline is not None
+        return self._trial is not None
 
-    def _trial(self, rate: float) -> bool | None:
+    def _take(self, rate: float) -> bool | None:
         """A window of a trial at once: after ``TRIAL_WINDOWS``, keep it (False) or wait again (True)."""
-        if self._tried and abs(rate - self._tried[-1]) > SWITCH_GAIN * self._tried[-1]:
+        trial = self._trial
+        if trial.moved(rate):
             return self._abandon()
-        self._tried.append(rate)
-        if len(self._tried) < TRIAL_WINDOWS:
+        kept = trial.take(rate)
+        if kept is None:
             return None
-        tried, baseline = sum(self._tried) / len(self._tried), self._baseline
-        self._baseline, self._wanted = None, None
-        if tried >= (1 + TRIAL_GAIN) * baseline:
-            self._kept_at = tried
-            self.last = f"returning at once answered {tried:.0f}/s where waiting for stage 0 answered {baseline:.0f}"
+        self._trial, self._wanted = None, None
+        self.last = trial.said("returning at once", "waiting for stage 0")
+        if kept:
+            self._kept_at = trial.answered
             return False
-        self.waits, self._refused_at = True, baseline
-        self.last = (f"returning at once answered {tried:.0f}/s where waiting for stage 0 answered {baseline:.0f}: "
-                     f"not {TRIAL_GAIN:.0%} more")
+        self.waits, self._refused_at = True, trial.baseline
+        self.last += f": not {TRIAL_GAIN:.0%} more"
         return True
 
     def _abandon(self) -> bool:
         """A trial whose load stopped or moved says nothing: wait again, free to try once more."""
-        self.waits, self._baseline, self._wanted = True, None, None
+        self.waits, self._trial, self._wanted = True, None, None
         self.last = "a trial of returning at once ended with its load"
         return True
 
@@ -488,16 +515,6 @@ class Seen:
 
 
 @dataclass
-class ModeTrial:
-    """A trial of the other way, begun where the way served is at capacity: the way to go back
-    to, the answers/s it served at (both windows' mean), and the trial's windows' answers/s."""
-
-    back: Mode
-    baseline: float
-    rates: list[float] = field(default_factory=list)
-
-
-@dataclass
 class ModeSwitch:
     """Serves pipelined or plain, whichever answers the load seen sooner (auto on engines that
     overlap). Each window it reads the utilisation of every limit serving has in the way it serves
@@ -536,7 +553,7 @@ class ModeSwitch:
     cost it less than a plain one: ``_server_s``).
 
     Where the way served is at capacity and the other is predicted less busy, but within the
-    model's error, the other is tried (``ModeTrial``): served for ``TRIAL_WINDOWS`` and kept where
+    model's error, the other is tried (``Trial``): served for ``TRIAL_WINDOWS`` and kept where
     it answered ``TRIAL_GAIN`` more, as ``EntryWait`` tries returning at once. At capacity the
     answers/s are the way's capacity, so they decide where the costs cannot: served plain, each
     way's stub cost is corrected by no less than plain's factor, from a base that leaves out
@@ -585,7 +602,7 @@ class ModeSwitch:
     round_trip: tuple[float, float] = field(init=False, default=(0.0, 0.0))
     _seen: tuple[Mode, float] = field(init=False, default=(Mode.PIPELINE, 0.0))  # the last window's way, how busy
     _before: Seen | None = field(init=False, default=None)  # the window before, since the last switch
-    trying: ModeTrial | None = field(init=False, default=None)  # the other way on trial now
+    trying: Trial | None = field(init=False, default=None)  # the way served now on trial, against the other
     _tried_at: float | None = field(init=False, default=None)  # answers/s at which the last trial began
 
     def __post_init__(self):
@@ -598,7 +615,7 @@ class ModeSwitch:
 
     def observe(self, window: Window, trial: bool = False) -> Mode | None:
         """Take a window served ``self.mode``; the mode to serve where it switches or keeps a
-        trial (``ModeTrial``), else None.
+        trial (``Trial``), else None.
         ``trial``: a window of ``EntryWait``'s trial of returning at once, which serves the
         pipeline as it may not go on serving: its costs are learnt, but it decides nothing,
         nor pairs with the window after it (three uneven timed stages at 64 in flight went
@@ -608,7 +625,7 @@ class ModeSwitch:
             return None
         if window.answered < MIN_ANSWERS:  # nothing to go by: the load that comes next is likely the last one's
             self._before = None  # ... but not the same one: no window across a pause agrees with one before it
-            return None if self.trying is None else self._end_trial("ended with its load")
+            return None if self.trying is None else self._end_trial(f"a trial {way(self.mode)} ended with its load")
         rows = max(window.rows, 1.0)
         per_request = window.stub_s / window.answered
         predicted = self.measured.stub_s(self.mode, rows) / rows
@@ -632,7 +649,7 @@ class ModeSwitch:
             self.round_trip = (min(trip, before.trip) if steady and before.trip is not None else trip, rate)
         series = self._series_s(rate)
         plain = self.plain
-        other = plain if self.mode is Mode.PIPELINE else Mode.PIPELINE
+        other = self._other
         engines, host = self._predicted(other, window, rows, series)
         busy = {self.mode: self._utilisation(self.mode, window, series), other: max(engines, host)}
         self._seen = (self.mode, busy[self.mode])
@@ -663,7 +680,7 @@ class ModeSwitch:
         if not (better or tries) or not steady or before.wanted is not other:
             return None  # a window may hold a load starting or stopping: the one before must agree
         if not better:
-            self.trying = ModeTrial(self.mode, (before.rate + rate) / 2)
+            self.trying = Trial((before.rate + rate) / 2)
             self._tried_at = self.trying.baseline
             self.last = f"a trial, {way(self.mode)} at capacity: {self.last}"
         return self._switch(other)
@@ -671,23 +688,26 @@ class ModeSwitch:
     def _trial(self, rate: float) -> Mode | None:
         """A window of a trial: after ``TRIAL_WINDOWS``, the way tried is kept (returned, as a
         switch to it) or left."""
-        trying = self.trying
-        if trying.rates and abs(rate - trying.rates[-1]) > SWITCH_GAIN * trying.rates[-1]:
-            return self._end_trial("ended with its load")
-        trying.rates.append(rate)
-        if len(trying.rates) < TRIAL_WINDOWS:
+        trial = self.trying
+        if trial.moved(rate):
+            return self._end_trial(f"a trial {way(self.mode)} ended with its load")
+        kept = trial.take(rate)
+        if kept is None:
             return None
-        tried = sum(trying.rates) / len(trying.rates)
-        said = f"answered {tried:.0f}/s where {way(trying.back)} answered {trying.baseline:.0f}"
-        if tried >= (1 + TRIAL_GAIN) * trying.baseline:
-            self.trying, self.last = None, f"a trial {said}: kept"
+        said = trial.said(f"a trial {way(self.mode)}", way(self._other))
+        if kept:
+            self.trying, self.last = None, f"{said}: kept"
             return self.mode
         return self._end_trial(f"{said}: not {TRIAL_GAIN:.0%} more")
 
+    @property
+    def _other(self) -> Mode:
+        return self.plain if self.mode is Mode.PIPELINE else Mode.PIPELINE
+
     def _end_trial(self, why: str) -> Mode | None:
-        back, self.trying = self.trying.back, None
-        self.last = f"a trial {way(self.mode)} {why}"
-        return self._switch(back)
+        """Back to the way served before the trial."""
+        self.trying, self.last = None, why
+        return self._switch(self._other)
 
     def host_busy(self, window: Window) -> float | None:
         """The host's utilisation as a window ``observe`` took showed it, served as now (``_host``:
