@@ -50,6 +50,13 @@ CORRECT_AFTER = 200
 # window once scaled them 15-fold, after which the other mode looked 15 times dearer than it was
 # and the switch kept the pipeline through a load it could not carry (check-auto-2core, zero).
 MAX_CORRECTION = 2.0
+# Windows served one way whose batch sizes lie this far apart (the largest mean rows a run over the
+# least) give that way's stub costs a line of their own (``ServedLine``), which replaces loading's.
+LINE_SPREAD = 2.0
+LINE_KEEPS = 3  # windows a line keeps of each half octave of batch sizes (the latest)
+# A pipelined window in which more than this share of the batches ran inline (``LoneRuns``) shows
+# plain serving's costs as much as the pipeline's: it corrects neither.
+MIXED_INLINE = 0.1
 # A whole model's table measured apart and its stages' summed, this close, are taken as equal
 # (the TensorRT-speed profile's differ by 0.02 %: the tables' rounding).
 FUSED_NOISE = 0.01
@@ -98,6 +105,12 @@ class HostCosts:
         return replace(self, pipeline_batch_s=self.pipeline_batch_s * pipeline,
                        pipeline_request_s=self.pipeline_request_s * pipeline,
                        plain_batch_s=self.plain_batch_s * plain, plain_request_s=self.plain_request_s * plain)
+
+    def served(self, mode: Mode, batch_s: float, request_s: float) -> HostCosts:
+        """These costs with ``mode``'s stub costs as serving showed them (``ServedLine``)."""
+        if mode is Mode.PIPELINE:
+            return replace(self, pipeline_batch_s=batch_s, pipeline_request_s=request_s)
+        return replace(self, plain_batch_s=batch_s, plain_request_s=request_s)
 
     @property
     def measured(self) -> bool:
@@ -464,7 +477,8 @@ class Window:
     mean rows of a stage's run, the ``execute`` calls: their wall seconds, the idle before
     each (since the previous call ended) summed and the longest (0 where not counted), and the
     CPU seconds other processes spent on the cores serving has (``others_s``: a load generator
-    on the server's cores, other models' stubs; 0 where not read)."""
+    on the server's cores, other models' stubs; 0 where not read), and, served pipelined, the
+    lone batches run inline (``inline``)."""
 
     seconds: float
     answered: int
@@ -477,6 +491,7 @@ class Window:
     idle_s: float = 0.0
     longest_idle_s: float = 0.0
     others_s: float = 0.0
+    inline: int = 0  # served pipelined, the lone batches that ran inside ``execute`` (``LoneRuns``)
 
 
 def round_trip_s(window: Window, delay_s: float = 0.0) -> float:
@@ -515,6 +530,42 @@ class Seen:
 
 
 @dataclass
+class ServedLine:
+    """The stub's CPU seconds a batch and a request as the windows served one way show them: a
+    least-squares line through each window's seconds a request against its batches a request
+    (``1 / rows``), once windows ``LINE_SPREAD`` apart in batch size are kept (the latest
+    ``LINE_KEEPS`` of each half octave). Loading measures each way apart from Triton (``calibrate.py``):
+    not what the stub spends receiving a call's requests and sending their responses, which
+    weighs differently on each way's line. Three uneven timed stages on one core, each way held
+    from 1 to 64 in flight: plain served at 302 us a batch and 98 a request where loading had
+    measured 83 and 11, the pipeline at 1,461 and 139 where it had 732 and 118, so one factor
+    per way read at one batch size (plain's: 3.6x at 45 rows, 8.9x where the requests dominate)
+    is off at every other, and carried over to the other way (as ``ModeSwitch`` must where that
+    way has no line) makes it dearer by as much."""
+
+    _kept: dict[int, list[tuple[float, float]]] = field(default_factory=dict)  # half octave: (1 / rows, s a request)
+
+    def add(self, rows: float, per_request_s: float) -> None:
+        kept = self._kept.setdefault(round(2 * math.log2(max(rows, 1.0))), [])
+        kept.append((1 / max(rows, 1.0), per_request_s))
+        del kept[:-LINE_KEEPS]
+
+    def fit(self) -> tuple[float, float] | None:
+        """(seconds a batch, seconds a request), or None while the windows kept span too few batch sizes."""
+        points = [point for kept in self._kept.values() for point in kept]
+        xs = [x for x, _ in points]
+        if not points or max(xs) < LINE_SPREAD * min(xs):
+            return None
+        mx, my = sum(xs) / len(xs), sum(y for _, y in points) / len(points)
+        slope = sum((x - mx) * (y - my) for x, y in points) / sum((x - mx) ** 2 for x in xs)
+        if slope <= 0:  # no cost a batch shows: all of it a request's
+            return 0.0, my
+        if my - slope * mx < 0:  # no cost a request shows: all of it a batch's
+            return sum(x * y for x, y in points) / sum(x * x for x in xs), 0.0
+        return slope, my - slope * mx
+
+
+@dataclass
 class ModeSwitch:
     """Serves pipelined or plain, whichever answers the load seen sooner (auto on engines that
     overlap). Each window it reads the utilisation of every limit serving has in the way it serves
@@ -547,7 +598,8 @@ class ModeSwitch:
     docs/results/check-auto-2core-noslack.) A window with hardly any answers changes nothing (when a
     load stops and starts again, as a benchmark's windows do, it is served as it was). Each way's
     stub costs measured at load are corrected by what the windows served that way show against them
-    (``costs``; at most ``MAX_CORRECTION`` either way, and never less than the way served now),
+    (``costs``; at most ``MAX_CORRECTION`` either way, and never less than the way served now), or,
+    once its windows span batch sizes enough to draw a line through them, replaced by it (``ServedLine``),
     and tritonserver's cost per request is learnt for each way while it is served that way, where
     it can be read, over windows of ``CORRECT_AFTER`` answers (a pipelined request never taken to
     cost it less than a plain one: ``_server_s``).
@@ -593,6 +645,7 @@ class ModeSwitch:
     # under 1,017 Poisson answers/s, once sent TensorRT speed to a pipeline that cost twice loading's
     # too, 2.29 ms predicted against 1.46 plain when it went back: docs/results/served-plain-bookkeeping.)
     factors: dict[Mode, float] = field(init=False, default_factory=dict)
+    lines: dict[Mode, ServedLine] = field(init=False, default_factory=dict)  # each way's costs as served
     # Served plain, what each request last held the next batch back in series (``round_trip_s``),
     # and the answers/s it was seen at: a load served pipelined at less than ``1 - SWITCH_GAIN``
     # of that rate is taken as another one (a closed loop served faster answers no less), where
@@ -627,14 +680,9 @@ class ModeSwitch:
             self._before = None  # ... but not the same one: no window across a pause agrees with one before it
             return None if self.trying is None else self._end_trial(f"a trial {way(self.mode)} ended with its load")
         rows = max(window.rows, 1.0)
-        per_request = window.stub_s / window.answered
-        predicted = self.measured.stub_s(self.mode, rows) / rows
-        if predicted > 0 and window.answered >= CORRECT_AFTER:
-            # What loading measured, against what serving shows now (over enough answers that the
-            # stub's per-second work, the metrics' export, weighs little in them).
-            factor = self.factors[self.mode] = min(max(per_request / predicted, 1 / MAX_CORRECTION), MAX_CORRECTION)
-            self.costs = self.measured.scaled(max(self.factors.get(Mode.PIPELINE, 0.0), factor),
-                                              max(self.factors.get(self.plain, 0.0), factor))
+        if window.answered >= CORRECT_AFTER and window.inline <= MIXED_INLINE * window.answered / rows:
+            # Over enough answers that the stub's per-second work, the metrics' export, weighs little in them.
+            self._learn(window.stub_s / window.answered, rows)
         if window.server_s is not None and window.answered >= CORRECT_AFTER:
             self.server[self.mode] = window.server_s / window.answered
         if trial:
@@ -684,6 +732,25 @@ class ModeSwitch:
             self._tried_at = self.trying.baseline
             self.last = f"a trial, {way(self.mode)} at capacity: {self.last}"
         return self._switch(other)
+
+    def _learn(self, per_request_s: float, rows: float) -> None:
+        """The stub's seconds a request served as now at ``rows`` a run, against what loading
+        measured: each way's costs from its own line where it has one (``ServedLine``), else
+        loading's times a factor, its own or the way served now's, whichever is more."""
+        predicted = self.measured.stub_s(self.mode, rows) / rows
+        if predicted > 0:
+            self.factors[self.mode] = min(max(per_request_s / predicted, 1 / MAX_CORRECTION), MAX_CORRECTION)
+        self.lines.setdefault(self.mode, ServedLine()).add(rows, per_request_s)
+        now = self.factors.get(self.mode, 1.0)
+        costs = self.measured.scaled(max(self.factors.get(Mode.PIPELINE, 0.0), now),
+                                     max(self.factors.get(self.plain, 0.0), now))
+        lined = []
+        for mode, line in self.lines.items():
+            if (fit := line.fit()) is not None:
+                costs = costs.served(mode, *fit)
+                lined.append(way(mode))
+        self.costs = replace(costs, how=f"{self.measured.how}; {' and '.join(lined)} as served (decide.ServedLine)") \
+            if lined else costs
 
     def _trial(self, rate: float) -> Mode | None:
         """A window of a trial: after ``TRIAL_WINDOWS``, the way tried is kept (returned, as a

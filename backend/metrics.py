@@ -100,7 +100,8 @@ def _meta_key(kind: str) -> Key:
     return META_OPERATIONS.name, (("kind", kind),)
 
 
-_LONE: dict[bool, Key] = {True: (LONE.name, (("ran", "inline"),)), False: (LONE.name, (("ran", "pipeline"),))}
+LONE_INLINE: Key = (LONE.name, (("ran", "inline"),))
+_LONE: dict[bool, Key] = {True: LONE_INLINE, False: (LONE.name, (("ran", "pipeline"),))}
 
 
 @functools.cache

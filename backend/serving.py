@@ -37,7 +37,7 @@ from .executor import Trace
 from .hold import HeldBatch, Hold
 from .host import Cpus, Machine, busy_s, cpus, machine
 from .manifest import Manifest
-from .metrics import BATCHES, ENTRY_QUERIES, EXECUTE_IDLE, EXECUTE_TIME, EXECUTES, STAGE_BUSY, Metrics
+from .metrics import BATCHES, ENTRY_QUERIES, EXECUTE_IDLE, EXECUTE_TIME, EXECUTES, LONE_INLINE, STAGE_BUSY, Metrics
 from .nvml import NvmlError
 from .padding import Buckets
 from .query import Query, Reply, Tensors
@@ -356,7 +356,8 @@ class Watch(threading.Thread):
         calls = (delta((EXECUTE_TIME.name, ())) / 1e6, int(delta((EXECUTES.name, ()))),
                  delta((EXECUTE_IDLE.name, ())) / 1e6, now.longest_idle_s) if shown else ()
         return Window(now.clock - before.clock, int(delta((ENTRY_QUERIES.name, ()))), now.cpu_s - before.cpu_s,
-                      server, busy, rows / runs if runs else 1.0, *calls, others_s=self.others_s(before, now, server))
+                      server, busy, rows / runs if runs else 1.0, *calls, others_s=self.others_s(before, now, server),
+                      inline=int(delta(LONE_INLINE)))
 
     @staticmethod
     def others_s(before: Reading, now: Reading, server_s: float | None) -> float:

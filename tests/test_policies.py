@@ -11,8 +11,8 @@ import pytest
 
 from backend.batch_table import BatchTable, Flight
 from backend.manifest import LatencyTable
-from backend.decide import (EntryWait, HostCosts, LoneRuns, Mode, ModeSwitch, Window, capacities, fuses, interpreted,
-                            round_trip_s)
+from backend.decide import (EntryWait, HostCosts, LoneRuns, Mode, ModeSwitch, ServedLine, Window, capacities, fuses,
+                            interpreted, round_trip_s)
 from backend.config import RuntimeConfig, make_policy
 from backend.policy import Outlook
 from backend.errors import ConfigError
@@ -849,6 +849,52 @@ def test_the_windows_of_a_trial_of_returning_at_once_learn_costs_but_switch_noth
     assert switch.factors[Mode.PIPELINE] == pytest.approx(1.1 / 0.9) and switch.server[Mode.PIPELINE] > 0
     assert switch.observe(_window(0.9, (0.125, 0.125)), trial=entry.trying) is None
     assert switch.observe(_window(0.9, (0.125, 0.125)), trial=entry.trying) is Mode.IN_TURN
+
+
+def test_a_way_served_at_batch_sizes_far_apart_is_costed_by_its_own_line_not_loadings_times_one_factor():
+    """Three uneven timed stages on one core (docs/results/served-cost-lines): loading measured
+    the plain path at 83 us a batch and 11 a request, and plain served at about 302 and 98. At 1
+    in flight (400 us a request) the factor read is 2.0x, the most a window may correct, and the
+    pipeline, not seen yet, is taken to be off as much. Seen again at 45 rows a run (105 us a
+    request), plain is costed by the line through the two, 302 + 98, where one factor read
+    there would have kept 2.0x of loading's; the pipeline keeps the factor of the way served. A
+    pipelined window whose batches mostly ran inline (``LoneRuns``) shows plain serving's costs as
+    much as the pipeline's: it corrects neither."""
+    tables = [s.latency for s in _profile("uneven_3stages").stages]
+    costs = HostCosts(pipeline_batch_s=732e-6, pipeline_request_s=118e-6, plain_batch_s=83e-6, plain_request_s=11e-6,
+                      how="measured")
+    switch = ModeSwitch(tables, costs, cores=1, mode=Mode.IN_TURN)
+    switch.observe(Window(1.0, 240, 240 * 400e-6, None, (0.1, 0.1, 0.1), 1.0))
+    assert switch.costs.plain_request_s == pytest.approx(2 * 11e-6) and switch.costs.pipeline_request_s == \
+        pytest.approx(2 * 118e-6)
+    switch.observe(Window(1.0, 1500, 1500 * 105e-6, None, (0.5, 0.5, 0.5), 45.0))
+    assert (switch.costs.plain_batch_s, switch.costs.plain_request_s) == (pytest.approx(302e-6, rel=0.01),
+                                                                          pytest.approx(98e-6, rel=0.01))
+    assert switch.costs.pipeline_request_s == pytest.approx(2 * 118e-6) and "plain as served" in switch.costs.how
+
+    pipelined = ModeSwitch(tables, costs, cores=1)
+    pipelined.observe(Window(1.0, 240, 240 * 400e-6, None, (0.1, 0.1, 0.1), 1.0, inline=200))
+    assert pipelined.costs == costs and not pipelined.factors
+
+
+def test_a_served_line_needs_batch_sizes_apart_and_puts_no_cost_below_zero():
+    """``ServedLine``: no line from windows at about one batch size; where the seconds a request
+    do not fall with the batch size, all of them are a request's; where they fall faster than a
+    batch's cost explains, all are a batch's; each half octave keeps its latest windows."""
+    line = ServedLine()
+    line.add(10.0, 100e-6)
+    line.add(16.0, 90e-6)
+    assert line.fit() is None
+    line.add(40.0, 110e-6)
+    assert line.fit() == (0.0, pytest.approx(100e-6))
+    steep = ServedLine()
+    steep.add(1.0, 500e-6)
+    steep.add(10.0, 10e-6)
+    batch_s, request_s = steep.fit()
+    assert request_s == 0.0 and batch_s == pytest.approx((500e-6 + 0.1 * 10e-6) / (1 + 0.01))
+    for seconds in (900e-6, 800e-6, 700e-6, 600e-6):
+        steep.add(1.0, seconds)
+    assert steep.fit() == (pytest.approx((800e-6 + 700e-6 + 600e-6 + 0.1 * 10e-6) / 3.01), 0.0)  # 500 us left out
 
 
 def test_the_host_the_entry_reads_is_the_switchs_own_utilisation_of_the_window():
