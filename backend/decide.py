@@ -45,11 +45,9 @@ CPU_BOUND = 0.5  # the share of the stub's interpreter serving would take at the
 # pipelined, against 1,111 served plain, and kept a closed loop plain that the pipeline served
 # 1.6x faster).
 CORRECT_AFTER = 200
-# A window corrects the costs measured at load by at most this factor either way: its stub CPU
-# also holds work that is not serving requests (a drain, the export at a switch), and one such
-# window once scaled them 15-fold, after which the other mode looked 15 times dearer than it was
-# and the switch kept the pipeline through a load it could not carry (check-auto-2core, zero).
-MAX_CORRECTION = 2.0
+# A window may show a way's stub at less than loading measured (a host faster than when the model
+# loaded), but it is never taken below this share of it.
+LEAST_SHARE = 0.5
 # Windows served one way whose batch sizes lie this far apart (the largest mean rows a run over the
 # least) give that way's stub costs a line of their own (``ServedLine``), which replaces loading's.
 LINE_SPREAD = 2.0
@@ -100,11 +98,12 @@ class HostCosts:
             return self.pipeline_batch_s + rows * self.pipeline_request_s
         return self.plain_batch_s + rows * self.plain_request_s
 
-    def scaled(self, pipeline: float, plain: float) -> HostCosts:
-        """Each way's stub costs times its factor (what serving showed against what loading measured)."""
-        return replace(self, pipeline_batch_s=self.pipeline_batch_s * pipeline,
-                       pipeline_request_s=self.pipeline_request_s * pipeline,
-                       plain_batch_s=self.plain_batch_s * plain, plain_request_s=self.plain_request_s * plain)
+    def plus(self, pipeline_s: float, plain_s: float) -> HostCosts:
+        """Each way's stub seconds a request with what serving showed beyond loading's added (a
+        request never below ``LEAST_SHARE`` of loading's)."""
+        return replace(self, pipeline_request_s=max(self.pipeline_request_s + pipeline_s,
+                                                    LEAST_SHARE * self.pipeline_request_s),
+                       plain_request_s=max(self.plain_request_s + plain_s, LEAST_SHARE * self.plain_request_s))
 
     def served(self, mode: Mode, batch_s: float, request_s: float) -> HostCosts:
         """These costs with ``mode``'s stub costs as serving showed them (``ServedLine``)."""
@@ -533,15 +532,15 @@ class Seen:
 class ServedLine:
     """The stub's CPU seconds a batch and a request as the windows served one way show them: a
     least-squares line through each window's seconds a request against its batches a request
-    (``1 / rows``), once windows ``LINE_SPREAD`` apart in batch size are kept (the latest
-    ``LINE_KEEPS`` of each half octave). Loading measures each way apart from Triton (``calibrate.py``):
-    not what the stub spends receiving a call's requests and sending their responses, which
-    weighs differently on each way's line. Three uneven timed stages on one core, each way held
-    from 1 to 64 in flight: plain served at 302 us a batch and 98 a request where loading had
-    measured 83 and 11, the pipeline at 1,461 and 139 where it had 732 and 118, so one factor
-    per way read at one batch size (plain's: 3.6x at 45 rows, 8.9x where the requests dominate)
-    is off at every other, and carried over to the other way (as ``ModeSwitch`` must where that
-    way has no line) makes it dearer by as much."""
+    (``1 / rows``), once windows ``LINE_SPREAD`` apart in batch size are kept; each half octave
+    of batch sizes counts as the median of its latest ``LINE_KEEPS`` windows (one window that
+    holds other work, a drain, moves no line). Loading measures each way apart from Triton
+    (``calibrate.py``): not what the stub spends receiving a call's requests and sending their
+    responses, which is a cost a call as well as a request. Held from 1 to 64 in flight on one
+    core, plain served three uneven timed stages at 314 us a batch and 106 a request where
+    loading had measured 75 and 10, and TensorRT-speed BERT-base at 287 and 89 against 71 and 8
+    (docs/results/served-cost-lines): what a window shows at one batch size says little of
+    another."""
 
     _kept: dict[int, list[tuple[float, float]]] = field(default_factory=dict)  # half octave: (1 / rows, s a request)
 
@@ -552,7 +551,7 @@ class ServedLine:
 
     def fit(self) -> tuple[float, float] | None:
         """(seconds a batch, seconds a request), or None while the windows kept span too few batch sizes."""
-        points = [point for kept in self._kept.values() for point in kept]
+        points = [sorted(kept, key=lambda point: point[1])[(len(kept) - 1) // 2] for kept in self._kept.values()]
         xs = [x for x, _ in points]
         if not points or max(xs) < LINE_SPREAD * min(xs):
             return None
@@ -598,8 +597,9 @@ class ModeSwitch:
     docs/results/check-auto-2core-noslack.) A window with hardly any answers changes nothing (when a
     load stops and starts again, as a benchmark's windows do, it is served as it was). Each way's
     stub costs measured at load are corrected by what the windows served that way show against them
-    (``costs``; at most ``MAX_CORRECTION`` either way, and never less than the way served now), or,
-    once its windows span batch sizes enough to draw a line through them, replaced by it (``ServedLine``),
+    (``costs``: what a request cost beyond loading's, added to it; a way not served yet is taken
+    to be off by as much as the way served now), or, once its windows span batch sizes enough to
+    draw a line through them, replaced by it (``ServedLine``),
     and tritonserver's cost per request is learnt for each way while it is served that way, where
     it can be read, over windows of ``CORRECT_AFTER`` answers (a pipelined request never taken to
     cost it less than a plain one: ``_server_s``).
@@ -607,11 +607,10 @@ class ModeSwitch:
     Where the way served is at capacity and the other is predicted less busy, but within the
     model's error, the other is tried (``Trial``): served for ``TRIAL_WINDOWS`` and kept where
     it answered ``TRIAL_GAIN`` more, as ``EntryWait`` tries returning at once. At capacity the
-    answers/s are the way's capacity, so they decide where the costs cannot: served plain, each
-    way's stub cost is corrected by no less than plain's factor, from a base that leaves out
-    what Triton's requests and responses cost the stub (three uneven timed stages at 64 in
-    flight: plain's 2.0x made the pipeline 93 % busy against plain's 99 %, and plain stayed, at
-    0.84x the answers of the forced pipeline). One trial a load: none again until the load
+    answers/s are the way's capacity, so they decide where the costs cannot (three uneven timed
+    stages at 64 in flight, served plain, had the pipeline predicted 93 % busy against plain's
+    99 %, and plain stayed, at 0.84x the answers of the forced pipeline; the costs then carried
+    plain's correction to the pipeline as a factor). One trial a load: none again until the load
     moves by ``SWITCH_GAIN`` from the last trial's."""
 
     tables: Sequence[LatencyTable]
@@ -634,17 +633,22 @@ class ModeSwitch:
     # a ``send()`` of its own: 2-3x what an answer in ``execute``'s list costs it under load,
     # docs/results/send-cost-2core); a way not served yet is taken to cost what the other does
     server: dict[Mode, float] = field(init=False, default_factory=dict)
-    # Each way's correction of the stub's costs measured at load, as last seen served that way; a
-    # way not served yet is taken to be off by as much as the one served now. (One factor for both,
-    # read from the way served, once had the switch flip every 1.5 s at near-zero compute: each
-    # window served plain forgot how much dearer the pipeline had just shown itself.) Nor is a way
-    # taken to be off by less than the one served now: loading times one batch at a time on a warm
-    # interpreter, and a load that runs the stub beside tritonserver's threads makes both ways
-    # dearer alike, which a sight of the other way at a lighter load did not show. (The pipeline
-    # seen at one request in flight, as loading measured it, against plain seen at twice that
-    # under 1,017 Poisson answers/s, once sent TensorRT speed to a pipeline that cost twice loading's
-    # too, 2.29 ms predicted against 1.46 plain when it went back: docs/results/served-plain-bookkeeping.)
-    factors: dict[Mode, float] = field(init=False, default_factory=dict)
+    # Each way's stub seconds a request beyond loading's at the batch size seen, and the answers/s
+    # it was seen at, as last seen served that way. Loading runs each way apart from Triton
+    # (``calibrate.py``): what it leaves out is mostly the stub's work receiving a call's requests
+    # and sending their responses, about as much a request whichever way serves, not a share of
+    # each way's own cost (a factor a way, read from the way served and carried to the other, made
+    # the pipeline of three uneven stages twice loading's where it was 1.2x, and plain's base, a
+    # seventh of the pipeline's, 1.4x where it was 7x: docs/results/served-cost-lines). A way not
+    # served yet is taken to be off by as much as the way served now, and one last seen at a load
+    # lighter by ``SWITCH_GAIN`` by no less: a load that runs the stub beside tritonserver's
+    # threads makes both ways dearer alike (the pipeline seen at one request in flight as loading
+    # measured it, against plain seen under 1,017 Poisson answers/s, once sent TensorRT speed to a
+    # pipeline that cost more than loading's too: docs/results/served-plain-bookkeeping). (One
+    # correction for both ways, read from the way served, once had the switch flip every 1.5 s at
+    # near-zero compute: each window served plain forgot how much dearer the pipeline had just
+    # shown itself.)
+    excess: dict[Mode, tuple[float, float]] = field(init=False, default_factory=dict)
     lines: dict[Mode, ServedLine] = field(init=False, default_factory=dict)  # each way's costs as served
     # Served plain, what each request last held the next batch back in series (``round_trip_s``),
     # and the answers/s it was seen at: a load served pipelined at less than ``1 - SWITCH_GAIN``
@@ -682,7 +686,7 @@ class ModeSwitch:
         rows = max(window.rows, 1.0)
         if window.answered >= CORRECT_AFTER and window.inline <= MIXED_INLINE * window.answered / rows:
             # Over enough answers that the stub's per-second work, the metrics' export, weighs little in them.
-            self._learn(window.stub_s / window.answered, rows)
+            self._learn(window.stub_s / window.answered, rows, window.answered / window.seconds)
         if window.server_s is not None and window.answered >= CORRECT_AFTER:
             self.server[self.mode] = window.server_s / window.answered
         if trial:
@@ -733,17 +737,21 @@ class ModeSwitch:
             self.last = f"a trial, {way(self.mode)} at capacity: {self.last}"
         return self._switch(other)
 
-    def _learn(self, per_request_s: float, rows: float) -> None:
-        """The stub's seconds a request served as now at ``rows`` a run, against what loading
-        measured: each way's costs from its own line where it has one (``ServedLine``), else
-        loading's times a factor, its own or the way served now's, whichever is more."""
+    def _learn(self, per_request_s: float, rows: float, rate: float) -> None:
+        """The stub's seconds a request served as now at ``rows`` a run and ``rate`` answers/s,
+        against what loading measured: each way's costs from its own line where it has one
+        (``ServedLine``), else loading's and the excess a request last seen served that way (no
+        less than the way served now's where that was at a load lighter by ``SWITCH_GAIN``), or,
+        not served yet, the way served now's."""
         predicted = self.measured.stub_s(self.mode, rows) / rows
-        if predicted > 0:
-            self.factors[self.mode] = min(max(per_request_s / predicted, 1 / MAX_CORRECTION), MAX_CORRECTION)
+        now = max(per_request_s - predicted, -(1 - LEAST_SHARE) * predicted)
+        self.excess[self.mode] = (now, rate)
+
+        def excess(mode: Mode) -> float:
+            seen, at = self.excess.get(mode, (now, rate))
+            return max(seen, now) if at < (1 - SWITCH_GAIN) * rate else seen
         self.lines.setdefault(self.mode, ServedLine()).add(rows, per_request_s)
-        now = self.factors.get(self.mode, 1.0)
-        costs = self.measured.scaled(max(self.factors.get(Mode.PIPELINE, 0.0), now),
-                                     max(self.factors.get(self.plain, 0.0), now))
+        costs = self.measured.plus(excess(Mode.PIPELINE), excess(self.plain))
         lined = []
         for mode, line in self.lines.items():
             if (fit := line.fit()) is not None:
