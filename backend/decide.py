@@ -46,7 +46,10 @@ CPU_BOUND = 0.5  # the share of the stub's interpreter serving would take at the
 # 1.6x faster).
 CORRECT_AFTER = 200
 # A window may show a way's stub at less than loading measured (a host faster than when the model
-# loaded), but it is never taken below this share of it.
+# loaded), but it is never taken below this share of it. There is no most: what loading leaves out
+# was 4-9 times plain's own cost (docs/results/served-cost-lines). A window that holds other work
+# (a drain) speaks for itself alone: the next window's excess replaces its own, lines take medians
+# (``ServedLine``), and a switch needs two windows in a row agreeing.
 LEAST_SHARE = 0.5
 # Windows served one way whose batch sizes lie this far apart (the largest mean rows a run over the
 # least) give that way's stub costs a line of their own (``ServedLine``), which replaces loading's.
@@ -756,6 +759,7 @@ class ModeSwitch:
         def excess(mode: Mode) -> float:
             seen, at = self.excess.get(mode, (now, rate))
             return max(seen, now) if at < (1 - SWITCH_GAIN) * rate else seen
+
         self.lines.setdefault(self.mode, ServedLine()).add(rows, per_request_s)
         costs = self.measured.plus(excess(Mode.PIPELINE), excess(self.plain))
         lined = []
