@@ -95,11 +95,13 @@ class HostCosts:
     send_s: float = 0.0
     how: str = "not measured"
 
-    def stub_s(self, mode: Mode, rows: float) -> float:
-        """The stub's seconds for one batch of ``rows`` single-row requests served ``mode``."""
+    def stub_s(self, mode: Mode, requests: float) -> float:
+        """The stub's seconds for one batch of ``requests`` served ``mode`` (what a request's rows
+        cost beyond its first is in its request's cost: loading measures requests of one row, and
+        serving a line through the windows a client sends, ``ServedLine``)."""
         if mode is Mode.PIPELINE:
-            return self.pipeline_batch_s + rows * self.pipeline_request_s
-        return self.plain_batch_s + rows * self.plain_request_s
+            return self.pipeline_batch_s + requests * self.pipeline_request_s
+        return self.plain_batch_s + requests * self.plain_request_s
 
     def plus(self, pipeline_s: float, plain_s: float) -> HostCosts:
         """Each way's stub seconds a request with what serving showed beyond loading's added (a
@@ -485,8 +487,10 @@ class Window:
     mean rows of a stage's run, the ``execute`` calls: their wall seconds, the idle before
     each (since the previous call ended) summed and the longest (0 where not counted), and the
     CPU seconds other processes spent on the cores serving has (``others_s``: a load generator
-    on the server's cores, other models' stubs; 0 where not read), and, served pipelined, the
-    lone batches run inline (``inline``)."""
+    on the server's cores, other models' stubs; 0 where not read), served pipelined, the lone
+    batches run inline (``inline``), and the mean rows a request brought (``rows_a_request``:
+    a client may send several in one, as an image classifier's often does). The engines' time
+    goes by rows; the stub's, tritonserver's and a closed loop's round trip go by requests."""
 
     seconds: float
     answered: int
@@ -500,6 +504,15 @@ class Window:
     longest_idle_s: float = 0.0
     others_s: float = 0.0
     inline: int = 0  # served pipelined, the lone batches that ran inside ``execute`` (``LoneRuns``)
+    rows_a_request: float = 1.0
+
+    @property
+    def requests(self) -> float:
+        """The mean requests a run: its rows over a request's (one at least). Taken as its rows,
+        a closed loop of 8 requests of 8 rows at TensorRT speed had the switch count a run of 36
+        rows as 36 requests' stub work and the runs as an eighth of what they were, and serve
+        plain and pipelined in turn every 2.5 s, each predicting the other sooner."""
+        return max(max(self.rows, 1.0) / max(self.rows_a_request, 1.0), 1.0)
 
 
 def round_trip_s(window: Window, delay_s: float = 0.0) -> float:
@@ -692,10 +705,10 @@ class ModeSwitch:
         if window.answered < MIN_ANSWERS:  # nothing to go by: the load that comes next is likely the last one's
             self._before = None  # ... but not the same one: no window across a pause agrees with one before it
             return None if self.trying is None else self._end_trial(f"a trial {way(self.mode)} ended with its load")
-        rows = max(window.rows, 1.0)
-        if window.answered >= CORRECT_AFTER and window.inline <= MIXED_INLINE * window.answered / rows:
+        rows, requests = max(window.rows, 1.0), window.requests
+        if window.answered >= CORRECT_AFTER and window.inline <= MIXED_INLINE * window.answered / requests:
             # Over enough answers that the stub's per-second work, the metrics' export, weighs little in them.
-            self._learn(window.stub_s / window.answered, rows, window.answered / window.seconds)
+            self._learn(window.stub_s / window.answered, requests, window.answered / window.seconds)
         if window.server_s is not None and window.answered >= CORRECT_AFTER:
             self.server[self.mode] = window.server_s / window.answered
         if trial:
@@ -711,15 +724,16 @@ class ModeSwitch:
         series = self._series_s(rate)
         plain = self.plain
         other = self._other
-        engines, host = self._predicted(other, window, rows, series)
+        engines, host = self._predicted(other, window, series)
         busy = {self.mode: self._utilisation(self.mode, window, series), other: max(engines, host)}
         self._seen = (self.mode, busy[self.mode])
         # The way served now shows how busy it is; the other's host is a prediction, weighed as busier
         # by the model's error: near capacity a few points decide the wait (a near-zero model, plain
         # 100 % busy, switched to a pipeline predicted 98 %, which could not carry the load).
-        latency = {self.mode: self._latency(self.mode, busy[self.mode], rows, series),
-                   other: self._latency(other, max(engines, host * (1 + SWITCH_GAIN)), rows, series)}
-        self.last = (f"{rate:.0f} answers/s, {rows:.1f} rows a run: "
+        latency = {self.mode: self._latency(self.mode, busy[self.mode], rows, requests, series),
+                   other: self._latency(other, max(engines, host * (1 + SWITCH_GAIN)), rows, requests, series)}
+        self.last = (f"{rate:.0f} answers/s, {rows:.1f} rows a run"
+                     f"{f' ({requests:.1f} requests)' if requests < rows - 0.05 else ''}: "
                      f"{_ms(latency[Mode.PIPELINE])} pipelined ({busy[Mode.PIPELINE]:.0%} busy), "
                      f"{_ms(latency[plain])} plain ({busy[plain]:.0%}, {series * 1e6:.0f} us a request's round trip "
                      f"in series) ({self.costs.describe()}, tritonserver {self._server_text()})")
@@ -746,13 +760,13 @@ class ModeSwitch:
             self.last = f"a trial, {way(self.mode)} at capacity: {self.last}"
         return self._switch(other)
 
-    def _learn(self, per_request_s: float, rows: float, rate: float) -> None:
-        """The stub's seconds a request served as now at ``rows`` a run and ``rate`` answers/s,
+    def _learn(self, per_request_s: float, requests: float, rate: float) -> None:
+        """The stub's seconds a request served as now at ``requests`` a run and ``rate`` answers/s,
         against what loading measured: each way's costs from its own line where it has one
         (``ServedLine``), else loading's and the excess a request last seen served that way (no
         less than the way served now's where that was at a load lighter by ``SWITCH_GAIN``), or,
         not served yet, the way served now's."""
-        predicted = self.measured.stub_s(self.mode, rows) / rows
+        predicted = self.measured.stub_s(self.mode, requests) / requests
         now = max(per_request_s - predicted, -(1 - LEAST_SHARE) * predicted)
         self.excess[self.mode] = (now, rate)
 
@@ -760,7 +774,7 @@ class ModeSwitch:
             seen, at = self.excess.get(mode, (now, rate))
             return max(seen, now) if at < (1 - SWITCH_GAIN) * rate else seen
 
-        self.lines.setdefault(self.mode, ServedLine()).add(rows, per_request_s)
+        self.lines.setdefault(self.mode, ServedLine()).add(requests, per_request_s)
         costs = self.measured.plus(excess(Mode.PIPELINE), excess(self.plain))
         lined = []
         for mode, line in self.lines.items():
@@ -821,30 +835,30 @@ class ModeSwitch:
         if mode is Mode.PIPELINE or window.answered < CORRECT_AFTER or busy <= 0:
             return None
         capacity = window.answered / window.seconds / busy
-        return capacity * (1.0 if held else self._sent_share(window.rows))
+        return capacity * (1.0 if held else self._sent_share(window.requests))
 
-    def _sent_share(self, rows: float) -> float:
+    def _sent_share(self, requests: float) -> float:
         """What the host carries with every answer sent, as a share of what it carries with
         every answer in ``execute``'s list, by the costs: a ``send()`` is a round trip
         (``HostCosts.send_s``) of the stub's, and about as much again of tritonserver's."""
-        rows = max(rows, 1.0)
-        stub, server = self.costs.stub_s(self.plain, rows) / rows, self._server_s(self.plain)
+        stub, server = self.costs.stub_s(self.plain, requests) / requests, self._server_s(self.plain)
         listed = max(stub, (stub + server) / self.cores)
         sent = max(stub + self.costs.send_s, (stub + server + 2 * self.costs.send_s) / self.cores)
         return listed / sent if sent > 0 else 1.0
 
-    def _latency(self, mode: Mode, busy: float, rows: float, series: float) -> float:
-        """A request's mean seconds served ``mode`` with its nearest limit ``busy``: its batch's
-        own time, and the wait for the batch ahead at that limit (M/D/1: plain, the batch's time
-        and its requests' round trip in series, ``series`` each); infinite at or past capacity."""
+    def _latency(self, mode: Mode, busy: float, rows: float, requests: float, series: float) -> float:
+        """A request's mean seconds served ``mode`` with its nearest limit ``busy``, in runs of
+        ``rows`` from ``requests``: its batch's own time, and the wait for the batch ahead at that
+        limit (M/D/1: plain, the batch's time and its requests' round trip in series, ``series``
+        each); infinite at or past capacity."""
         if busy >= 1:
             return math.inf
-        stub = self.costs.stub_s(mode, rows)
+        stub = self.costs.stub_s(mode, requests)
         if mode is not Mode.PIPELINE:
             own = self._device_s(mode, rows) + stub
-            return own + (own + rows * series) * busy / (2 * (1 - busy))
+            return own + (own + requests * series) * busy / (2 * (1 - busy))
         own = self._device_s(Mode.IN_TURN, rows) + stub  # its stages, one after another
-        ahead = max(self._device_s(mode, rows), stub, self._entry_s(rows, series))
+        ahead = max(self._device_s(mode, rows), stub, self._entry_s(rows, requests, series))
         return own + self.costs.handoff_s + ahead * busy / (2 * (1 - busy))
 
     def _switch(self, mode: Mode) -> Mode | None:
@@ -862,7 +876,7 @@ class ModeSwitch:
             engines = max(engines, (window.execute_s + window.answered * series) / window.seconds)
         return max(engines, self._host(window.stub_s, window, mode))
 
-    def _predicted(self, mode: Mode, window: Window, rows: float, series: float) -> tuple[float, float]:
+    def _predicted(self, mode: Mode, window: Window, series: float) -> tuple[float, float]:
         """The engines' and the host's utilisation had the window's load been served ``mode``
         (the engines' read from their tables; the host's scaled from costs measured elsewhere).
         Served plain, the engines' is the instance's: each batch runs inside ``execute``, the stub's
@@ -872,17 +886,18 @@ class ModeSwitch:
         limit too (near-zero compute at 64 in flight, served plain on a one-core server: the
         instance 98 % busy at 1,752 answers/s, 89 % of it the round trip, where the pipeline,
         predicted 72 % busy by its stub costs alone, answered 1,200)."""
-        batches = window.answered / rows
-        stub = batches * self.costs.stub_s(mode, rows)
+        rows, requests = max(window.rows, 1.0), window.requests
+        batches = window.answered / requests
+        stub = batches * self.costs.stub_s(mode, requests)
         engines = batches * self._device_s(mode, rows)
         if mode is not Mode.PIPELINE:
             engines += stub + window.answered * series
         else:  # each request's round trip is its own, whoever serves it: a pipeline overlaps it with the engines
-            engines = max(engines, window.answered * series, batches * self._entry_s(rows, series))
+            engines = max(engines, window.answered * series, batches * self._entry_s(rows, requests, series))
         return engines / window.seconds, self._host(stub, window, mode)
 
-    def _entry_s(self, rows: float, series: float) -> float:
-        """The seconds a pipelined call of ``rows`` holds Triton's instance where ``execute`` waits
+    def _entry_s(self, rows: float, requests: float, series: float) -> float:
+        """The seconds a pipelined call of ``rows`` from ``requests`` holds Triton's instance where ``execute`` waits
         for stage 0 (``entry_waits``; else none): stage 0's time, and its requests' round trip in
         series, as a call served plain has it. What the round trip reads under an open load is
         mostly Triton's hand-off from one call to the next, which a waiting entry pays as plain
@@ -891,7 +906,7 @@ class ModeSwitch:
         2.03, which answered in 3.1 ms where plain had in 2.3."""
         if not self.entry_waits:
             return 0.0
-        return self._device_s(Mode.IN_TURN, rows, self.tables[:1]) + rows * series
+        return self._device_s(Mode.IN_TURN, rows, self.tables[:1]) + requests * series
 
     def _series_s(self, rate: float) -> float:
         """A plain request's round trip in series (``round_trip``) at a load of ``rate`` answers/s."""

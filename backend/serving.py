@@ -355,9 +355,12 @@ class Watch(threading.Thread):
         shown = self.alone and now.sent == before.sent
         calls = (delta((EXECUTE_TIME.name, ())) / 1e6, int(delta((EXECUTES.name, ()))),
                  delta((EXECUTE_IDLE.name, ())) / 1e6, now.longest_idle_s) if shown else ()
-        return Window(now.clock - before.clock, int(delta((ENTRY_QUERIES.name, ()))), now.cpu_s - before.cpu_s,
-                      server, busy, rows / runs if runs else 1.0, *calls, others_s=self.others_s(before, now, server),
-                      inline=int(delta(LONE_INLINE)))
+        answered = int(delta((ENTRY_QUERIES.name, ())))
+        # A request's rows as stage 0 ran them (a batch that runs again row by row after a failure
+        # counts its rows twice: one window's figure, within the switch's error).
+        return Window(now.clock - before.clock, answered, now.cpu_s - before.cpu_s, server, busy,
+                      rows / runs if runs else 1.0, *calls, others_s=self.others_s(before, now, server),
+                      inline=int(delta(LONE_INLINE)), rows_a_request=rows / answered if answered else 1.0)
 
     @staticmethod
     def others_s(before: Reading, now: Reading, server_s: float | None) -> float:

@@ -257,3 +257,30 @@ def test_a_client_cpus_setting_that_cannot_split_the_host_names_why(monkeypatch)
             CpuSplit.from_env()
     monkeypatch.setenv(CLIENT_CPUS, "")
     assert CpuSplit.from_env() is None
+
+
+def test_a_load_of_requests_of_several_rows_sends_them_as_one_request_each(server, repository, sources, tmp_path):
+    """``Load.rows``: perf_analyzer's ``-b``, a client that batches its own. Every request of the
+    window carries four rows of one length, successive entries of the data (its export keeps the
+    first's inputs), and each row of its answer is the unsliced model's for one of them."""
+    queries = synthetic(interface_of(repository / "bert_like"), 1, {}, lengths=(16,), count=8)
+    data = write_input_data(queries, tmp_path / "rows.json")
+    load = Load(concurrency=2, rows=4)
+    assert load.label == "concurrency 2, 4 rows a request" and load.flags()[-2:] == ["-b", "4"]
+    with pytest.raises(ValueError, match="one row at least"):
+        Load(rate=10, rows=0)
+    csv_path, export = tmp_path / "pa.csv", tmp_path / "export.json"
+    args = command("bert_like", server.url, load, data, 1.0, 0.3, csv_path, export)
+    done = until_kept(lambda: run_once(args, HANG_AFTER_S + HANG_FACTOR * 1.3, load.label, (csv_path, export)))
+    assert done.returncode == 0, done.stdout + done.stderr
+    requests = json.loads(export.read_text())["experiments"][0]["requests"]
+    assert len(requests) >= 4
+    manifest = Manifest.load(repository / "bert_like" / VERSION)
+    reference = OnnxRuntimeEngine(sources["bert_like"], [o.name for o in manifest.outputs])
+    expected = [reference.run(query.inputs)["pooler_output"][0] for query in queries]
+    for request in requests:
+        rows = np.array(request["response_outputs"][0]["pooler_output"], dtype=np.float32).reshape(4, -1)
+        first = {name: np.array(values, dtype=np.int64)[None] for name, values in request["request_inputs"].items()}
+        np.testing.assert_allclose(rows[0], reference.run(first)["pooler_output"][0], atol=1e-4)
+        assert all(any(np.allclose(row, one, atol=1e-4) for one in expected) for row in rows)
+        assert len({tuple(np.round(row, 3)) for row in rows}) == 4

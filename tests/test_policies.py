@@ -478,6 +478,23 @@ def test_the_mode_switch_serves_plain_where_the_pipelines_own_cost_is_the_nearer
     assert switch.observe(_window(0.001, (0.0, 0.0), answered=3)) is None  # too little to go by
 
 
+def test_a_request_of_several_rows_costs_the_stub_one_request_and_the_engines_its_rows():
+    """The setting above, pipelined, the rows arriving as requests of 8: 125 answers/s, a run
+    of 8 rows a request, the stub 11 % busy. Plain would answer a little sooner (2.8 against
+    3.0 ms), not by the 15 % a switch needs: the mode stays. Taken as 8 requests each, a run
+    cost the stub 7.2 ms pipelined against 2.4 plain, and the switch served plain; a closed
+    loop of 8 requests of 8 rows at TensorRT speed went plain and back every 2.5 s. The same
+    rows as requests of one (the first test) cost the stub 90 % pipelined: plain."""
+    manifest = timed_manifest([flat(1.0)] * 2)
+    costs = HostCosts(pipeline_request_s=900e-6, plain_request_s=300e-6)
+    switch = ModeSwitch([s.latency for s in manifest.stages], costs, cores=4)
+    window = Window(1.0, 125, 0.1125, None, (0.125, 0.125), 8.0, rows_a_request=8.0)
+    assert window.requests == 1.0 and Window(1.0, 125, 0.1, None, (0.1,), 0.5, rows_a_request=0.9).requests == 1.0
+    assert _decides(switch, window) is None and switch.mode is Mode.PIPELINE
+    assert "8.0 rows a run (1.0 requests)" in switch.last
+    assert _decides(switch, dataclasses.replace(window, answered=1000, stub_s=0.9, rows_a_request=1.0)) is Mode.IN_TURN
+
+
 def test_a_hold_holds_up_to_the_rate_a_window_served_plain_shows_the_host_can_carry():
     """Served plain on one core, the stub 30 us a request and tritonserver 100 (seen): a window
     at 2,000 answers/s keeps the host 26 % busy, so it carries 7,692/s at least, and a hold may

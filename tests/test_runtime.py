@@ -571,6 +571,31 @@ def test_the_watch_shows_the_switch_the_execute_calls_of_a_lone_instance(tmp_pat
         runtime.close()
 
 
+def test_the_watch_shows_the_switch_how_many_rows_a_request_brought(tmp_path):
+    """A client may send several rows in one request. The window counts requests as answers
+    and the rows stage 0 ran as rows, so the switch can put the stub's work on requests and the
+    engines' on rows (``Window.requests``): here requests of 4 rows, pipelined and inline."""
+    metrics = Metrics()
+    manifest = timed_manifest(tmp_path, 2, 8, 8)
+    _, runtime = serve(manifest, tmp_path, RuntimeConfig(policy=make_policy("auto", {})), CpuDevice(), metrics)
+    runtime.watch.stop()
+    runtime.lone = None
+    feed = sample_inputs(manifest.inputs, 4, {"sequence": 4}, seed=0)
+    inbox = Inbox()
+    try:
+        before = Reading(0.0, 0.0, None, metrics.snapshot(), 0, metrics.longest_idle_s())
+        runtime.submit([inbox.query(key, dict(feed)) for key in range(2)])
+        inbox.wait(2)
+        runtime.mode = runtime.watch.switch.plain
+        runtime.run([inbox.query(2, dict(feed))])
+        now = Reading(1.0, 0.0, None, metrics.snapshot(), 0, metrics.longest_idle_s())
+        window = runtime.watch._window(before, now)
+        assert window.answered == 3 and window.rows_a_request == pytest.approx(4.0)
+        assert window.requests == pytest.approx(window.rows / 4)
+    finally:
+        runtime.close()
+
+
 def test_the_watch_has_a_pipelined_execute_wait_for_stage_0_while_the_host_is_saturated(tmp_path):
     """Under ``auto`` with ``execute_waits: auto``, the windows served pipelined decide again
     whether ``execute`` waits for stage 0 (``decide.EntryWait``): two windows with the stub's

@@ -1,7 +1,7 @@
 """python -m tools.bench_versions: this checkout's backend against another's, side by side (not a test).
 
     python -m tools.bench_versions PROFILE.json --base DIR [--concurrency 1] [--rates 800,...]
-                                   [--rounds 8] [--seconds 3] [--warmup 2] [--length 64]
+                                   [--rounds 8] [--seconds 3] [--warmup 2] [--length 64] [--request-rows 1]
                                    [--parameter KEY=VALUE ...] [--out docs/results/RUN]
 
 A change to the path a request takes through our stub moves its cost by a few microseconds,
@@ -13,7 +13,8 @@ it, ``--parameter`` on top) and ``auto_base`` (the same model on the backend of 
 another checkout, say a git worktree of the commit before, loaded as a second backend,
 ``dvabatch_base``). Each load (closed
 loops at each ``--concurrency``, then Poisson loads at each of ``--rates`` requests/s) runs the
-three in turn, every other round in the reverse order. Per model: its figure (answers/s in a
+three in turn, every other round in the reverse order; with ``--request-rows`` each request
+carries that many rows, as a client that batches its own. Per model: its figure (answers/s in a
 closed loop, the mean latency under Poisson; the mean over the rounds), Triton's
 ``compute_infer`` per request (the time its instance spent in ``execute``) and the CPU its stub
 process spent per answered request, read from /proc over each window (warm-up included): the
@@ -82,11 +83,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seconds", type=float, default=3.0, help="measured seconds per window (default 3)")
     parser.add_argument("--warmup", type=float, default=2.0, help="unmeasured seconds before each window (default 2)")
     parser.add_argument("--length", type=int, default=64, help="tokens per query (default 64)")
+    parser.add_argument("--request-rows", type=int, default=1,
+                        help="rows a request carries, as a client that batches its own (perf_analyzer's -b; default 1)")
     add_parameter_argument(parser, "both versions' model", "policy=smdp")
     parser.add_argument("--out", type=Path, help="write summary.md, rounds.csv and tritonserver.log here")
     args = parser.parse_args(argv)
     if not args.concurrency and not args.rates:
         parser.error("no load: give --concurrency or --rates")
+    if args.request_rows < 1:
+        parser.error(f"--request-rows {args.request_rows}: a request has one row at least")
     backend = (args.base / "backend").resolve()
     if not (backend / "model.py").is_file():
         parser.error(f"--base {args.base}: no backend/model.py there")
@@ -121,7 +126,8 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def loads(args: argparse.Namespace) -> list[Load]:
-    return [Load(concurrency=c) for c in args.concurrency] + [Load(rate=r) for r in args.rates]
+    return ([Load(concurrency=c, rows=args.request_rows) for c in args.concurrency]
+            + [Load(rate=r, rows=args.request_rows) for r in args.rates])
 
 
 def report(args: argparse.Namespace, rows: list[dict]) -> None:

@@ -106,15 +106,20 @@ def binary() -> Path:
 
 @dataclass(frozen=True)
 class Load:
-    """What perf_analyzer sends: exactly one of a concurrency, a Poisson rate or an intervals file."""
+    """What perf_analyzer sends: exactly one of a concurrency, a Poisson rate or an intervals file,
+    each request of ``rows`` rows (its ``-b``: successive entries of the input data, as a client
+    that sends a batch of its own)."""
 
     concurrency: int | None = None
     rate: float | None = None
     intervals: Path | None = None
+    rows: int = 1
 
     def __post_init__(self):
         if sum(v is not None for v in (self.concurrency, self.rate, self.intervals)) != 1:
             raise ValueError("a load has one of concurrency, rate or intervals")
+        if self.rows < 1:
+            raise ValueError(f"a request has one row at least, not {self.rows}")
 
     @property
     def closed(self) -> bool:
@@ -122,9 +127,10 @@ class Load:
 
     @property
     def label(self) -> str:
+        of = f", {self.rows} rows a request" if self.rows > 1 else ""
         if self.concurrency is not None:
-            return f"concurrency {self.concurrency}"
-        return f"{self.rate:g}/s Poisson" if self.rate is not None else f"intervals {self.intervals.name}"
+            return f"concurrency {self.concurrency}{of}"
+        return (f"{self.rate:g}/s Poisson" if self.rate is not None else f"intervals {self.intervals.name}") + of
 
     def offered(self) -> float:
         """Requests per second the schedule asks for (open loop)."""
@@ -134,11 +140,12 @@ class Load:
         return len(gaps) / (sum(gaps) / 1e6)
 
     def flags(self) -> list[str]:
+        rows = ["-b", str(self.rows)] if self.rows > 1 else []
         if self.concurrency is not None:
-            return ["--concurrency-range", str(self.concurrency)]
+            return ["--concurrency-range", str(self.concurrency), *rows]
         if self.rate is not None:
-            return ["--request-rate-range", f"{self.rate:g}", "--request-distribution", "poisson"]
-        return ["--request-intervals", str(self.intervals)]
+            return ["--request-rate-range", f"{self.rate:g}", "--request-distribution", "poisson", *rows]
+        return ["--request-intervals", str(self.intervals), *rows]
 
 
 @dataclass(frozen=True)
