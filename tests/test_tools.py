@@ -168,7 +168,8 @@ def test_a_bad_list_option_is_a_usage_error_that_names_it(run):
     one is needed or a parameter not written KEY=VALUE is argparse's usage error naming the
     option and what it takes (exit 2), before any server starts; an empty list where none is
     allowed (``check_auto --loads ""``: no Poisson cells) parses. So is ``check_auto
-    --max-rounds`` after one round, which no interval can leave unresolved."""
+    --max-rounds`` after one round, which no interval can leave unresolved, and requests of no
+    rows, or of rows of several lengths (``--request-rows``)."""
     for command, option, text, says in [("tools.check_auto", "--loads", "0.1,x", "takes comma-separated numbers"),
                                        ("tools.check_auto", "--concurrency", "", "takes at least one"),
                                        ("tools.bench_cost", "--models", "plain,foo", "'foo' unknown; it takes some of"),
@@ -179,6 +180,11 @@ def test_a_bad_list_option_is_a_usage_error_that_names_it(run):
         assert done.returncode == 2 and f"argument {option}: {says}" in done.stderr, (command, done.stderr)
     done = run("tools.check_auto", "--rounds", "1", "--max-rounds", "4")  # one round has no interval to resolve
     assert done.returncode == 2 and "--max-rounds needs --rounds 2 or more" in done.stderr, done.stderr
+    zero = "docs/profiles/zero_2stages.json"
+    for command, rows in (("tools.check_auto", ("--request-rows", "4", "--length", "32,64")),
+                          ("tools.bench_versions", (zero, "--base", ".", "--request-rows", "0"))):
+        done = run(command, *rows)  # a request's rows share one length
+        assert done.returncode == 2 and "a request has one row at least" in done.stderr, done.stderr
     assert numbers(float, empty=True)("") == () and numbers(int)("1,,16") == (1, 16)
     assert names(("exact", "client"))(" exact,client") == ("exact", "client")
 

@@ -3,7 +3,8 @@
     python -m tools.check_auto [PROFILE.json | MODEL_DIR ...] [--concurrency 1,16,64]
                                [--loads 0.3,0.6,0.9] [--qos-ms 200] [--percentile 99] [--seconds 3]
                                [--rounds 1] [--max-rounds N]
-                               [--margin 0.05] [--length 64 | 32,64,128] [--ensemble] [--source SRC.onnx ...]
+                               [--margin 0.05] [--length 64 | 32,64,128] [--request-rows 1] [--ensemble]
+                               [--source SRC.onnx ...]
                                [--out docs/results/RUN]
 
 For each timed profile (default: near-zero compute, TensorRT-speed BERT-base and the slower
@@ -14,7 +15,10 @@ and ``auto`` (what the slicer writes; ``tools.lib.peers.write_ways``). Every que
 ``--length`` tokens; given several, successive queries take them in turn (the paper's input
 diversity), and the plain model pads a batch to its longest (``allow_ragged_batch``: Triton's
 batcher would otherwise batch equal lengths only, as the forced pipeline's ``policy: pass`` and
-the ensemble's steps do). Each cell runs the three side by side:
+the ensemble's steps do). With ``--request-rows`` each request carries that many rows of one
+length (a client that batches its own, as an image classifier's often does): the figures count
+requests, and ``auto``'s mode switch must put the stub's work on requests and the engines' on
+rows. Each cell runs the three side by side:
 
 - closed loops (perf_analyzer) at each ``--concurrency``: answers/s; ``auto`` passes where it
   answers at least ``1 - margin`` of the better of the other two;
@@ -117,17 +121,18 @@ def run_profile(profile: Path, args: argparse.Namespace, console: Console) -> It
         with Bench(folder, log=log) as bench:
             for model in args.models:
                 bench.load(model)
-                bench.capacity(model, data, max(args.concurrency), 1.0)  # warm up
+                bench.capacity(model, data, max(args.concurrency), 1.0, args.request_rows)  # warm up
+            of = f" of {args.request_rows} rows" if args.request_rows > 1 else ""
             for concurrency in args.concurrency:
-                top = measure(bench, profile.stem, f"{concurrency} in flight", Load(concurrency=concurrency), data,
-                              args, console)
+                top = measure(bench, profile.stem, f"{concurrency} in flight{of}",
+                              Load(concurrency=concurrency, rows=args.request_rows), data, args, console)
                 yield top
             if not args.loads:
                 return
             peak = better_peak(bench, data, max(top.figures["plain"], top.figures["pipeline"]), args, console)
             for fraction in args.loads:
-                yield measure(bench, profile.stem, f"Poisson {fraction:g} x {peak:.0f}/s", Load(rate=fraction * peak),
-                              data, args, console)
+                yield measure(bench, profile.stem, f"Poisson {fraction:g} x {peak:.0f}/s{of}",
+                              Load(rate=fraction * peak, rows=args.request_rows), data, args, console)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 
@@ -143,7 +148,7 @@ def better_peak(bench: Bench, data: Path, closed: float, args: argparse.Namespac
     peaks = {}
     for model in ("plain", "pipeline"):
         found = bench.peak(model, data, float(f"{closed:.3g}"), args.qos_ms, args.percentile, args.seconds,
-                           args.warmup)
+                           args.warmup, rows=args.request_rows)
         peaks[model] = found.reference
         console.print(f"  peak of {model}: {peaks[model]:g} requests/s (+{found.resolution:.0%} at most)",
                       highlight=False)
@@ -228,6 +233,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--length", type=numbers(int), default="64",
                         help="tokens per query (default 64); several: successive queries take them in turn, "
                              "and the plain model pads a batch to its longest")
+    parser.add_argument("--request-rows", type=int, default=1,
+                        help="rows each request carries, as a client that batches its own (perf_analyzer's -b; "
+                             "default 1); the figures count requests")
     parser.add_argument("--ensemble", action="store_true",
                         help="run the ensemble of the stages too, and set auto beside it (not part of the verdict)")
     parser.add_argument("--source", type=Path, action="append", default=[],
@@ -236,6 +244,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.max_rounds > args.rounds < 2:
         parser.error("--max-rounds needs --rounds 2 or more: one round has no interval to leave a cell unresolved")
+    if args.request_rows < 1 or (args.request_rows > 1 and len(args.length) > 1):
+        parser.error(f"--request-rows {args.request_rows}: a request has one row at least, and its rows one length")
     args.max_rounds = max(args.max_rounds, args.rounds)  # without it, --rounds and no more
     args.models = MODELS + ((ENSEMBLE,) if args.ensemble else ())
     console = table_console()

@@ -151,19 +151,20 @@ class Bench:
         grown = [{key: value - then.get(key, 0.0) for key, value in now.items()} for then, now in zip(before, after)]
         return Measured(window, *({key: value for key, value in g.items() if value > 0} for g in grown))
 
-    def capacity(self, model: str, data: str | Path, concurrency: int, seconds: float) -> float:
-        """Answers per second of a closed loop of ``concurrency``."""
-        return measure(model, self.url, Load(concurrency=concurrency), data, seconds, warmup_s=1.0).throughput
+    def capacity(self, model: str, data: str | Path, concurrency: int, seconds: float, rows: int = 1) -> float:
+        """Answers per second of a closed loop of ``concurrency`` (requests of ``rows``)."""
+        load = Load(concurrency=concurrency, rows=rows)
+        return measure(model, self.url, load, data, seconds, warmup_s=1.0).throughput
 
     def peak(self, model: str, data: str | Path, start: float, qos_ms: float, percentile: float = 99,
              probe_s: float = 5.0, warmup_s: float = 1.0, tolerance: float = PEAK_TOLERANCE, max_probes: int = 12,
-             on_probe=None) -> Peak:
-        """The highest Poisson rate (requests/s) whose p``percentile`` latency is within
-        ``qos_ms``, by bisection from ``start`` (``bisect_peak``)."""
+             on_probe=None, rows: int = 1) -> Peak:
+        """The highest Poisson rate (requests/s, of ``rows`` each) whose p``percentile`` latency is
+        within ``qos_ms``, by bisection from ``start`` (``bisect_peak``)."""
         probes: list[Probe] = []
 
         def probe(rate: float) -> bool:
-            window = measure(model, self.url, Load(rate=rate), data, probe_s, warmup_s)
+            window = measure(model, self.url, Load(rate=rate, rows=rows), data, probe_s, warmup_s)
             probes.append(Probe(rate, window, window.percentile_ms(percentile) <= qos_ms))
             if on_probe:
                 on_probe(probes[-1])
