@@ -567,7 +567,7 @@ class ServedLine:
     _kept: dict[int, list[tuple[float, float]]] = field(default_factory=dict)  # half octave: (1 / rows, s a request)
 
     def add(self, rows: float, per_request_s: float) -> None:
-        kept = self._kept.setdefault(round(2 * math.log2(max(rows, 1.0))), [])
+        kept = self._kept.setdefault(half_octave(rows), [])
         kept.append((1 / max(rows, 1.0), per_request_s))
         del kept[:-LINE_KEEPS]
 
@@ -655,6 +655,9 @@ class ModeSwitch:
     # a ``send()`` of its own: 2-3x what an answer in ``execute``'s list costs it under load,
     # docs/results/send-cost-2core); a way not served yet is taken to cost what the other does
     server: dict[Mode, float] = field(init=False, default_factory=dict)
+    # ... and each way's latest at each half octave of answers/s (the latest sight's last): what
+    # the load did to the way served now's, it is taken to have done to the other's (``_server_s``)
+    server_at: dict[Mode, dict[int, float]] = field(init=False, default_factory=dict)
     # Each way's stub seconds a request beyond loading's at the batch size seen, and the answers/s
     # it was seen at, as last seen served that way. Loading runs each way apart from Triton
     # (``calibrate.py``): what it leaves out is mostly the stub's work receiving a call's requests
@@ -711,6 +714,9 @@ class ModeSwitch:
             self._learn(window.stub_s / window.answered, requests, window.answered / window.seconds)
         if window.server_s is not None and window.answered >= CORRECT_AFTER:
             self.server[self.mode] = window.server_s / window.answered
+            seen, load = self.server_at.setdefault(self.mode, {}), half_octave(window.answered / window.seconds)
+            seen.pop(load, None)
+            seen[load] = self.server[self.mode]
         if trial:
             self._before = None
             return None
@@ -932,23 +938,37 @@ class ModeSwitch:
 
     def _server_s(self, mode: Mode) -> float:
         """tritonserver's CPU seconds a request served ``mode``: as last seen served that way,
-        but never less pipelined than what serving plain shows now, nor more plain than what
-        pipelining shows now. A pipelined answer is a ``send()`` of its own where a plain one
-        goes back in ``execute``'s list, so it costs tritonserver as much or more; a sight of the
-        other way taken at another load must not say otherwise. (The pipeline seen at 234 us a
-        request in a first, light second, against 348 served plain, once sent an overloaded near-zero
-        model to a pipeline that carried less: docs/results/check-auto-client-core's rerun.)"""
+        scaled as the way served now's changed since that load where it was seen there too (a
+        call's own cost spreads over the requests a call brings: at TensorRT speed, requests of 8
+        rows, the pipeline cost it 652 us a request at 1 in flight and 406 at 8, and seen at 1, it
+        was predicted overloaded at 8, where it was 70 % busy), but never less pipelined than what
+        serving plain shows now, nor more plain than what pipelining shows now. A pipelined answer
+        is a ``send()`` of its own where a plain one goes back in ``execute``'s list, so it costs
+        tritonserver as much or more; a sight of the other way taken at another load must not say
+        otherwise. (The pipeline seen at 234 us a request in a first, light second, against 348
+        served plain, once sent an overloaded near-zero model to a pipeline that carried less:
+        docs/results/check-auto-client-core's rerun.)"""
         now = self.server.get(self.mode)
         seen = self.server.get(mode, now)
         if seen is None:
             return 0.0
         if now is None or mode is self.mode:
             return seen
+        loads = self.server_at.get(mode)
+        then = self.server_at.get(self.mode, {}).get(next(reversed(loads))) if loads else None
+        if then:
+            seen *= now / then
         return max(seen, now) if mode is Mode.PIPELINE else min(seen, now)
 
     def _server_text(self) -> str:
-        return ", ".join(f"{s * 1e6:.0f} us a request {'pipelined' if m is Mode.PIPELINE else 'plain'}"
-                         for m, s in self.server.items()) or "not seen"
+        """Each way's tritonserver cost a request as the switch takes it now (``_server_s``)."""
+        return ", ".join(f"{self._server_s(m) * 1e6:.0f} us a request {'pipelined' if m is Mode.PIPELINE else 'plain'}"
+                         for m in self.server) or "not seen"
+
+
+def half_octave(value: float) -> int:
+    """Which half octave ``value`` (at least 1) lies in: the windows of one load or batch size."""
+    return round(2 * math.log2(max(value, 1.0)))
 
 
 def way(mode: Mode) -> str:

@@ -989,6 +989,29 @@ def test_the_mode_switch_weighs_tritonserver_by_what_each_way_cost_it_when_serve
     assert "250 us a request pipelined" in seen.last and "90 us a request plain" in seen.last
 
 
+def test_a_sight_of_the_other_way_at_another_load_is_scaled_as_the_way_served_now_changed_since():
+    """tritonserver's cost a request falls as a call brings more requests. At TensorRT speed,
+    requests of 8 rows, the pipeline cost it 652 us a request at 1 in flight (400 answers/s);
+    plain serving 500 there and 340 at 8 in flight (940/s). The pipeline's sight is taken as
+    plain's changed since: 652 x 340 / 500 = 443 us, where it cost 406 (carried as it was, it
+    had the pipeline predicted overloaded, and the switch waited two rounds to pipeline). Where
+    the way served now was never seen at the other's load, the sight stands (a pipelined answer
+    costs tritonserver more than a listed one at any load)."""
+    manifest = timed_manifest([flat(1.0)] * 2, max_batch_size=64)
+    costs = HostCosts(pipeline_request_s=100e-6, plain_request_s=30e-6)
+    switch = ModeSwitch([s.latency for s in manifest.stages], costs, cores=1)
+    switch.observe(Window(1.0, 400, 0.04, 400 * 652e-6, (0.4, 0.4), 1.0))
+    switch.mode = Mode.IN_TURN
+    switch.observe(Window(1.0, 400, 0.012, 400 * 500e-6, (0.4, 0.4), 1.0))
+    switch.observe(Window(1.0, 940, 0.03, 940 * 340e-6, (0.19, 0.19), 5.0))
+    assert "tritonserver 443 us a request pipelined, 340 us a request plain" in switch.last
+    unseen = ModeSwitch([s.latency for s in manifest.stages], costs, cores=1)
+    unseen.observe(Window(1.0, 400, 0.04, 400 * 652e-6, (0.4, 0.4), 1.0))
+    unseen.mode = Mode.IN_TURN
+    unseen.observe(Window(1.0, 940, 0.03, 940 * 340e-6, (0.19, 0.19), 5.0))
+    assert "tritonserver 652 us a request pipelined, 340 us a request plain" in unseen.last
+
+
 def test_a_sight_of_the_other_way_at_another_load_never_makes_a_pipelined_request_cheaper_for_tritonserver():
     """One core, near-zero stages. Pipelined in a light first second, tritonserver took 150 us a
     request; served plain later, overloaded, it takes 320 us (3,000 answers/s, 64 rows a run).
