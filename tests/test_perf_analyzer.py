@@ -64,19 +64,25 @@ def rte(repository, tokenizer, tmp_path_factory):
     return write_input_data(requests, tmp_path_factory.mktemp("data") / "rte.json")
 
 
+def _exported(server, repository, sources, load: Load, data, seconds: float, folder) -> tuple[list[dict], object]:
+    """perf_analyzer's window of ``load`` on bert_like (run as every window is: again if it hangs;
+    it sometimes stops sending mid-window): its export's requests, and the unsliced model."""
+    csv_path, export = folder / "pa.csv", folder / "export.json"
+    args = command("bert_like", server.url, load, data, seconds, 0.5, csv_path, export)
+    done = until_kept(lambda: run_once(args, HANG_AFTER_S + HANG_FACTOR * (seconds + 0.5), load.label,
+                                       (csv_path, export)))
+    assert done.returncode == 0, done.stdout + done.stderr
+    manifest = Manifest.load(repository / "bert_like" / VERSION)
+    reference = OnnxRuntimeEngine(sources["bert_like"], [o.name for o in manifest.outputs])
+    return json.loads(export.read_text())["experiments"][0]["requests"], reference
+
+
 @pytest.mark.parametrize("load", [Load(concurrency=2), Load(rate=40)], ids=["closed", "poisson"])
 def test_every_answer_is_the_unsliced_models(server, repository, sources, rte, load, tmp_path):
     """perf_analyzer drives the sliced bert_like for two seconds; each response in its profile
     export equals ONNX Runtime on the unsliced model for that request's own inputs."""
-    csv_path, export = tmp_path / "pa.csv", tmp_path / "export.json"
-    # Run as every window is: again if perf_analyzer hangs (it sometimes stops sending mid-window).
-    args = command("bert_like", server.url, load, rte, 2.0, 0.5, csv_path, export)
-    done = until_kept(lambda: run_once(args, HANG_AFTER_S + HANG_FACTOR * 2.5, load.label, (csv_path, export)))
-    assert done.returncode == 0, done.stdout + done.stderr
-    requests = json.loads(export.read_text())["experiments"][0]["requests"]
+    requests, reference = _exported(server, repository, sources, load, rte, 2.0, tmp_path)
     assert len(requests) >= 16
-    manifest = Manifest.load(repository / "bert_like" / VERSION)
-    reference = OnnxRuntimeEngine(sources["bert_like"], [o.name for o in manifest.outputs])
     lengths = set()
     for request in requests:
         feed = {name: np.atleast_1d(np.array(values, dtype=np.int64))[None] for name, values in
@@ -87,10 +93,10 @@ def test_every_answer_is_the_unsliced_models(server, repository, sources, rte, l
             np.testing.assert_allclose(np.array(answer[name], dtype=np.float32).reshape(expected.shape), expected,
                                        atol=1e-4)
     assert len(lengths) > 5, "queries keep their own lengths"
-    row = read_csv(csv_path)
+    row = read_csv(tmp_path / "pa.csv")  # written by _exported
     assert row["Inferences/Second"] > 0 and row["p50 latency"] > 0
     assert row["Server Compute Infer"] > 0
-    sent, answered = read_export(export)
+    sent, answered = read_export(tmp_path / "export.json")
     assert len(sent) == len(requests) and (answered > sent).all()
 
 
@@ -269,14 +275,8 @@ def test_a_load_of_requests_of_several_rows_sends_them_as_one_request_each(serve
     assert load.label == "concurrency 2, 4 rows a request" and load.flags()[-2:] == ["-b", "4"]
     with pytest.raises(ValueError, match="one row at least"):
         Load(rate=10, rows=0)
-    csv_path, export = tmp_path / "pa.csv", tmp_path / "export.json"
-    args = command("bert_like", server.url, load, data, 1.0, 0.3, csv_path, export)
-    done = until_kept(lambda: run_once(args, HANG_AFTER_S + HANG_FACTOR * 1.3, load.label, (csv_path, export)))
-    assert done.returncode == 0, done.stdout + done.stderr
-    requests = json.loads(export.read_text())["experiments"][0]["requests"]
+    requests, reference = _exported(server, repository, sources, load, data, 1.0, tmp_path)
     assert len(requests) >= 4
-    manifest = Manifest.load(repository / "bert_like" / VERSION)
-    reference = OnnxRuntimeEngine(sources["bert_like"], [o.name for o in manifest.outputs])
     expected = [reference.run(query.inputs)["pooler_output"][0] for query in queries]
     for request in requests:
         rows = np.array(request["response_outputs"][0]["pooler_output"], dtype=np.float32).reshape(4, -1)
