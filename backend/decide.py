@@ -554,7 +554,7 @@ class Seen:
 class ServedLine:
     """The stub's CPU seconds a batch and a request as the windows served one way show them: a
     least-squares line through each window's seconds a request against its batches a request
-    (``1 / rows``), once windows ``LINE_SPREAD`` apart in batch size are kept; each half octave
+    (``1 / requests`` a run), once windows ``LINE_SPREAD`` apart in batch size are kept; each half octave
     of batch sizes counts as the median of its latest ``LINE_KEEPS`` windows (one window that
     holds other work, a drain, moves no line). Loading measures each way apart from Triton
     (``calibrate.py``): not what the stub spends receiving a call's requests and sending their
@@ -564,11 +564,11 @@ class ServedLine:
     (docs/results/served-cost-lines): what a window shows at one batch size says little of
     another."""
 
-    _kept: dict[int, list[tuple[float, float]]] = field(default_factory=dict)  # half octave: (1 / rows, s a request)
+    _kept: dict[int, list[tuple[float, float]]] = field(default_factory=dict)  # half octave: (1 / requests, s each)
 
-    def add(self, rows: float, per_request_s: float) -> None:
-        kept = self._kept.setdefault(half_octave(rows), [])
-        kept.append((1 / max(rows, 1.0), per_request_s))
+    def add(self, requests: float, per_request_s: float) -> None:
+        kept = self._kept.setdefault(half_octave(requests), [])
+        kept.append((1 / max(requests, 1.0), per_request_s))
         del kept[:-LINE_KEEPS]
 
     def fit(self) -> tuple[float, float] | None:

@@ -155,6 +155,7 @@ def test_edf_serves_the_earliest_deadlines_first_and_queries_without_one_last():
         make_policy("slo", {"rule": "fifo"})
 
 
+@pytest.mark.wallclock  # answered within 5 ms of submitting: a loaded host once took 5.9
 def test_the_pipeline_refuses_hopeless_queries_at_once_and_answers_the_rest():
     """Through the runtime: of three queries, the one due before a lone run could end is
     answered at once with Triton's timeout error; the others are computed."""
