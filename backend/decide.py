@@ -651,12 +651,11 @@ class ModeSwitch:
     entry_waits: bool = False
     last: str = "nothing seen yet"  # why the mode is what it is: for the log
     measured: HostCosts = field(init=False)  # the costs as loading measured them, which windows correct
-    # tritonserver's CPU seconds per request, as last seen served each way (a pipelined answer is
-    # a ``send()`` of its own: 2-3x what an answer in ``execute``'s list costs it under load,
-    # docs/results/send-cost-2core); a way not served yet is taken to cost what the other does
-    server: dict[Mode, float] = field(init=False, default_factory=dict)
-    # ... and each way's latest at each half octave of answers/s (the latest sight's last): what
-    # the load did to the way served now's, it is taken to have done to the other's (``_server_s``)
+    # tritonserver's CPU seconds per request as seen served each way, the latest at each half octave
+    # of answers/s, the latest sight last (``server``; a pipelined answer is a ``send()`` of its own:
+    # 2-3x what an answer in ``execute``'s list costs it under load, docs/results/send-cost-2core):
+    # what the load did to the way served now's, it is taken to have done to the other's
+    # (``_server_s``); a way not served yet is taken to cost what the other does
     server_at: dict[Mode, dict[int, float]] = field(init=False, default_factory=dict)
     # Each way's stub seconds a request beyond loading's at the batch size seen, and the answers/s
     # it was seen at, as last seen served that way. Loading runs each way apart from Triton
@@ -713,10 +712,9 @@ class ModeSwitch:
             # Over enough answers that the stub's per-second work, the metrics' export, weighs little in them.
             self._learn(window.stub_s / window.answered, requests, window.answered / window.seconds)
         if window.server_s is not None and window.answered >= CORRECT_AFTER:
-            self.server[self.mode] = window.server_s / window.answered
             seen, load = self.server_at.setdefault(self.mode, {}), half_octave(window.answered / window.seconds)
             seen.pop(load, None)
-            seen[load] = self.server[self.mode]
+            seen[load] = window.server_s / window.answered
         if trial:
             self._before = None
             return None
@@ -948,8 +946,9 @@ class ModeSwitch:
         otherwise. (The pipeline seen at 234 us a request in a first, light second, against 348
         served plain, once sent an overloaded near-zero model to a pipeline that carried less:
         docs/results/check-auto-client-core's rerun.)"""
-        now = self.server.get(self.mode)
-        seen = self.server.get(mode, now)
+        server = self.server
+        now = server.get(self.mode)
+        seen = server.get(mode, now)
         if seen is None:
             return 0.0
         if now is None or mode is self.mode:
@@ -960,10 +959,15 @@ class ModeSwitch:
             seen *= now / then
         return max(seen, now) if mode is Mode.PIPELINE else min(seen, now)
 
+    @property
+    def server(self) -> dict[Mode, float]:
+        """tritonserver's CPU seconds a request as last seen served each way."""
+        return {mode: next(reversed(seen.values())) for mode, seen in self.server_at.items()}
+
     def _server_text(self) -> str:
         """Each way's tritonserver cost a request as the switch takes it now (``_server_s``)."""
         return ", ".join(f"{self._server_s(m) * 1e6:.0f} us a request {'pipelined' if m is Mode.PIPELINE else 'plain'}"
-                         for m in self.server) or "not seen"
+                         for m in self.server_at) or "not seen"
 
 
 def half_octave(value: float) -> int:

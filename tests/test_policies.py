@@ -790,7 +790,7 @@ def test_a_pipeline_whose_execute_waits_pays_the_hand_off_between_calls_as_plain
     assert round_trip_s(window) == pytest.approx(240e-6, rel=0.05)
     for waits, then in ((False, Mode.PIPELINE), (True, None)):
         switch = ModeSwitch(tables, costs, cores=1, mode=Mode.FUSED, whole=whole, entry_waits=waits)
-        switch.server = {Mode.PIPELINE: 426e-6, Mode.FUSED: 330e-6}
+        switch.server_at = {Mode.PIPELINE: {0: 426e-6}, Mode.FUSED: {0: 330e-6}}
         assert _decides(switch, window) is then, switch.last
 
 
@@ -1029,7 +1029,7 @@ def test_a_sight_of_the_other_way_at_another_load_never_makes_a_pipelined_reques
     overloaded = _window(0.06, (0.01, 0.01), answered=3000, rows=64.0, server_s=3000 * 320e-6)
     assert _decides(switch, overloaded) is None, switch.last
     assert switch._server_s(Mode.PIPELINE) == pytest.approx(320e-6)
-    switch.server.update({Mode.IN_TURN: 500e-6, Mode.PIPELINE: 200e-6})
+    switch.server_at.update({Mode.IN_TURN: {0: 500e-6}, Mode.PIPELINE: {0: 200e-6}})  # seen at one load
     switch.mode = Mode.PIPELINE
     assert switch._server_s(Mode.IN_TURN) == pytest.approx(200e-6)
 

@@ -181,10 +181,14 @@ def test_a_bad_list_option_is_a_usage_error_that_names_it(run):
     done = run("tools.check_auto", "--rounds", "1", "--max-rounds", "4")  # one round has no interval to resolve
     assert done.returncode == 2 and "--max-rounds needs --rounds 2 or more" in done.stderr, done.stderr
     zero = "docs/profiles/zero_2stages.json"
-    for command, rows in (("tools.check_auto", ("--request-rows", "4", "--length", "32,64")),
-                          ("tools.bench_versions", (zero, "--base", ".", "--request-rows", "0"))):
-        done = run(command, *rows)  # a request's rows share one length
-        assert done.returncode == 2 and "a request has one row at least" in done.stderr, done.stderr
+    for command, rows, says in (("tools.check_auto", ("--request-rows", "4", "--length", "32,64"),
+                                 "a request's rows share one length"),
+                                ("tools.bench_versions", (zero, "--base", ".", "--request-rows", "0"),
+                                 "argument --request-rows: takes an integer above 0: a request has one row at least"),
+                                ("tools.check_auto", ("--request-rows", "0"),
+                                 "argument --request-rows: takes an integer above 0: a request has one row at least")):
+        done = run(command, *rows)
+        assert done.returncode == 2 and says in done.stderr, done.stderr
     assert numbers(float, empty=True)("") == () and numbers(int)("1,,16") == (1, 16)
     assert names(("exact", "client"))(" exact,client") == ("exact", "client")
 

@@ -38,7 +38,7 @@ from rich.table import Table
 
 from backend.calibrate import process_cpu_s
 
-from tools.lib.cli import add_parameter_argument, numbers, table_console
+from tools.lib.cli import add_parameter_argument, add_request_rows_argument, numbers, table_console
 from tools.lib.harness import Bench
 from tools.lib.intervals import across_rounds
 from tools.lib.peers import write_ways
@@ -83,15 +83,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seconds", type=float, default=3.0, help="measured seconds per window (default 3)")
     parser.add_argument("--warmup", type=float, default=2.0, help="unmeasured seconds before each window (default 2)")
     parser.add_argument("--length", type=int, default=64, help="tokens per query (default 64)")
-    parser.add_argument("--request-rows", type=int, default=1,
-                        help="rows a request carries, as a client that batches its own (perf_analyzer's -b; default 1)")
+    add_request_rows_argument(parser)
     add_parameter_argument(parser, "both versions' model", "policy=smdp")
     parser.add_argument("--out", type=Path, help="write summary.md, rounds.csv and tritonserver.log here")
     args = parser.parse_args(argv)
     if not args.concurrency and not args.rates:
         parser.error("no load: give --concurrency or --rates")
-    if args.request_rows < 1:
-        parser.error(f"--request-rows {args.request_rows}: a request has one row at least")
     backend = (args.base / "backend").resolve()
     if not (backend / "model.py").is_file():
         parser.error(f"--base {args.base}: no backend/model.py there")

@@ -92,7 +92,7 @@ from rich.console import Console
 from rich.table import Table
 from tritonclient.utils import InferenceServerException
 
-from tools.lib.cli import numbers, table_console
+from tools.lib.cli import add_request_rows_argument, numbers, table_console
 from tools.lib.check_cell import Cell, Served, in_turn
 from tools.lib.harness import Bench
 from tools.lib.paths import ROOT
@@ -233,9 +233,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--length", type=numbers(int), default="64",
                         help="tokens per query (default 64); several: successive queries take them in turn, "
                              "and the plain model pads a batch to its longest")
-    parser.add_argument("--request-rows", type=int, default=1,
-                        help="rows each request carries, as a client that batches its own (perf_analyzer's -b; "
-                             "default 1); the figures count requests")
+    add_request_rows_argument(parser)
     parser.add_argument("--ensemble", action="store_true",
                         help="run the ensemble of the stages too, and set auto beside it (not part of the verdict)")
     parser.add_argument("--source", type=Path, action="append", default=[],
@@ -244,8 +242,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.max_rounds > args.rounds < 2:
         parser.error("--max-rounds needs --rounds 2 or more: one round has no interval to leave a cell unresolved")
-    if args.request_rows < 1 or (args.request_rows > 1 and len(args.length) > 1):
-        parser.error(f"--request-rows {args.request_rows}: a request has one row at least, and its rows one length")
+    if args.request_rows > 1 and len(args.length) > 1:
+        parser.error(f"--request-rows {args.request_rows} with --length {','.join(map(str, args.length))}: "
+                     "a request's rows share one length")
     args.max_rounds = max(args.max_rounds, args.rounds)  # without it, --rounds and no more
     args.models = MODELS + ((ENSEMBLE,) if args.ensemble else ())
     console = table_console()

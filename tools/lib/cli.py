@@ -56,6 +56,22 @@ def names(known: Sequence[str], empty: bool = False) -> Callable[[str], tuple[st
     return parse
 
 
+def add_request_rows_argument(parser: argparse.ArgumentParser) -> None:
+    """``--request-rows N``: the rows each request carries, as a client that batches its own
+    (perf_analyzer's ``-b``; ``args.request_rows``, 1 by default); a count of 0 is a usage error."""
+    def count(text: str) -> int:
+        try:
+            rows = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"takes an integer, got {text!r}") from None
+        if rows < 1:
+            raise argparse.ArgumentTypeError(f"takes an integer above 0: a request has one row at least, got {text!r}")
+        return rows
+    parser.add_argument("--request-rows", type=count, default=1, metavar="N",
+                        help="rows each request carries, as a client that batches its own (perf_analyzer's -b; "
+                             "default 1); the figures count requests")
+
+
 def add_parameter_argument(parser: argparse.ArgumentParser, whose: str, example: str = "buffer_pairs=2") -> None:
     """``--parameter KEY=VALUE``, repeatable: a config.pbtxt parameter of ``whose`` models, on top
     of those the slicer or the profile writes; ``dict(args.parameter)`` holds them."""
