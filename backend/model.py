@@ -223,20 +223,20 @@ class TritonPythonModel:
     def _execute(self, requests: list, began: float) -> list | None:
         if not requests:
             return None if self._decoupled else []
-        inline = self._server.runs_inline()
+        # Each request has a row at least: only a call of fewer requests than a full batch counts them.
+        inputs = [{tensor.name(): tensor.as_numpy() for tensor in request.inputs()} for request in requests]
+        count = len(requests)
+        rows = count if count >= self._reached.max_rows else sum(map(_rows, inputs))
+        inline = self._server.runs_inline(rows)
         if inline:
-            inputs = [{tensor.name(): tensor.as_numpy() for tensor in request.inputs()} for request in requests]
             responses = self._straight(requests, inputs, began)
             if responses is not None:
                 return self._returned(requests, responses)
         else:  # out of Triton's shared memory: the pipeline runs them after execute() returned
-            inputs = [{tensor.name(): tensor.as_numpy().copy() for tensor in request.inputs()} for request in requests]
+            inputs = [{name: array.copy() for name, array in tensors.items()} for tensors in inputs]
         # Every call moves on when the next one's requests are taken to have reached Triton
-        # (``arrival.py``); each request's deadline counts from when this one's did. Each request
-        # has a row at least: only a call of fewer requests than a full batch counts them.
-        count = len(requests)
-        reached = self._reached.spread(count, count if count >= self._reached.max_rows else sum(map(_rows, inputs)),
-                                       began)
+        # (``arrival.py``); each request's deadline counts from when this one's did.
+        reached = self._reached.spread(count, rows, began)
         if not inline:
             handover = Handover([self._sender(request) for request in requests], keeps=not self._decoupled)
             self._server.submit(self._queries(requests, inputs, reached, lambda i: lambda outputs, failure:
