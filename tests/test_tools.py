@@ -718,8 +718,9 @@ def test_two_versions_of_the_backend_serve_side_by_side_in_one_server(run, tmp_p
     """``tools.bench_versions`` with this checkout as its own base: the plain model, ``auto`` and
     ``auto_base`` (the base's backend, loaded as a second backend) all answer in every round of a
     closed loop and of a Poisson load, each with Triton's compute time and its stub's CPU per
-    request, and each version is set against the plain model (answers/s in the closed loop, mean
-    latency under Poisson); tritonserver's log, with what each model said, is kept beside them."""
+    request (each version also with the share of its calls that ran a lone batch inline), and
+    each version is set against the plain model (answers/s in the closed loop, mean latency under
+    Poisson); tritonserver's log, with what each model said, is kept beside them."""
     out = tmp_path / "versions"
     done = run("tools.bench_versions", str(ROOT / "docs" / "profiles" / "zero_2stages.json"), "--base", str(ROOT),
                "--rates", "200", "--rounds", "2", "--seconds", "1", "--warmup", "0.5", "--out", str(out))
@@ -729,7 +730,11 @@ def test_two_versions_of_the_backend_serve_side_by_side_in_one_server(run, tmp_p
         (load, str(i), m) for load in ("concurrency 1", "200/s Poisson") for i in range(2)
         for m in ("plain", "auto", "auto_base"))
     assert all(float(r[k]) > 0 for r in rounds for k in ("figure", "compute_us", "stub_us"))
+    # the share of calls that ran a lone batch inline, for each version of the backend
+    assert all((r["inline"] == "") == (r["model"] == "plain") for r in rounds), rounds
+    assert all(0 <= float(r["inline"]) <= 1 for r in rounds if r["inline"])
     summary = (out / "summary.md").read_text()
-    assert re.search(r"\| concurrency 1 \| auto_base \| \d+ \| \d+ \| \d+ \| [\d.]+x \[", summary), summary
-    assert re.search(r"\| 200/s Poisson \| auto \| [\d.]+ ms \| \d+ \| \d+ \| [\d.]+x \[", summary), summary
+    assert re.search(r"\| concurrency 1 \| auto_base \| \d+ \| \d+ \| \d+ \| \d+% \| [\d.]+x \[", summary), summary
+    assert re.search(r"\| 200/s Poisson \| auto \| [\d.]+ ms \| \d+ \| \d+ \| \d+% \| [\d.]+x \[", summary), summary
+    assert re.search(r"\| 200/s Poisson \| plain \| [\d.]+ ms \| \d+ \| \d+ \|  \|", summary), summary
     assert "auto_base: serves pipeline" in (out / "tritonserver.log").read_text()  # the models' own lines, kept

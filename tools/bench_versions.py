@@ -19,7 +19,9 @@ closed loop, the mean latency under Poisson; the mean over the rounds), Triton's
 ``compute_infer`` per request (the time its instance spent in ``execute``) and the CPU its stub
 process spent per answered request, read from /proc over each window (warm-up included): the
 steadiest of the three, within a few per cent from round to round where the figures move by
-10-25 % (both medians over the rounds). Per version, its figure over the plain model's, round by
+10-25 % (both medians over the rounds); and for each version the share of its ``execute`` calls
+in which a lone batch ran inline while it pipelined (``decide.LoneRuns``; the median over the
+rounds, warm-up included). Per version, its figure over the plain model's, round by
 round, as a geometric mean with a 95 % t interval over the rounds
 (``intervals.across_rounds``). Both versions run the model directory this checkout writes, so
 ``--base`` must read the same manifest format.
@@ -61,14 +63,15 @@ def write_base(repository: Path) -> None:
     config.write_text(text)
 
 
-def spent(bench: Bench, model: str) -> tuple[float, int, float]:
-    """Triton's ``compute_infer`` nanoseconds and successful requests of ``model`` so far, and its
-    stub's CPU seconds."""
+def spent(bench: Bench, model: str) -> tuple[float, int, float, dict[str, float]]:
+    """Triton's ``compute_infer`` nanoseconds and successful requests of ``model`` so far, its
+    stub's CPU seconds and its ``execute`` calls (``Measured.calls``; none for the plain model)."""
     with bench.client() as client:
         stats = client.get_inference_statistics(model, as_json=True)["model_stats"][0]["inference_stats"]
     stub = next((pid for pid, name in stubs_of(bench.server.process.pid).items() if name == model), None)
     cpu = (process_cpu_s(stub) if stub is not None else None) or 0.0
-    return float(stats["compute_infer"].get("ns", 0)), int(stats["success"].get("count", 0)), cpu
+    calls = {} if model == "plain" else bench.dvabatch_counts(model)[2]
+    return float(stats["compute_infer"].get("ns", 0)), int(stats["success"].get("count", 0)), cpu, calls
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -109,14 +112,17 @@ def main(argv: list[str] | None = None) -> None:
             for load in loads(args):
                 for round_ in range(args.rounds):
                     for model in MODELS if round_ % 2 == 0 else MODELS[::-1]:
-                        ns, count, cpu = spent(bench, model)
+                        ns, count, cpu, calls = spent(bench, model)
                         window = measure(model, bench.url, load, data, args.seconds, args.warmup)
-                        ns_after, count_after, cpu_after = spent(bench, model)
+                        ns_after, count_after, cpu_after, calls_after = spent(bench, model)
                         answered = max(count_after - count, 1)
+                        executes = calls_after.get("executes", 0) - calls.get("executes", 0)
+                        inline = calls_after.get("inline", 0) - calls.get("inline", 0)
                         rows.append({"load": load.label, "round": round_, "model": model,
                                      "figure": window.throughput if load.closed else window.mean_ms,
                                      "compute_us": (ns_after - ns) / answered / 1000,
-                                     "stub_us": (cpu_after - cpu) / answered * 1e6})
+                                     "stub_us": (cpu_after - cpu) / answered * 1e6,
+                                     "inline": inline / executes if executes else None})
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     report(args, rows)
@@ -130,7 +136,7 @@ def loads(args: argparse.Namespace) -> list[Load]:
 def report(args: argparse.Namespace, rows: list[dict]) -> None:
     table = Table(title=f"{args.profile.stem}: this checkout against {args.base}, {args.rounds} rounds")
     header = ("load", "model", "answers/s or mean ms", "compute_infer µs/req", "stub CPU µs/req",
-              "figure / plain [95 %]", "each round")
+              "lone inline", "figure / plain [95 %]", "each round")
     for column in header:
         table.add_column(column, justify="left" if column in ("load", "model", "each round") else "right")
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
@@ -140,11 +146,12 @@ def report(args: argparse.Namespace, rows: list[dict]) -> None:
             figure = statistics.fmean(r["figure"] for r in mine[model])
             compute = statistics.median(r["compute_us"] for r in mine[model])
             stub = statistics.median(r["stub_us"] for r in mine[model])
+            inline = [r["inline"] for r in mine[model] if r["inline"] is not None]
             ratios = [r["figure"] / p["figure"] for r, p in zip(mine[model], mine["plain"])]
             versus = "" if model == "plain" else str(across_rounds(ratios, lower_is_better=not load.closed))
             each = "" if model == "plain" else " / ".join(f"{x:.2f}" for x in ratios)
             cells = (load.label, model, f"{figure:.0f}" if load.closed else f"{figure:.2f} ms", f"{compute:.0f}",
-                     f"{stub:.0f}", versus, each)
+                     f"{stub:.0f}", f"{statistics.median(inline):.0%}" if inline else "", versus, each)
             table.add_row(*cells)
             lines.append("| " + " | ".join(cells) + " |")
     table_console().print(table)

@@ -118,7 +118,7 @@ class Bench:
                     counts[(step, int(entry["batch_size"]))] = float(entry["compute_infer"]["count"])
         return counts
 
-    def _dvabatch_counts(self, model: str) -> tuple[dict[tuple[int, int], float], dict[str, float],
+    def dvabatch_counts(self, model: str) -> tuple[dict[tuple[int, int], float], dict[str, float],
                                                     dict[str, float]]:
         """A dvabatch model's counts so far: batches by (stage, rows), seconds served by mode,
         and its calls (``Measured.calls``)."""
@@ -142,7 +142,7 @@ class Bench:
         """One window of ``load``; ``batched_by_triton``: the models whose batches Triton forms (a
         plain model, an ensemble's steps), else the backend's own batches of ``model`` are read."""
         count = (lambda: (self._triton_batches(batched_by_triton), {}, {})) if batched_by_triton \
-            else (lambda: self._dvabatch_counts(model))
+            else (lambda: self.dvabatch_counts(model))
         before = count()
         window = measure(model, self.url, load, data, seconds, warmup_s)
         if not batched_by_triton:
