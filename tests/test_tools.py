@@ -29,6 +29,7 @@ from tools.lib.cli import names, numbers
 from tools.lib.client import infer
 from tools.lib.real_models import MODELS
 from tools.lib.harness import bisect_peak
+from tools.lib.perf_analyzer import WindowLost
 from tools.lib.timed import groups, timed_whole
 
 from .conftest import ROOT
@@ -482,7 +483,9 @@ def test_an_engine_profile_divides_its_costs_by_the_shares_given_and_names_a_bad
 def test_a_peak_is_bisected_to_the_tolerance_and_a_lone_failing_window_does_not_set_it():
     """Bisection to 5 % of a peak of 1000/s, the failure that closes the bracket probed twice; and
     the plain model's probes in sim-minilm-h100-fp16-heldout/whole, where one window at 498/s
-    missed the QoS by a hiccup: the peak is found above it all the same."""
+    missed the QoS by a hiccup: the peak is found above it all the same. A probe whose window was
+    lost at every attempt (perf_analyzer hung) counts as one that missed the QoS; with every probe
+    lost there is no peak, and the loss is raised."""
     tried = []
 
     def passes(rate: float) -> bool:
@@ -499,6 +502,22 @@ def test_a_peak_is_bisected_to_the_tolerance_and_a_lone_failing_window_does_not_
     tried.clear()
     low, high = bisect_peak(hiccup_once, 221)
     assert tried[:6] == [221, 332, 498, 415, 456, 477] and 900 < low <= 1000 < high
+
+    def hangs_above(rate: float) -> bool:  # perf_analyzer hung at every attempt past capacity
+        tried.append(rate)
+        if rate > 1200:
+            raise WindowLost(f"perf_analyzer ({rate:g}/s Poisson) hung")
+        return rate <= 1000
+
+    tried.clear()
+    low, high = bisect_peak(hangs_above, 900)
+    assert tried[:2] == [900, 1350] and 950 < low <= 1000 < high <= 1050
+
+    def hangs(rate: float) -> bool:
+        raise WindowLost("perf_analyzer hung")
+
+    with pytest.raises(WindowLost):  # nothing measured: no peak to give
+        bisect_peak(hangs, 900, max_probes=3)
 
 
 def test_loads_are_fractions_of_the_peak_or_where_no_probe_met_the_qos_of_the_lowest_probed():
