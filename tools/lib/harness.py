@@ -120,7 +120,7 @@ class Bench:
         return counts
 
     def dvabatch_counts(self, model: str) -> tuple[dict[tuple[int, int], float], dict[str, float],
-                                                    dict[str, float]]:
+                                                   dict[str, float]]:
         """A dvabatch model's counts so far: batches by (stage, rows), seconds served by mode,
         and its calls (``Measured.calls``)."""
         values = prom.scrape(self.metrics_url)
