@@ -161,7 +161,7 @@ class HeldBatch:
         self._counted = threading.Lock()
         self.hold = Hold(policy, self._run, self._arrived, self._rate)
 
-    def runs_inline(self, rows: int = 1) -> bool:
+    def runs_inline(self, inputs: Sequence[Tensors] = ()) -> bool:
         return False
 
     def run(self, queries: Sequence[Query], meanwhile: Callable[[], None] | None = None) -> None:

@@ -49,7 +49,7 @@ from .host import instances_of
 from .manifest import Manifest
 from .calibrate import process_cpu_s
 from .metrics import FAMILIES, SERVING, Metrics
-from .query import Handover, Query, Responder
+from .query import Handover, Query, Responder, rows_of
 from .serving import serve
 
 METRICS_INTERVAL_S = 1.0
@@ -73,13 +73,6 @@ def refuse_numpy_this_stub_cannot_pass() -> None:
             f"this Python backend stub passes numpy {np.__version__}'s tensors empty (it was built for numpy 1; "
             f"numpy from {Path(np.__file__).parent}): give tritonserver a Python with numpy<2 first on its PATH "
             "(the stub ignores PYTHONPATH and takes the first python3 on PATH; tools/gpu_host.sh makes one)")
-
-
-def _rows(inputs: dict) -> int:
-    """A request's rows as Triton counts them toward a batch (1 where it cannot tell: validation
-    answers a malformed request later, on its own)."""
-    shape = getattr(next(iter(inputs.values()), None), "shape", ())
-    return int(shape[0]) if shape else 1
 
 
 class MetricsExporter(threading.Thread):
@@ -223,11 +216,8 @@ class TritonPythonModel:
     def _execute(self, requests: list, began: float) -> list | None:
         if not requests:
             return None if self._decoupled else []
-        # Each request has a row at least: only a call of fewer requests than a full batch counts them.
         inputs = [{tensor.name(): tensor.as_numpy() for tensor in request.inputs()} for request in requests]
-        count = len(requests)
-        rows = count if count >= self._reached.max_rows else sum(map(_rows, inputs))
-        inline = self._server.runs_inline(rows)
+        inline = self._server.runs_inline(inputs)
         if inline:
             responses = self._straight(requests, inputs, began)
             if responses is not None:
@@ -235,8 +225,11 @@ class TritonPythonModel:
         else:  # out of Triton's shared memory: the pipeline runs them after execute() returned
             inputs = [{name: array.copy() for name, array in tensors.items()} for tensors in inputs]
         # Every call moves on when the next one's requests are taken to have reached Triton
-        # (``arrival.py``); each request's deadline counts from when this one's did.
-        reached = self._reached.spread(count, rows, began)
+        # (``arrival.py``); each request's deadline counts from when this one's did. Each request
+        # has a row at least: only a call of fewer requests than a full batch counts them.
+        count = len(requests)
+        reached = self._reached.spread(count, count if count >= self._reached.max_rows else sum(map(rows_of, inputs)),
+                                       began)
         if not inline:
             handover = Handover([self._sender(request) for request in requests], keeps=not self._decoupled)
             self._server.submit(self._queries(requests, inputs, reached, lambda i: lambda outputs, failure:

@@ -25,6 +25,14 @@ T = TypeVar("T")
 log = logging.getLogger(__name__)
 
 Tensors = dict[str, np.ndarray]
+
+
+def rows_of(tensors: Mapping[str, object]) -> int:
+    """A request's rows as Triton counts them toward a batch (1 where it cannot tell: validation
+    answers a malformed request later, on its own)."""
+    shape = getattr(next(iter(tensors.values()), None), "shape", ())
+    return int(shape[0]) if shape else 1
+
 _ANSWERING = threading.Lock()
 
 

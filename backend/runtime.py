@@ -38,7 +38,7 @@ from .hold import Hold, batches
 from .manifest import Manifest
 from .metrics import EXECUTE_WAITS, IN_FLIGHT, WAITING, Family, Metrics
 from .padding import Buckets, cut, stack
-from .query import EXPIRED, Code, Failure, Judged, Query, Reply, Tensors, refuse_invalid
+from .query import EXPIRED, Code, Failure, Judged, Query, Reply, Tensors, refuse_invalid, rows_of
 from .scheduler import Scheduler
 from .whole import WholeBatch
 
@@ -127,10 +127,11 @@ class Runtime:
         if self.wait_s > 0:
             self.entry.wait_ready(self.wait_s)
 
-    def runs_inline(self, rows: int = 1) -> bool:
-        """Asked by ``execute`` before it hands its batch (of ``rows``) over: whether the batch
-        runs inside ``execute`` instead (``run``): always while the model serves plain (once the
-        pipeline has drained), and a lone batch where ``lone`` says so. ``execute`` is called by one
+    def runs_inline(self, inputs: Sequence[Tensors] = ()) -> bool:
+        """Asked by ``execute`` before it hands its batch (its requests' ``inputs``) over: whether
+        the batch runs inside ``execute`` instead (``run``): always while the model serves plain
+        (once the pipeline has drained), and a lone batch where ``lone`` says so, at its rows
+        (counted only then: served plain, a call pays nothing for them). ``execute`` is called by one
         thread at a time (one instance, one stub), so once drained, the pipeline stays empty
         until the next ``submit``: while serving plain, the drain is not looked at again (three
         locks an ``execute``). Served plain with a hold, every batch is handed over (``submit``)."""
@@ -146,7 +147,7 @@ class Runtime:
         # Nothing waits at the entry and no batch is in the pipeline, checked in that order:
         # stage 0 admits under the entry's lock, so a batch taken from it is in the table by then.
         idle = not len(self.entry) and not len(self.table)
-        inline = self.lone.inline(idle, rows)
+        inline = self.lone.inline(idle, sum(map(rows_of, inputs)) if idle else 0)
         if idle:
             self.metrics.lone(inline)
         return inline

@@ -53,8 +53,9 @@ class Server(Protocol):
 
     ready: bool
 
-    def runs_inline(self, rows: int = 1) -> bool:
-        """Whether this batch (of ``rows``) runs inside ``execute`` (``run``), or is handed over (``submit``)."""
+    def runs_inline(self, inputs: Sequence[Tensors] = ()) -> bool:
+        """Whether the batch of these requests' ``inputs`` runs inside ``execute`` (``run``), or is
+        handed over (``submit``)."""
 
     def run(self, queries: Sequence[Query], meanwhile: Callable[[], None] | None = None) -> None: ...
 

@@ -96,7 +96,7 @@ class WholeBatch:
 
     ready = True  # no threads to lose
 
-    def runs_inline(self, rows: int = 1) -> bool:
+    def runs_inline(self, inputs: Sequence[Tensors] = ()) -> bool:
         """Every batch runs inside ``execute`` (``serving.Server``)."""
         return True
 

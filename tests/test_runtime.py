@@ -442,6 +442,22 @@ def test_a_lone_batch_runs_inside_execute_while_nothing_else_arrives_during_one(
         runtime.close()
 
 
+def test_a_lone_batch_is_judged_at_the_rows_its_requests_bring(tmp_path):
+    """``execute`` hands ``runs_inline`` its requests' inputs, and the runtime counts their rows
+    for ``LoneRuns`` (only where the pipeline is idle: served plain a call pays nothing for them):
+    under a rule by which a lone row runs inline and a lone batch of 8 rows would keep an arrival
+    waiting too long, one request of a row runs inline and two of 4 rows enter the pipeline."""
+    manifest = timed_manifest(tmp_path, 40, 40, 2)
+    runtime = Runtime(manifest, load_engines(manifest, tmp_path), RuntimeConfig(policy=make_policy("pass", {})))
+    try:
+        runtime.lone = LoneRuns(saved_s=0.3e-3, extra_s=(0.2e-3,) * 4 + (2e-3,) * 4, share=0.2)
+        one, four = (sample_inputs(manifest.inputs, rows, {"sequence": 4}, seed=0) for rows in (1, 4))
+        assert runtime.runs_inline([one])
+        assert not runtime.runs_inline([four, four])
+    finally:
+        runtime.close()
+
+
 def test_a_model_sliced_on_another_machine_loads_and_says_so(tmp_path):
     """The stage tables hold for the machine they were measured on (``host.Machine``): a model
     sliced elsewhere still serves, and its decision says where its tables come from and what to
