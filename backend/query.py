@@ -33,6 +33,18 @@ def rows_of(tensors: Mapping[str, object]) -> int:
     shape = getattr(next(iter(tensors.values()), None), "shape", ())
     return int(shape[0]) if shape else 1
 
+
+def longest(inputs: Sequence[Mapping[str, object]], at: tuple[str, int] | None) -> int | None:
+    """The longest of requests' sizes on the length axis, which a batch of them is padded to
+    (``at``: the input that has it and its place, with the batch axis 0; None where the model has
+    no length axis or no request shows it: validation answers a malformed request later)."""
+    if at is None:
+        return None
+    name, axis = at
+    sizes = [shape[axis] for tensors in inputs
+             if len(shape := getattr(tensors.get(name), "shape", ())) > axis]
+    return int(max(sizes)) if sizes else None
+
 _ANSWERING = threading.Lock()
 
 

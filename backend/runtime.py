@@ -38,7 +38,7 @@ from .hold import Hold, batches
 from .manifest import Manifest
 from .metrics import EXECUTE_WAITS, IN_FLIGHT, WAITING, Family, Metrics
 from .padding import Buckets, cut, stack
-from .query import EXPIRED, Code, Failure, Judged, Query, Reply, Tensors, refuse_invalid, rows_of
+from .query import EXPIRED, Code, Failure, Judged, Query, Reply, Tensors, longest, refuse_invalid, rows_of
 from .scheduler import Scheduler
 from .whole import WholeBatch
 
@@ -68,6 +68,9 @@ class Runtime:
         self.size_limits = config.size_limits(manifest)
         self.buckets = buckets
         self._judged: Judged = {}
+        # Where a request's inputs show its length (``query.longest``), for ``LoneRuns``.
+        self._length_at = next(((spec.name, at) for spec in manifest.inputs for at, dim in spec.named
+                                if dim == manifest.length_axis), None) if manifest.length_axis else None
         self.table = BatchTable(stages, manifest.max_batch_size)
         self.metrics = metrics or Metrics()
         self.queues = [BatchQueue() for _ in range(stages - 1)]
@@ -130,8 +133,8 @@ class Runtime:
     def runs_inline(self, inputs: Sequence[Tensors] = ()) -> bool:
         """Asked by ``execute`` before it hands its batch (its requests' ``inputs``) over: whether
         the batch runs inside ``execute`` instead (``run``): always while the model serves plain
-        (once the pipeline has drained), and a lone batch where ``lone`` says so, at its rows
-        (counted only then: served plain, a call pays nothing for them). ``execute`` is called by one
+        (once the pipeline has drained), and a lone batch where ``lone`` says so, at its rows and
+        its longest length (counted only then: served plain, a call pays nothing for them). ``execute`` is called by one
         thread at a time (one instance, one stub), so once drained, the pipeline stays empty
         until the next ``submit``: while serving plain, the drain is not looked at again (three
         locks an ``execute``). Served plain with a hold, every batch is handed over (``submit``)."""
@@ -147,9 +150,10 @@ class Runtime:
         # Nothing waits at the entry and no batch is in the pipeline, checked in that order:
         # stage 0 admits under the entry's lock, so a batch taken from it is in the table by then.
         idle = not len(self.entry) and not len(self.table)
-        inline = self.lone.inline(idle, sum(map(rows_of, inputs)) if idle else 0)
-        if idle:
-            self.metrics.lone(inline)
+        if not idle:
+            return self.lone.inline(False)
+        inline = self.lone.inline(True, sum(map(rows_of, inputs)), longest(inputs, self._length_at))
+        self.metrics.lone(inline)
         return inline
 
     def run(self, queries: Sequence[Query], meanwhile: Callable[[], None] | None = None) -> None:

@@ -1125,19 +1125,46 @@ def test_a_lone_batch_is_judged_at_its_own_rows_and_by_the_arrivals_its_looks_im
     behind 8 rows. Where 60 % of the looks saw an arrival, 0.92 arrive a run on average (a Poisson
     count: 1 - exp(-0.92) = 0.6), not 0.6: a lone row waits them 0.21 ms more, and enters the
     pipeline; where 40 % saw one (0.51 a run), one row runs inline (0.12 against 0.2 ms saved)
-    and a batch of 8 rows does not (0.27). Nothing seen yet, none runs inline."""
+    and a batch of 8 rows does not (0.27). Once the looks were of lone rows, a run of 8 rows, 2.3x
+    as long, is taken to see 2.3x the arrivals (0.63 ms). Nothing seen yet, none runs inline."""
     rows_ms = {"batch_sizes": BATCH_SIZES, "mean": [0.3, 0.4, 0.5, 0.7]}
     rule = LoneRuns.of(timed_manifest([rows_ms] * 2), HostCosts(pipeline_request_s=0.2e-3, plain_request_s=0.0))
     assert rule.saved_s == pytest.approx(0.2e-3)
-    assert [rule.extra_s[rows - 1] for rows in (1, 8)] == pytest.approx([0.225e-3, 0.525e-3])
+    assert [t for rows in (1, 8) for t in rule.run_s(rows)] == pytest.approx([0.6e-3, 0.3e-3, 1.4e-3, 0.7e-3])
     assert rule.waits_s(64) == rule.waits_s(8) == math.inf  # beyond the tables: their largest batch
     rule.share = 0.6
     assert rule.waits_s(1) == pytest.approx(0.206e-3, rel=0.01) and not rule.inline(idle=True, rows=1)
     rule = dataclasses.replace(rule, share=0.4)  # no look under way
-    assert rule.waits_s(1) < rule.saved_s < rule.waits_s(8)
+    assert rule.waits_s(1) < rule.saved_s < rule.waits_s(8) == pytest.approx(0.268e-3, rel=0.01)
     assert not rule.inline(idle=True, rows=8)
     rule = dataclasses.replace(rule, share=0.4)
     assert rule.inline(idle=True, rows=1)
+    rule = dataclasses.replace(rule, share=0.4, looked_s=0.6e-3)  # the looks were of lone rows
+    assert rule.waits_s(8) == pytest.approx(0.268e-3 * 1.4 / 0.6, rel=0.01)
+
+
+def test_a_lone_batch_is_judged_at_its_own_length_and_the_looks_at_theirs():
+    """Queries of diverse lengths (input diversity): two stages of 0.2 ms at 16 tokens and 1 ms at
+    128, 0.3 ms saved inline. After a look at 16 tokens that saw nothing, a lone query of 16
+    tokens runs inline (1.4 arrivals a run taken, each waiting 0.15 ms more), where one of 128
+    (five times as long, five times the arrivals expected, each waiting five times longer) enters
+    the pipeline; looks of 128 tokens that see
+    as little say arrivals are rarer still, and then it runs inline too. A length beyond the
+    tables is taken at their longest, one between two at the longer."""
+    lengths_ms = {"batch_sizes": BATCH_SIZES, "axis": "sequence", "lengths": [16, 128],
+                  "mean": [[0.2] * 4, [1.0] * 4]}
+    rule = LoneRuns.of(timed_manifest([lengths_ms] * 2), HostCosts(pipeline_request_s=0.3e-3, plain_request_s=0.0))
+    assert [t for length in (16, 17, 128, 512) for t in rule.run_s(1, length)] == pytest.approx(
+        [0.4e-3, 0.2e-3] + [2e-3, 1e-3] * 3)
+    assert rule.run_s(1) == rule.run_s(1, 128)  # no length seen: the tables' middle one
+    assert not rule.inline(idle=True, length=16)  # nothing seen yet: a look
+    assert rule.inline(idle=True, length=16)  # it saw no arrival
+    assert rule.waits_s(1, 16) < rule.saved_s < rule.waits_s(1, 128)
+    assert not rule.inline(idle=True, length=128)  # a look, at 128 tokens
+    for _ in range(20):
+        rule.inline(idle=True, length=128)
+    assert rule.looked_s > 1.5e-3 and rule.waits_s(1, 128) < rule.saved_s
+    assert rule.inline(idle=True, length=128)
 
 
 def test_a_lone_batch_runs_inline_only_once_looks_show_arrivals_are_rare_enough_for_what_it_saves():
@@ -1154,10 +1181,10 @@ def test_a_lone_batch_runs_inline_only_once_looks_show_arrivals_are_rare_enough_
                 return look
         return -1
 
-    assert looks_until_inline(LoneRuns(saved_s=0.3e-3, extra_s=(1e-3,))) == 5
-    assert looks_until_inline(LoneRuns(saved_s=0.3e-3, extra_s=(150e-3,))) > 15
-    assert looks_until_inline(LoneRuns(saved_s=0.0, extra_s=(1e-3,))) == -1
-    rule = LoneRuns(saved_s=0.3e-3, extra_s=(1e-3,))
+    assert looks_until_inline(LoneRuns(saved_s=0.3e-3, runs_s={None: ((2e-3, 0.0),)})) == 5
+    assert looks_until_inline(LoneRuns(saved_s=0.3e-3, runs_s={None: ((300e-3, 0.0),)})) > 15
+    assert looks_until_inline(LoneRuns(saved_s=0.0, runs_s={None: ((2e-3, 0.0),)})) == -1
+    rule = LoneRuns(saved_s=0.3e-3, runs_s={None: ((2e-3, 0.0),)})
     looks_until_inline(rule)
     while rule.inline(idle=True):  # inline, until a look is due
         pass

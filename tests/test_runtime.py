@@ -401,7 +401,7 @@ def test_a_lone_batch_runs_inside_execute_while_nothing_else_arrives_during_one(
     first, second = load_engines(manifest, tmp_path)
     held = Holdable(second)  # a look's batch stays in stage 1 until the test lets it go
     runtime = Runtime(manifest, [first, held], RuntimeConfig(policy=make_policy("pass", {})))
-    runtime.lone, runtime.wait_s = LoneRuns(saved_s=0.25e-3, extra_s=(1e-3,), share=0.0), 5
+    runtime.lone, runtime.wait_s = LoneRuns(saved_s=0.25e-3, runs_s={None: ((2e-3, 0.0),)}, share=0.0), 5
     feed = sample_inputs(manifest.inputs, 1, {"sequence": 4}, seed=0)
     inbox = Inbox()
 
@@ -442,18 +442,21 @@ def test_a_lone_batch_runs_inside_execute_while_nothing_else_arrives_during_one(
         runtime.close()
 
 
-def test_a_lone_batch_is_judged_at_the_rows_its_requests_bring(tmp_path):
+def test_a_lone_batch_is_judged_at_the_rows_and_the_length_its_requests_bring(tmp_path):
     """``execute`` hands ``runs_inline`` its requests' inputs, and the runtime counts their rows
-    for ``LoneRuns`` (only where the pipeline is idle: served plain a call pays nothing for them):
-    under a rule by which a lone row runs inline and a lone batch of 8 rows would keep an arrival
-    waiting too long, one request of a row runs inline and two of 4 rows enter the pipeline."""
+    and reads their longest length for ``LoneRuns`` (only where the pipeline is idle: served plain
+    a call pays nothing for them): under a rule by which a lone row of 4 tokens runs inline and a
+    lone batch of 8 rows, or of 16 tokens, would keep an arrival waiting too long, one request of a
+    row of 4 tokens runs inline, two of 4 rows enter the pipeline, and one row of 16 tokens too."""
     manifest = timed_manifest(tmp_path, 40, 40, 2)
     runtime = Runtime(manifest, load_engines(manifest, tmp_path), RuntimeConfig(policy=make_policy("pass", {})))
     try:
-        runtime.lone = LoneRuns(saved_s=0.3e-3, extra_s=(0.2e-3,) * 4 + (2e-3,) * 4, share=0.2)
+        runtime.lone = LoneRuns(saved_s=0.3e-3, runs_s={4: ((0.4e-3, 0.0),) * 4 + ((4e-3, 0.0),) * 4,
+                                                        16: ((8e-3, 0.0),) * 8}, share=0.2)
         one, four = (sample_inputs(manifest.inputs, rows, {"sequence": 4}, seed=0) for rows in (1, 4))
         assert runtime.runs_inline([one])
         assert not runtime.runs_inline([four, four])
+        assert not runtime.runs_inline([sample_inputs(manifest.inputs, 1, {"sequence": 16}, seed=0)])
     finally:
         runtime.close()
 

@@ -736,13 +736,15 @@ def test_cost_benchmark_measures_four_ways_and_the_trace_shows_the_pipeline(run,
 def test_two_versions_of_the_backend_serve_side_by_side_in_one_server(run, tmp_path):
     """``tools.bench_versions`` with this checkout as its own base: the plain model, ``auto`` and
     ``auto_base`` (the base's backend, loaded as a second backend) all answer in every round of a
-    closed loop and of a Poisson load, each with Triton's compute time and its stub's CPU per
-    request (each version also with the share of its calls that ran a lone batch inline), and
-    each version is set against the plain model (answers/s in the closed loop, mean latency under
-    Poisson); tritonserver's log, with what each model said, is kept beside them."""
+    closed loop and of a Poisson load, queries of two lengths in turn, each with Triton's compute
+    time and its stub's CPU per request (each version also with the share of its calls that ran a
+    lone batch inline), and each version is set against the plain model (answers/s in the closed
+    loop, mean latency under Poisson); tritonserver's log, with what each model said, is kept
+    beside them."""
     out = tmp_path / "versions"
     done = run("tools.bench_versions", str(ROOT / "docs" / "profiles" / "zero_2stages.json"), "--base", str(ROOT),
-               "--rates", "200", "--rounds", "2", "--seconds", "1", "--warmup", "0.5", "--out", str(out))
+               "--rates", "200", "--rounds", "2", "--seconds", "1", "--warmup", "0.5", "--length", "32,64",
+               "--out", str(out))
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     rounds = list(csv.DictReader((out / "rounds.csv").read_text().splitlines()))
     assert sorted((r["load"], r["round"], r["model"]) for r in rounds) == sorted(

@@ -1,7 +1,7 @@
 """python -m tools.bench_versions: this checkout's backend against another's, side by side (not a test).
 
     python -m tools.bench_versions PROFILE.json --base DIR [--concurrency 1] [--rates 800,...]
-                                   [--rounds 8] [--seconds 3] [--warmup 2] [--length 64] [--request-rows 1]
+                                   [--rounds 8] [--seconds 3] [--warmup 2] [--length 64,...] [--request-rows 1]
                                    [--parameter KEY=VALUE ...] [--out docs/results/RUN]
 
 A change to the path a request takes through our stub moves its cost by a few microseconds,
@@ -40,7 +40,8 @@ from rich.table import Table
 
 from backend.calibrate import process_cpu_s
 
-from tools.lib.cli import add_parameter_argument, add_request_rows_argument, numbers, table_console
+from tools.lib.cli import (add_lengths_argument, add_parameter_argument, add_request_rows_argument, numbers,
+                           table_console)
 from tools.lib.harness import Bench
 from tools.lib.intervals import across_rounds
 from tools.lib.peers import write_ways
@@ -85,7 +86,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rounds", type=int, default=8)
     parser.add_argument("--seconds", type=float, default=3.0, help="measured seconds per window (default 3)")
     parser.add_argument("--warmup", type=float, default=2.0, help="unmeasured seconds before each window (default 2)")
-    parser.add_argument("--length", type=int, default=64, help="tokens per query (default 64)")
+    add_lengths_argument(parser)
     add_request_rows_argument(parser)
     add_parameter_argument(parser, "both versions' model", "policy=smdp")
     parser.add_argument("--out", type=Path, help="write summary.md, rounds.csv and tritonserver.log here")
@@ -101,7 +102,7 @@ def main(argv: list[str] | None = None) -> None:
         repository = folder / "repository"
         write_ways(args.profile, repository, dict(args.parameter))
         write_base(repository)
-        data = write_input_data(synthetic(interface_of(repository / "auto"), 1, {}, lengths=(args.length,)),
+        data = write_input_data(synthetic(interface_of(repository / "auto"), 1, {}, lengths=args.length),
                                 folder / "data.json")
         if args.out:
             args.out.mkdir(parents=True, exist_ok=True)

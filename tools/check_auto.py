@@ -92,7 +92,7 @@ from rich.console import Console
 from rich.table import Table
 from tritonclient.utils import InferenceServerException
 
-from tools.lib.cli import add_request_rows_argument, numbers, table_console
+from tools.lib.cli import add_lengths_argument, add_request_rows_argument, numbers, table_console
 from tools.lib.check_cell import Cell, Served, in_turn
 from tools.lib.harness import Bench
 from tools.lib.paths import ROOT
@@ -230,9 +230,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-rounds", type=int, default=0,
                         help="more rounds, up to this many, for a cell still unresolved after --rounds (default: none)")
     parser.add_argument("--margin", type=float, default=0.05)
-    parser.add_argument("--length", type=numbers(int), default="64",
-                        help="tokens per query (default 64); several: successive queries take them in turn, "
-                             "and the plain model pads a batch to its longest")
+    add_lengths_argument(parser)
     add_request_rows_argument(parser)
     parser.add_argument("--ensemble", action="store_true",
                         help="run the ensemble of the stages too, and set auto beside it (not part of the verdict)")

@@ -56,6 +56,14 @@ def names(known: Sequence[str], empty: bool = False) -> Callable[[str], tuple[st
     return parse
 
 
+def add_lengths_argument(parser: argparse.ArgumentParser) -> None:
+    """``--length 64[,...]``: the tokens each query carries (``args.length``, a list); several
+    give input diversity: successive queries take them in turn."""
+    parser.add_argument("--length", type=numbers(int), default="64",
+                        help="tokens per query (default 64); several: successive queries take them in turn, "
+                             "and the plain model pads a batch to its longest")
+
+
 def add_request_rows_argument(parser: argparse.ArgumentParser) -> None:
     """``--request-rows N``: the rows each request carries, as a client that batches its own
     (perf_analyzer's ``-b``; ``args.request_rows``, 1 by default); a count of 0 is a usage error."""
