@@ -26,10 +26,9 @@ from __future__ import annotations
 import bisect
 import math
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from .query import Query
 
 # A call beginning within this of the previous one's end is taken to have had requests waiting:
 # an upper bound on Triton's hand-off from one call to the next (0.5-2 ms, median 1.6, on this
@@ -94,8 +93,9 @@ class Arrivals:
     def __init__(self):
         self._times: deque[float] = deque(maxlen=STEADY)
 
-    def add(self, queries: Sequence[Query]) -> None:
-        self._times.extend(q.arrived for q in queries)
+    def add(self, times: Iterable[float]) -> None:
+        """Arrival times (``Query.arrived``), in order."""
+        self._times.extend(times)
 
     def rate(self, over: int = RECENT, within: float = math.inf) -> float:
         """Queries per second over the latest ``over`` arrivals, those no more than ``within``

@@ -14,7 +14,7 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 from .arrival import Arrivals
 from .batch_table import BatchItem
@@ -66,19 +66,19 @@ class Entry:
             accepted, refused = queries[:max(room, 0)], queries[max(room, 0):]
             self._waiting.extend(accepted)
             if self._counting:
-                self._arrivals.add(accepted)
+                self._arrivals.add(query.arrived for query in accepted)
             self._changed.notify_all()
         for query in refused:
             query.answer(failure=Failure(f"Exceeds maximum queue size ({limit} queries waiting)", Code.UNAVAILABLE))
 
-    def arrived(self, queries: Sequence[Query]) -> None:
-        """Queries that ran without waiting here (a lone batch run inline, ``decide.LoneRuns``)
-        still count in the arrival rate the policy's window reads, as do the queries a hold
-        takes (``hold.py``). (Otherwise, while the mode switch serves the model plain, nothing
-        reads it and ``Runtime.run`` does not call this.)"""
+    def arrived(self, times: Iterable[float]) -> None:
+        """Queries that ran without waiting here (a lone batch run inline, ``decide.LoneRuns``),
+        by when they arrived, still count in the arrival rate the policy's window reads, as do the
+        queries a hold takes (``hold.py``). (Otherwise, while the mode switch serves the model
+        plain, nothing reads it and ``Runtime.run`` does not call this.)"""
         if self._counting:
             with self._changed:
-                self._arrivals.add(queries)
+                self._arrivals.add(times)
 
     def steady_rate(self) -> float:
         """The arrivals' steady rate (``Arrivals.steady``), which the policy is solved for."""

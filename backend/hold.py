@@ -26,7 +26,7 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from .arrival import Arrivals
 from .metrics import IN_FLIGHT, WAITING
@@ -40,10 +40,11 @@ log = logging.getLogger(__name__)
 class Hold:
     """The queries held, oldest first. ``run`` runs a list of them and answers each (inside
     ``execute``, or on the hold's thread once the wait bound ended); ``arrived`` counts queries
-    in the arrival rate and ``rate`` reads their steady rate, which the policy is solved for."""
+    in the arrival rate (by when they arrived) and ``rate`` reads their steady rate, which the
+    policy is solved for."""
 
     def __init__(self, policy: Policy, run: Callable[[list[Query]], None],
-                 arrived: Callable[[Sequence[Query]], None], rate: Callable[[], float]):
+                 arrived: Callable[[Iterable[float]], None], rate: Callable[[], float]):
         self._policy, self._run, self._arrived, self._rate = policy, run, arrived, rate
         self._held: list[Query] = []
         self._until = math.inf  # when the held queries run at the latest
@@ -67,7 +68,7 @@ class Hold:
         policy serves that many."""
         if not queries:
             return
-        self._arrived(queries)
+        self._arrived(query.arrived for query in queries)
         with self._changed:
             self._held.extend(queries)
             now = time.monotonic()
@@ -186,9 +187,9 @@ class HeldBatch:
         for batch in batches(queries, self.whole.manifest.max_batch_size):
             self.whole.run(batch)
 
-    def _arrived(self, queries: Sequence[Query]) -> None:
+    def _arrived(self, times: Iterable[float]) -> None:
         with self._counted:
-            self._arrivals.add(queries)
+            self._arrivals.add(times)
 
     def _rate(self) -> float:
         with self._counted:

@@ -1,8 +1,8 @@
 """Triton's entry point for every model whose config.pbtxt says ``backend: "dvabatch"``.
 
 Only Triton glue lives here: requests become ``Query`` objects for the server ``serving.serve``
-built (``serving.Server``; the requests of a call without a deadline, served plain, just their
-inputs: ``Server.run_straight``), which says per ``execute`` whether the batch runs
+built (``serving.Server``; the requests of a call without a deadline run inside ``execute``,
+just their inputs: ``Server.run_straight``), which says per ``execute`` whether the batch runs
 inside it or is handed over. Handed over, ``execute`` returns at once or once stage 0 has computed them (where
 the CPU caps the pipeline: meanwhile Triton gathers the requests that arrive into its next
 batch; ``decide.waits``), so Triton hands over the next batch while earlier ones are still

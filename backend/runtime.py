@@ -167,16 +167,23 @@ class Runtime:
                 meanwhile()
             return
         if self.mode is Mode.PIPELINE:  # a lone batch: the pipeline's window reads the arrival rate
-            self.entry.arrived(queries)
+            self.entry.arrived(query.arrived for query in queries)
         self.plain.run(queries, meanwhile)
 
     def run_straight(self, inputs: Sequence[Tensors], meanwhile: Callable[[list[Reply]], None]) -> int:
-        """``WholeBatch.run_straight`` while the model serves plain (asked once ``runs_inline``
-        said so, which drained the pipeline and found no hold); 0 through the pipeline, whose
-        lone batches go in as queries (its window reads their arrivals), and once it cannot serve."""
-        if self.mode is Mode.PIPELINE or self.dead:
+        """``WholeBatch.run_straight``, asked once ``runs_inline`` said so: while the model serves
+        plain (the pipeline drained, no hold), and for a lone batch, whose requests still count in
+        the arrival rate the pipeline's window reads (as a lone batch run as queries counts,
+        ``run``); 0 once it cannot serve."""
+        if self.dead:
             return 0
-        return self.plain.run_straight(inputs, meanwhile)
+        if self.mode is not Mode.PIPELINE:
+            return self.plain.run_straight(inputs, meanwhile)
+        now = time.monotonic()
+        rows = self.plain.run_straight(inputs, meanwhile)
+        if rows:
+            self.entry.arrived([now] * len(inputs))
+        return rows
 
     def run_held(self, queries: list[Query]) -> None:
         """Run the queries a hold let go (``hold.Hold``: inside ``execute``, or on the hold's

@@ -461,6 +461,33 @@ def test_a_lone_batch_is_judged_at_the_rows_and_the_length_its_requests_bring(tm
         runtime.close()
 
 
+def test_a_lone_batch_inline_runs_straight_from_its_inputs_and_counts_in_the_arrival_rate(tmp_path):
+    """A lone batch that runs inside ``execute`` runs straight from its requests' inputs, as a call
+    served plain does (no queries to make: ``WholeBatch.run_straight``; the first of its shape
+    runs as a query, judged), and its requests still count in the arrival rate the pipeline's
+    policy reads: ten lone requests one after another are answered with their own rows and read
+    as a load."""
+    manifest = timed_manifest(tmp_path, 40, 40, 2)
+    runtime = Runtime(manifest, load_engines(manifest, tmp_path), RuntimeConfig(policy=make_policy("pass", {})))
+    try:
+        runtime.lone = LoneRuns(saved_s=1.0, runs_s={None: ((2e-3, 0.0),)}, every=10, share=0.0)
+        feeds = [sample_inputs(manifest.inputs, 1, {"sequence": 4}, seed=seed) for seed in range(10)]
+        replies, straight = [], []
+        for feed in feeds:
+            assert runtime.runs_inline([feed])
+            straight.append(runtime.run_straight([feed], replies.extend))
+            if not straight[-1]:  # the first of its signature: judged as a query (``model.py`` does so)
+                runtime.run([Query(dict(feed), lambda outputs, failure: replies.append((outputs, failure)))])
+        assert straight == [0] + [1] * 9
+        assert [failure for _, failure in replies] == [None] * 10
+        for (outputs, _), feed in zip(replies, feeds):
+            assert np.array_equal(outputs["input_ids_out"], feed["input_ids"])
+        assert runtime.entry.steady_rate() > 0
+        assert not len(runtime.table)  # nothing entered the pipeline
+    finally:
+        runtime.close()
+
+
 def test_a_model_sliced_on_another_machine_loads_and_says_so(tmp_path):
     """The stage tables hold for the machine they were measured on (``host.Machine``): a model
     sliced elsewhere still serves, and its decision says where its tables come from and what to
@@ -764,9 +791,9 @@ def test_requests_without_a_deadline_run_from_their_inputs_once_their_signatures
     are counted as queries' runs are: one alone, several of one shape as one batch. It declines,
     doing nothing, wherever more is needed: inputs of a signature not judged yet (the general way
     judges it) or judged invalid (the general way answers why), requests of different lengths
-    (the policy forms them), a lone batch through the pipeline (its window reads the arrival), a
-    policy that learns from each run (``slo``), and several where the former may split requests
-    of one shape (on the host's cores, the policy's ``form``): it says so by 0 rows run."""
+    (the policy forms them), a policy that learns from each run (``slo``), and several where the
+    former may split requests of one shape (on the host's cores, the policy's ``form``): it says
+    so by 0 rows run."""
     trt = timed_manifest(tmp_path, 0.62, 15.15, 128)
     runtime, metrics = served_plain(trt, tmp_path)
     try:
@@ -800,8 +827,6 @@ def test_requests_without_a_deadline_run_from_their_inputs_once_their_signatures
         longer = sample_inputs(trt.inputs, 1, {"sequence": 24}, seed=4)
         runtime.run([Inbox().query(0, longer)])  # judged valid
         assert not runtime.run_straight([one, longer], replies.extend) and len(replies) == 3
-        runtime.mode = Mode.PIPELINE
-        assert not runtime.run_straight([other], replies.extend) and len(replies) == 3
     finally:
         runtime.close()
     engines = load_engines(trt, tmp_path, CpuDevice())

@@ -162,7 +162,7 @@ def test_served_plain_the_smdp_holds_queries_below_its_control_limit(tmp_path):
                    and np.array_equal(answers[k][0][0]["x"], np.full((1, 8), k, np.float32)) for k in keys)
     try:
         now = time.monotonic()
-        runtime.entry.arrived([Query({}, None, now - 1 + i / 200) for i in range(200)])  # 200/s so far
+        runtime.entry.arrived(now - 1 + i / 200 for i in range(200))  # 200/s so far
         assert _solved(policy, _queries(1, now), 200.0, plain=True).control_limit == 8
         assert not runtime.runs_inline()  # every batch is handed over (Handover: senders)
         runtime.submit(queries(0, 3))
@@ -340,9 +340,8 @@ def test_the_steady_rate_the_smdp_is_solved_for_forgets_a_pause():
     runtime = Runtime(manifest, load_engines(manifest, ".", device), RuntimeConfig(policy=make_policy("smdp", {})),
                       device)
     now = time.monotonic()
-    x = {"x": np.zeros((1, 8), np.float32)}
-    before = [Query(x, None, now - 20 + i * 0.1, None) for i in range(100)]  # 10/s, until 10 s ago
-    after = [Query(x, None, now - 0.4 + i * 0.01, None) for i in range(40)]
+    before = [now - 20 + i * 0.1 for i in range(100)]  # 10/s, until 10 s ago
+    after = [now - 0.4 + i * 0.01 for i in range(40)]
     runtime.entry.arrived(before + after)
     steady = runtime.entry.steady_rate()
     runtime.close()
