@@ -101,7 +101,8 @@ def _meta_key(kind: str) -> Key:
 
 
 LONE_INLINE: Key = (LONE.name, (("ran", "inline"),))
-_LONE: dict[bool, Key] = {True: LONE_INLINE, False: (LONE.name, (("ran", "pipeline"),))}
+LONE_PIPELINE: Key = (LONE.name, (("ran", "pipeline"),))
+_LONE: dict[bool, Key] = {True: LONE_INLINE, False: LONE_PIPELINE}
 
 
 @functools.cache
