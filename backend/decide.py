@@ -644,9 +644,11 @@ class ModeSwitch:
     batch's time plain, the bottleneck's pipelined: the pipeline's multi-entry lets a request into
     stage 0 while another runs, or where its ``execute`` waits for stage 0, no less than that call
     with its requests' round trip: ``_entry_s``; the other way's host taken ``SWITCH_GAIN`` busier than predicted,
-    the model's error). It switches when the other way's prediction is ``SWITCH_GAIN`` below the
-    current one's in two windows in a row at rates within ``SWITCH_GAIN`` of each other (a window
-    may hold a load starting or stopping, whose rate is neither's). At light load both ways predict
+    the model's error; served pipelined, the wait taken only as often as the calls found a batch
+    ahead, against random arrivals: ``_overlap``). It switches when the other way's prediction
+    is ``SWITCH_GAIN`` below the current one's in two windows in a row at rates within
+    ``SWITCH_GAIN`` of each other (a window may hold a load starting or stopping, whose rate is
+    neither's). At light load both ways predict
     about a batch's own time, unless the hand-offs' latency weighs in it, and the mode stays (the
     lone batches of a pipeline run inline where ``LoneRuns`` says so). Where the way served now is
     overloaded, or served plain with the clients waiting on their answers and the instance busy

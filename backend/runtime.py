@@ -134,10 +134,11 @@ class Runtime:
         """Asked by ``execute`` before it hands its batch (its requests' ``inputs``) over: whether
         the batch runs inside ``execute`` instead (``run``): always while the model serves plain
         (once the pipeline has drained), and a lone batch where ``lone`` says so, at its rows and
-        its longest length (counted only then: served plain, a call pays nothing for them). ``execute`` is called by one
-        thread at a time (one instance, one stub), so once drained, the pipeline stays empty
-        until the next ``submit``: while serving plain, the drain is not looked at again (three
-        locks an ``execute``). Served plain with a hold, every batch is handed over (``submit``)."""
+        its longest length (read only then: served plain, a call pays nothing for them).
+        ``execute`` is called by one thread at a time (one instance, one stub), so once drained,
+        the pipeline stays empty until the next ``submit``: while serving plain, the drain is not
+        looked at again (three locks an ``execute``). Served plain with a hold, every batch is
+        handed over (``submit``)."""
         if self.mode is not Mode.PIPELINE and not self.dead:
             if not self._drained:
                 while (len(self.entry) or len(self.table) or self.exit.pending) and not self.dead:
