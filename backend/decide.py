@@ -644,8 +644,8 @@ class ModeSwitch:
     batch's time plain, the bottleneck's pipelined: the pipeline's multi-entry lets a request into
     stage 0 while another runs, or where its ``execute`` waits for stage 0, no less than that call
     with its requests' round trip: ``_entry_s``; the other way's host taken ``SWITCH_GAIN`` busier than predicted,
-    the model's error; served pipelined, the wait taken only as often as the calls found a batch
-    ahead, against random arrivals: ``_overlap``). It switches when the other way's prediction
+    the model's error; the wait taken only as often as the requests found a batch ahead, against
+    random arrivals: ``_overlap``). It switches when the other way's prediction
     is ``SWITCH_GAIN`` below the current one's in two windows in a row at rates within
     ``SWITCH_GAIN`` of each other (a window may hold a load starting or stopping, whose rate is
     neither's). At light load both ways predict
@@ -783,7 +783,7 @@ class ModeSwitch:
                    other: self._latency(other, max(engines, host * (1 + SWITCH_GAIN)), rows, requests, series, overlap)}
         self.last = (f"{rate:.0f} answers/s, {rows:.1f} rows a run"
                      f"{f' ({requests:.1f} requests)' if requests < rows - 0.05 else ''}"
-                     f"{f', requests overlapping {overlap:.0%} as often as at random' if overlap < 1 else ''}: "
+                     f"{f', requests overlapping {overlap:.0%} as often as at random' if overlap < 0.995 else ''}: "
                      f"{_ms(latency[Mode.PIPELINE])} pipelined ({busy[Mode.PIPELINE]:.0%} busy), "
                      f"{_ms(latency[plain])} plain ({busy[plain]:.0%}, {series * 1e6:.0f} us a request's round trip "
                      f"in series) ({self.costs.describe()}, tritonserver {self._server_text()})")
@@ -914,20 +914,28 @@ class ModeSwitch:
         return own + self.costs.handoff_s + overlap * ahead * busy / (2 * (1 - busy))
 
     def _overlap(self, window: Window, rows: float, requests: float) -> float:
-        """Served pipelined, how often a window's requests found a batch ahead of them, as a share
-        of how often random arrivals would have (at most 1): the share of its ``execute`` calls
-        that found the pipeline busy (``Window.lone``: a batch anywhere in it, or waiting at its
-        entry), over the share of the time stage 0 would have been busy had every batch run
+        """How often a window's requests found a batch ahead of them, as a share of how often
+        random arrivals would have (at most 1). Served pipelined: the share of its ``execute``
+        calls that found the pipeline busy (``Window.lone``: a batch anywhere in it, or waiting at
+        its entry), over the share of the time stage 0 would have been busy had every batch run
         through it (by the tables at the window's rows; random arrivals find it busy that often,
-        and the pipeline busy at least as often). A closed loop of one request in flight never
-        finds a batch ahead, whichever way serves it: counted as random arrivals, TensorRT-speed
-        BERT-base's requests of 8 rows at 500/s had plain serving predicted to wait 0.6 ms a
-        request behind another, and the model kept pipelining (its lone batches inline), its
-        stub 100 us a request dearer than the plain model's, at 0.91x-0.97x its answers/s. 1
-        where the window cannot tell: served plain (a closed loop's round trip speaks there,
-        ``round_trip_s``), or its calls or lone batches not counted."""
-        if self.mode is not Mode.PIPELINE or not window.executes or window.seconds <= 0:
+        and the pipeline busy at least as often). Served plain: a call's requests beyond its first
+        (they arrived while the call before ran), over what random arrivals would bring at the
+        window's rate and calls, ``rate took + exp(-rate took) - 1`` (simulated, Poisson arrivals
+        read 0.99 of it from 100 to 2,000 a second; Triton's hand-off between calls adds more,
+        capped). A closed loop of one request in flight never finds a batch ahead, whichever way
+        serves it: counted as random arrivals, TensorRT-speed BERT-base's requests of 8 rows at
+        500/s had plain serving predicted to wait 0.6 ms a request behind another, and the model
+        kept pipelining (its lone batches inline), its stub 100 us a request dearer than the plain
+        model's, at 0.91x-0.97x its answers/s; counted one way and not the other, the two ways
+        could each predict the other sooner. 1 where the window cannot tell: its calls not
+        counted (several instances, a hold), or, pipelined, its lone batches."""
+        if not window.executes or window.seconds <= 0:
             return 1.0
+        if self.mode is not Mode.PIPELINE:
+            rate, took = window.answered / window.seconds, window.execute_s / window.executes
+            beyond = rate * took + math.exp(-rate * took) - 1  # a call's requests beyond its first, at random
+            return min((window.answered / window.executes - 1) / beyond, 1.0) if beyond > 0 else 1.0
         stage0 = window.answered / requests * self._device_s(Mode.IN_TURN, rows, self.tables[:1]) / window.seconds
         found = 1 - min(window.lone, window.executes) / window.executes
         return min(found / stage0, 1.0) if stage0 > 0 else 1.0

@@ -657,6 +657,21 @@ def test_requests_that_never_find_a_batch_ahead_wait_for_none_whichever_way_serv
         assert switch.observe(served(lone)) is None  # (one window alone never switches)
         assert ("requests overlapping 0% as often as at random" in switch.last) == (lone == 500), switch.last
         assert switch.observe(served(lone)) is switched, switch.last
+    # Served plain, one request a call: none found the instance busy either. Where the pipeline's
+    # stub costs less (200 us a batch + 50 a request), plain taken to queue 0.7 ms had the pipeline
+    # predicted sooner (1.60 against 1.98 ms), and pipelined it would have gone plain again; it
+    # stays plain. Calls of as many requests as random arrivals bring (1.12 at 500/s of 1.06 ms)
+    # overlap as often, and the wait counts in full.
+    cheaper = dataclasses.replace(costs, pipeline_batch_s=200e-6, pipeline_request_s=50e-6)
+
+    def plain(calls: int) -> Window:
+        return Window(1.0, 500, 500 * 300e-6, 500 * 250e-6, (0.0, 0.0), 8.0, calls * 1.06e-3, calls, 0.4, 0.002,
+                      rows_a_request=8.0)
+
+    switch = ModeSwitch(tables, cheaper, cores=1, mode=Mode.IN_TURN)
+    assert _decides(switch, plain(500)) is None and "overlapping 0%" in switch.last, switch.last
+    switch = ModeSwitch(tables, cheaper, cores=1, mode=Mode.IN_TURN)
+    assert switch.observe(plain(447)) is None and "overlapping" not in switch.last, switch.last
 
 
 def test_what_other_processes_spend_on_the_servers_cores_counts_against_either_way():
