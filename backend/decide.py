@@ -295,10 +295,10 @@ class LoneRuns:
     look that saw nothing (up to ``longest``), ``every`` again once one saw an arrival. ``share`` is
     the part of the looks that saw one; it starts at 1 (nothing seen yet: the pipeline's
     multi-entry until the looks show that arrivals are rare), and each look weighs ``weight`` in
-    it, and its batch's run in ``looked_s``: the mean run the looks watched for arrivals. A look tells
-    only whether any arrived: at random arrivals, a share ``p`` of runs with one at least means
-    ``-ln(1 - p)`` a run of ``looked_s`` (taken as ``p``, a share of 0.6 counted 0.6 arrivals where
-    0.92 came), and a run of another length as many more as it is longer."""
+    it, and its batch's run in ``looked_s``: the mean run the looks watched for arrivals. A look
+    tells only whether any arrived: at random arrivals, a share ``p`` of runs with one at least
+    means ``-ln(1 - p)`` a run of ``looked_s`` (taken as ``p``, a share of 0.6 counted 0.6 arrivals
+    where 0.92 came), and a run of another length as many more as it is longer."""
 
     saved_s: float
     runs_s: dict[int | None, tuple[tuple[float, float], ...]]
@@ -914,29 +914,29 @@ class ModeSwitch:
         return own + self.costs.handoff_s + overlap * ahead * busy / (2 * (1 - busy))
 
     def _overlap(self, window: Window, rows: float, requests: float) -> float:
-        """How often a window's requests found a batch ahead of them, as a share of how often random arrivals
-        would have (at most 1). Served pipelined: the share of its requests that came in no lone
-        call (``Window.lone``: the calls that found the pipeline empty; the rest found a batch in it
-        or waiting at its entry; counted by requests, as Triton gathers those that arrive during a
-        call into one), over the share of the time stage 0 would have been busy had every batch run
-        through it (by the tables at the window's rows; random arrivals find it busy that often, and
-        the pipeline busy at least as often). Served plain: a call's requests beyond its first (they
-        arrived while the call before ran), over what random arrivals would bring at the window's
-        rate and calls, ``rate took + exp(-rate took) - 1`` (simulated, Poisson arrivals read 0.99
-        of it from 100 to 2,000 a second; Triton's hand-off between calls adds more, capped). A
-        closed loop of one request in flight never finds a batch ahead, whichever way serves it:
-        counted as random arrivals, TensorRT-speed BERT-base's requests of 8 rows at 500/s had plain
-        serving predicted to wait 0.6 ms a request behind another, and the model kept pipelining
-        (its lone batches inline), its stub 100 us a request dearer than the plain model's, at
-        0.91x-0.97x its answers/s; counted one way and not the other, the two ways could each
-        predict the other sooner. 1 where the window cannot tell: its calls not counted (several
-        instances, a hold), or, pipelined, its lone batches."""
+        """How often a window's requests found a batch ahead of them, as a share of how often random
+        arrivals would have (at most 1). Served pipelined: the share of its requests that came in no
+        lone call (``Window.lone``: the calls that found the pipeline empty; the rest found a batch
+        in it or waiting at its entry; counted by requests, as Triton gathers those that arrive
+        during a call into one), over the share of the time stage 0 would have been busy had every
+        batch run through it (by the tables at the window's rows; random arrivals find it busy that
+        often, and the pipeline busy at least as often). Served plain: a call's requests beyond its
+        first (they arrived while the call before ran), over what random arrivals would bring at the
+        window's rate and calls, ``rate took + exp(-rate took) - 1`` (simulated, Poisson arrivals
+        read 0.99 of it from 100 to 2,000 a second; Triton's hand-off between calls adds more,
+        capped). A closed loop of one request in flight never finds a batch ahead, whichever way
+        serves it: counted as random arrivals, TensorRT-speed BERT-base's requests of 8 rows at
+        500/s had plain serving predicted to wait 0.6 ms a request behind another, and the model
+        kept pipelining (its lone batches inline), its stub 100 us a request dearer than the plain
+        model's, at 0.91x-0.97x its answers/s; counted one way and not the other, the two ways could
+        each predict the other sooner. 1 where the window cannot tell: its calls not counted
+        (several instances, a hold), or, pipelined, its lone batches."""
         if not window.executes or window.seconds <= 0:
             return 1.0
         if self.mode is not Mode.PIPELINE:
             rate, took = window.answered / window.seconds, window.execute_s / window.executes
             beyond = rate * took + math.exp(-rate * took) - 1  # a call's requests beyond its first, at random
-            return min((window.answered / window.executes - 1) / beyond, 1.0) if beyond > 0 else 1.0
+            return min(max(window.answered / window.executes - 1, 0.0) / beyond, 1.0) if beyond > 0 else 1.0
         stage0 = window.answered / requests * self._device_s(Mode.IN_TURN, rows, self.tables[:1]) / window.seconds
         found = 1 - min(window.lone, window.answered) / window.answered
         return min(found / stage0, 1.0) if stage0 > 0 else 1.0

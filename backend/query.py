@@ -45,6 +45,7 @@ def longest(inputs: Sequence[Mapping[str, object]], at: tuple[str, int] | None) 
              if len(shape := getattr(tensors.get(name), "shape", ())) > axis]
     return int(max(sizes)) if sizes else None
 
+
 _ANSWERING = threading.Lock()
 
 
