@@ -1114,6 +1114,32 @@ def test_an_overloaded_way_gives_way_only_to_one_that_would_be_clearly_less_busy
     assert switch.last == "a trial pipelined answered 10600/s where plain answered 10000: kept"
 
 
+def test_a_load_at_capacity_is_tried_again_after_a_pause_or_with_a_longer_queue():
+    """Served plain at capacity, the pipeline predicted a little less busy is tried once a load
+    (``ModeSwitch._another_load``). A trial whose load stops within it says nothing, and the next
+    load is tried afresh; so is a load that answers as many a second but gathers a longer queue
+    (ResNet-50's stages from an H200 on one core: 16 in flight at 12 rows a run, then 64 at 16,
+    both at plain's capacity, where the forced pipeline answered 1.13x as many). A trial that
+    failed holds at that load, and the same load after a pause is tried again."""
+    manifest = timed_manifest([flat(0.01)] * 2)
+    costs = HostCosts(pipeline_request_s=27e-6, plain_request_s=30e-6)
+    switch = ModeSwitch([s.latency for s in manifest.stages], costs, cores=1, mode=Mode.IN_TURN)
+    sixteen = _window(0.3, (0.01, 0.01), answered=10000, rows=11.5, server_s=0.71)
+    assert _decides(switch, sixteen) is Mode.PIPELINE and switch.trying is not None
+    assert switch.observe(_window(0.0, (0.0, 0.0), answered=3)) is Mode.IN_TURN  # the load stopped
+    assert switch.last == "a trial pipelined ended with its load"
+    sixty_four = dataclasses.replace(sixteen, rows=16.0)
+    assert _decides(switch, sixty_four) is Mode.PIPELINE and switch.trying is not None
+    short = dict(answered=8000, stub_s=8000 * 27e-6, server_s=8000 * 71e-6)  # as dear a request as predicted
+    assert switch.observe(dataclasses.replace(sixty_four, **short)) is Mode.IN_TURN  # ... but it carries less
+    assert _decides(switch, sixty_four) is None and _decides(switch, sixteen) is None  # within twice SWITCH_GAIN
+    assert _decides(switch, dataclasses.replace(sixteen, rows=8.0)) is Mode.PIPELINE  # a shorter queue
+    switch.observe(dataclasses.replace(sixteen, rows=8.0, **short))
+    assert _decides(switch, dataclasses.replace(sixteen, rows=8.0)) is None
+    switch.observe(_window(0.0, (0.0, 0.0), answered=3))  # a pause
+    assert _decides(switch, dataclasses.replace(sixteen, rows=8.0)) is Mode.PIPELINE and switch.trying is not None
+
+
 def test_the_mode_switch_serves_plain_where_the_pipelines_hand_offs_outweigh_its_multi_entry():
     """Two stages of 0.3 ms (TensorRT speed), a fast host's stub (150 us a request pipelined, 30
     plain), 500 answers/s one row a run: by CPU alone both ways answer in about 0.77 ms and the
