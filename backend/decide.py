@@ -396,7 +396,7 @@ class Trial:
     def moved(self, rate: float) -> bool:
         """Whether a window's answers/s moved from the window before: a load that stopped or
         changed says nothing of either way, and the trial ends."""
-        return bool(self.rates) and abs(rate - self.rates[-1]) > SWITCH_GAIN * self.rates[-1]
+        return bool(self.rates) and moved(rate, self.rates[-1])
 
     def take(self, rate: float) -> bool | None:
         """A window's answers/s: None while the trial runs, else whether the way tried is kept.
@@ -466,15 +466,15 @@ class EntryWait:
         if self._trial is not None and host < HOST_SATURATED:
             return self._take(rate)
         if self.waits:
-            moved = abs(rate - self._refused_at) > SWITCH_GAIN * self._refused_at
-            wanted = not (host < 1 - SWITCH_GAIN and rate < (1 - SWITCH_GAIN) * self._saturated_at and moved)
+            wanted = not (host < 1 - SWITCH_GAIN and rate < (1 - SWITCH_GAIN) * self._saturated_at
+                           and moved(rate, self._refused_at))
         else:
             kept = self._kept_at
-            wanted = host >= HOST_SATURATED or (kept is not None and abs(rate - kept) > SWITCH_GAIN * kept)
+            wanted = host >= HOST_SATURATED or (kept is not None and moved(rate, kept))
         before, self._wanted = self._wanted, (wanted, rate)
         if wanted is self.waits or before is None or before[0] is not wanted:
             return None
-        if not wanted and abs(rate - before[1]) > SWITCH_GAIN * before[1]:
+        if not wanted and moved(rate, before[1]):
             return None  # a trial compares with waiting at a steady load: not one starting or stopping
         self.waits, self._wanted, self._trial = wanted, None, None
         if wanted and host >= HOST_SATURATED:
@@ -766,7 +766,7 @@ class ModeSwitch:
             return None
         rate = window.answered / window.seconds
         before = self._before
-        steady = before is not None and abs(rate / before.rate - 1) <= SWITCH_GAIN
+        steady = before is not None and not moved(rate, before.rate)
         trip = round_trip_s(window, self.batcher_delay_s) if self.mode is not Mode.PIPELINE and window.executes \
             else None
         if trip is not None:
@@ -823,7 +823,7 @@ class ModeSwitch:
         if self._tried_at is None:
             return True
         at, rows_at = self._tried_at
-        return abs(rate - at) > SWITCH_GAIN * at or abs(rows - rows_at) > 2 * SWITCH_GAIN * rows_at
+        return moved(rate, at) or moved(rows, rows_at, 2 * SWITCH_GAIN)
 
     def _learn(self, per_request_s: float, requests: float, rate: float) -> None:
         """The stub's seconds a request served as now at ``requests`` a run and ``rate`` answers/s,
@@ -1059,6 +1059,12 @@ class ModeSwitch:
         """Each way's tritonserver cost a request as the switch takes it now (``_server_s``)."""
         return ", ".join(f"{self._server_s(m) * 1e6:.0f} us a request {'pipelined' if m is Mode.PIPELINE else 'plain'}"
                          for m in self.server_at) or "not seen"
+
+
+def moved(value: float, since: float, share: float = SWITCH_GAIN) -> bool:
+    """Whether ``value`` lies more than ``share`` of ``since`` from it: a load (or a queue) that
+    moved, which the trials and the switch's pairs of windows take for another."""
+    return abs(value - since) > share * since
 
 
 def half_octave(value: float) -> int:
