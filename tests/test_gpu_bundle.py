@@ -22,7 +22,7 @@ from tools.lib.processes import children_of, free_port
 from tools.lib.client import infer
 
 from .conftest import ROOT
-from tools.lib.bundle import LIMIT, TOP, bundle_files
+from tools.lib.bundle import LIMIT, TOP, TREE_BUDGET, bundle_files, tree_bytes
 
 PYTHON = f"{sys.version_info.major}.{sys.version_info.minor}"
 
@@ -56,6 +56,16 @@ def test_the_bundle_holds_what_the_host_needs_and_fits(bundle):
     assert not any(n.endswith((".onnx", ".plan")) for n in have), "no model files travel"
     without = bundle_files(PYTHON, project=False)
     assert "host.sh" in without and not any(name.startswith("project/") for name in without)
+
+
+def test_the_working_tree_leaves_the_bundle_its_room_on_a_lent_machine():
+    """A lent GPU machine takes the working tree and the bundle built without the project together,
+    at most LIMIT: the tree must stay within its share, or a session's device time is lost to a
+    carry that does not fit (the plots of docs/results had grown to 6 MB before they were saved
+    in a palette)."""
+    tree = tree_bytes()
+    assert tree <= TREE_BUDGET, (f"the working tree is {tree / 2**20:.1f} MiB, more than the {TREE_BUDGET / 2**20:.0f} "
+                                 f"MiB it may take beside the GPU bundle: shrink what docs/results keeps")
 
 
 def test_the_host_script_dry_run_checks_and_plans_every_step(bundle):

@@ -558,7 +558,8 @@ def test_compare_writes_ratios_with_intervals_an_aa_row_and_goodput(run, reposit
     assert "(best baseline)" in summary and "A/A: " in summary and "goodput" in summary
     assert "python -m tools.compare" in summary
     for plot in ("latency.png", "peaks.png", "batches.png"):
-        assert (out / plot).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        png = (out / plot).read_bytes()
+        assert png[:8] == b"\x89PNG\r\n\x1a\n" and png[25] == 3  # colour type 3, a palette (``save_png``)
 
 
 def test_tune_picks_a_stage_count_and_installs_it(run, sources, tmp_path):

@@ -31,7 +31,7 @@ import sys
 import time
 from pathlib import Path
 
-from tools.lib.bundle import TOP, BundleError, build
+from tools.lib.bundle import LIMIT, TOP, BundleError, build, tree_bytes
 from tools.lib.paths import ROOT
 
 def main(argv: list[str] | None = None) -> int:
@@ -49,8 +49,11 @@ def main(argv: list[str] | None = None) -> int:
     except BundleError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    print(f"{args.out}: {args.out.stat().st_size / 2**20:.1f} MiB ({sum(sizes.values()) / 2**20:.0f} MiB in "
-          f"{len(sizes)} files) for Python {args.python}, in {time.perf_counter() - began:.0f} s; on the host: "
+    size = args.out.stat().st_size
+    beside = "" if args.project else (f", {(size + tree_bytes()) / 2**20:.1f} of the {LIMIT // 2**20} MiB that travel "
+                                      "with the working tree")
+    print(f"{args.out}: {size / 2**20:.1f} MiB ({sum(sizes.values()) / 2**20:.0f} MiB in "
+          f"{len(sizes)} files{beside}) for Python {args.python}, in {time.perf_counter() - began:.0f} s; on the host: "
           f"tar xf {args.out.name} && {TOP}/host.sh {'' if args.project else '--project CHECKOUT '}"
           "check setup models test measure")
     return 0

@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import csv
+import io
 import math
 from pathlib import Path
 
@@ -198,6 +199,22 @@ def console_table(results: Results) -> Table:
     return table
 
 
+PALETTE = 128  # colours a plot keeps: a third of the bytes, and the results travel to every GPU machine
+
+
+def save_png(fig, path: Path) -> None:
+    """``fig`` as a PNG of ``PALETTE`` colours: these plots use a few, and in full colour they were
+    the bulk of docs/results (6 of 9.6 MB), which the working tree carries beside the GPU bundle
+    in the 64 MiB a lent machine takes (``tools.lib.bundle.TREE_BUDGET``)."""
+    from PIL import Image
+
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=110)
+    buffer.seek(0)
+    with Image.open(buffer) as image:
+        image.convert("RGB").quantize(colors=PALETTE, method=Image.Quantize.MEDIANCUT).save(path, optimize=True)
+
+
 def plots(results: Results, out: Path) -> None:
     import matplotlib
 
@@ -221,7 +238,7 @@ def plots(results: Results, out: Path) -> None:
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(out / "latency.png", dpi=110)
+    save_png(fig, out / "latency.png")
     plt.close(fig)
 
     fig, ax = plt.subplots(figsize=(9, 4))
@@ -239,7 +256,7 @@ def plots(results: Results, out: Path) -> None:
     ax.set_title(f"{results.model}: peak bisection (x: past the QoS)")
     ax.legend(fontsize=6)
     fig.tight_layout()
-    fig.savefig(out / "peaks.png", dpi=110)
+    save_png(fig, out / "peaks.png")
     plt.close(fig)
 
     fig, axes = plt.subplots(1, max(1, len(poisson)), figsize=(4 * max(1, len(poisson)), 3.4), squeeze=False)
@@ -255,5 +272,5 @@ def plots(results: Results, out: Path) -> None:
         ax.set_ylabel("share of batches")
     axes[0, 0].legend(fontsize=6)
     fig.tight_layout()
-    fig.savefig(out / "batches.png", dpi=110)
+    save_png(fig, out / "batches.png")
     plt.close(fig)
