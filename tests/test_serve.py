@@ -17,7 +17,7 @@ import tritonclient.grpc as grpcclient
 
 from tools.lib.client import infer
 from tools.lib.processes import children_of, in_group
-from tools.lib.triton import BACKENDS_PREFIX, REGION_PREFIX, SHARED_MEMORY, TritonInstall, remove_orphans
+from tools.lib.triton import BACKENDS_PREFIX, REGION_PREFIX, SHARED_MEMORY, Server, TritonInstall, remove_orphans
 
 from .conftest import ROOT, free_port, processes_matching
 
@@ -177,3 +177,23 @@ def test_serve_restarts_a_dead_tritonserver_when_asked(repository):
     serve.send_signal(signal.SIGTERM)
     assert serve.wait(60) == 0
     assert not in_group(second) and not _regions(serve, grpc_port)
+
+
+def test_a_server_that_cannot_start_says_its_models_errors_where_its_log_is_gone(tmp_path):
+    """Tools serve from scratch folders they remove as the error rises (``tools.soak`` under a
+    policy its model cannot run), so the message itself carries the log's error lines."""
+    model = tmp_path / "repository" / "broken"
+    (model / "1").mkdir(parents=True)
+    (model / "config.pbtxt").write_text('name: "broken"\nbackend: "dvabatch"\nmax_batch_size: 4\n'
+                                        'input [ { name: "x" data_type: TYPE_FP32 dims: [ 2 ] } ]\n'
+                                        'output [ { name: "y" data_type: TYPE_FP32 dims: [ 2 ] } ]\n')
+    server = Server(model_repository=tmp_path / "repository", grpc_port=free_port(), http_port=free_port(),
+                    metrics_port=free_port(), log=tmp_path / "triton.log")
+    try:
+        server.start()
+    except RuntimeError as exc:
+        message = str(exc)
+    else:
+        server.stop()
+        raise AssertionError("tritonserver started with a model that cannot load")
+    assert "before it was ready" in message and "failed to load 'broken'" in message, message

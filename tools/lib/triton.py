@@ -331,7 +331,7 @@ class Server:
             while time.monotonic() < deadline:
                 if self.process.poll() is not None:
                     raise RuntimeError(f"tritonserver exited with status {self.process.returncode} before it was ready"
-                                       + (f"; see {self.log}" if self.log else ""))
+                                       + (f"; see {self.log}{self._errors()}" if self.log else ""))
                 try:
                     if client.is_server_ready():
                         return
@@ -339,6 +339,16 @@ class Server:
                     pass
                 time.sleep(0.25)
         raise TimeoutError(f"tritonserver was not ready within {timeout_s:.0f} s")
+
+    def _errors(self, most: int = 5) -> str:
+        """The log's last error lines (Triton's start with ``E``), for a log in a scratch folder
+        that is gone by the time anyone reads the message."""
+        try:
+            lines = self.log.read_text(errors="replace").splitlines()
+        except OSError:
+            return ""
+        errors = [line for line in lines if line.startswith("E")][-most:]
+        return "".join(f"\n  {line}" for line in errors)
 
     def end_stubs(self) -> list[int]:
         """SIGKILL whatever is left of tritonserver's process group, by pid (tritonserver itself
