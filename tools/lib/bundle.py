@@ -169,9 +169,9 @@ def build(out: Path, python: str, project: bool = True) -> dict[str, int]:
         info.size, info.mode, info.mtime = len(about), 0o644, int(time.time())
         archive.addfile(info, io.BytesIO(about))
     partial.replace(out)
-    carried = out.stat().st_size + (0 if project else tree_bytes())
-    if carried > LIMIT:
-        beside = "" if project else f" with the working tree's {tree_bytes() / 2**20:.1f} MiB beside it"
+    tree = 0 if project else tree_bytes()  # a bundle without the project travels beside the tree
+    if out.stat().st_size + tree > LIMIT:
+        beside = f" with the working tree's {tree / 2**20:.1f} MiB beside it" if tree else ""
         raise BundleError(f"{out} is {out.stat().st_size / 2**20:.1f} MiB{beside}: more than the {LIMIT // 2**20} "
                           "MiB that travel to a GPU machine")
     return sizes
