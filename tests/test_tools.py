@@ -597,15 +597,18 @@ def test_compare_refuses_a_variant_the_backend_refuses(run, repository, sources,
 
 
 def test_soak_checks_every_answer_and_reports_windows(run, repository, sources, tmp_path):
-    """The short form of the soak: two models under two policies, a little traffic with bad
+    """The short form of the soak: two models under the policies each can run (Policy I needs a
+    length axis, which an image model has not: left out, and said), a little traffic with bad
     requests among it; every good answer right, every bad one refused, nothing lost."""
     out = tmp_path / "soak.json"
     done = run("tools.soak", str(repository / "resnet_like"), str(repository / "bert_like"),
-               "--policies", "auto,random", "--rate", "30", "--seconds", "8", "--window", "4",
+               "--policies", "auto,random,input", "--rate", "30", "--seconds", "8", "--window", "4",
                "--bad-share", "0.1", "--source", str(sources["resnet_like"]), "--source", str(sources["bert_like"]),
                "--out", str(out), timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "clean" in done.stdout and "NOT CLEAN" not in done.stdout
+    assert "resnet_like under policy 'input' left out: Policy I" in done.stdout
+    assert "bert_like_input" in done.stdout and "resnet_like_input" not in done.stdout
     windows = json.loads(out.read_text())
     assert len(windows) == 2 and all(w["rss_mb"] > 0 for w in windows)
     assert sum(w["right"] for w in windows) > 100 and sum(w["refused_right"] for w in windows) > 5
