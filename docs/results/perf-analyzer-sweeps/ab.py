@@ -16,19 +16,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 from tools.lib.harness import Bench
-from tools.lib.peers import Peer, write_ways
+from tools.lib.peers import Peer, write_variant, write_ways
 from tools.lib.perf_analyzer import Load, PerfAnalyzerError
 from tools.lib.workload import interface_of, synthetic, write_input_data
-
-
-def variant(folder: Path, name: str, parameters: dict[str, str]) -> None:
-    shutil.copytree(folder / "auto", folder / name)
-    config = folder / name / "config.pbtxt"
-    lines = [line for line in config.read_text().replace('name: "auto"', f'name: "{name}"').splitlines()
-             if not any(f'key: "{key}"' in line for key in parameters)]
-    lines += [f'parameters: {{ key: "{key}" value: {{ string_value: "{value}" }} }}'
-              for key, value in parameters.items()]
-    config.write_text("\n".join(lines) + "\n")
 
 
 def main(profile: Path, rate: float, rounds: int, variants: dict[str, dict[str, str]], out: Path) -> None:
@@ -37,7 +27,7 @@ def main(profile: Path, rate: float, rounds: int, variants: dict[str, dict[str, 
     write_ways(profile, folder, {}, [], Peer())
     for name, parameters in variants.items():
         if name not in ("auto", "pipeline", "plain"):
-            variant(folder, name, parameters)
+            write_variant(folder / "auto", folder, name, parameters)
     data = write_input_data(synthetic(interface_of(folder / "auto"), 1, {}, lengths=[64]), folder / "data.json")
     models = list(variants)
     means: dict[str, list[float | None]] = {model: [] for model in models}
