@@ -671,7 +671,9 @@ class ModeSwitch:
     cost it less than a plain one: ``_server_s``).
 
     Where the way served is at capacity and the other is predicted less busy, but within the
-    model's error, the other is tried (``Trial``): served for ``TRIAL_WINDOWS`` and kept where
+    model's error, the other is tried (``Trial``); so is plain where the pipeline is within the
+    model's error of capacity and plain, in the batches it would gather, is predicted less busy
+    (``_batched``). The way tried is served for ``TRIAL_WINDOWS`` and kept where
     it answered ``TRIAL_GAIN`` more, as ``EntryWait`` tries returning at once. At capacity the
     answers/s are the way's capacity, so they decide where the costs cannot (three uneven timed
     stages at 64 in flight, served plain, had the pipeline predicted 93 % busy against plain's
@@ -795,13 +797,16 @@ class ModeSwitch:
         looped = self.mode is not Mode.PIPELINE and series > 0 and busy[self.mode] >= 1 - SWITCH_GAIN
         if self.trying is not None:
             self._before = None
-            return self._trial(rate)
-        tries = False
-        if looped or math.isinf(latency[self.mode]):
+            return self._trial(rate, rows)
+        capped = looped or math.isinf(latency[self.mode])
+        if capped:
             better = busy[other] < busy[self.mode] * (1 - SWITCH_GAIN)
-            tries = not better and busy[other] < busy[self.mode] and self._another_load(rate, rows)
         else:
             better = latency[other] < latency[self.mode] * (1 - SWITCH_GAIN)
+        # Pipelined within the model's error of capacity, plain is tried where its batches would carry more.
+        near = capped or (self.mode is Mode.PIPELINE and busy[self.mode] >= 1 - SWITCH_GAIN)
+        gathered = busy[other] if other is Mode.PIPELINE else min(busy[other], self._batched(window, series))
+        tries = near and not better and gathered < busy[self.mode] and self._another_load(rate, rows)
         self._before = Seen(rate, trip, other if better or tries else None)
         if not (better or tries) or not steady or before.wanted is not other:
             return None  # a window may hold a load starting or stopping: the one before must agree
@@ -810,6 +815,19 @@ class ModeSwitch:
             self._tried_at = (self.trying.baseline, rows)
             self.last = f"a trial, {way(self.mode)} at capacity: {self.last}"
         return self._switch(other)
+
+    def _batched(self, window: Window, series: float) -> float:
+        """How busy plain serving would be carrying a pipelined window's answers in batches as
+        large as the tables go: what its capacity allows, where a trial says whether the load
+        lets it gather them (a closed loop of fewer requests cannot). A pipeline's stage 0
+        gathers what arrives during one stage, a plain call what arrives during the whole model,
+        so a pipeline near capacity predicts plain at its own rows a run, busier than plain
+        would be: six stages of 0.7-1 ms (BERT-base in FP16 on an H100) at 64 in flight on a
+        one-core server pipelined at 17.6 rows a run, 99 % busy at 2,200 answers/s, predicted plain
+        90-103 % busy at those rows and stayed, at 0.82x the plain model, which ran 48 rows a call
+        (docs/results/trial-plain-batches)."""
+        most = float(self.tables[0].batch_sizes[-1])
+        return max(self._predicted(self.plain, window, series, rows=max(most, window.rows)))
 
     def _another_load(self, rate: float, rows: float) -> bool:
         """Whether a load at capacity is another than the one last tried (``Trial``): none tried
@@ -849,9 +867,11 @@ class ModeSwitch:
         self.costs = replace(costs, how=f"{self.measured.how}; {' and '.join(lined)} as served (decide.ServedLine)") \
             if lined else costs
 
-    def _trial(self, rate: float) -> Mode | None:
+    def _trial(self, rate: float, rows: float) -> Mode | None:
         """A window of a trial: after ``TRIAL_WINDOWS``, the way tried is kept (returned, as a
-        switch to it) or left."""
+        switch to it) or left. A way kept runs its own rows a run at the load tried, which
+        ``_another_load`` must not take for another load (kept plain at 48 rows where the pipeline
+        had run 17, the pipeline was tried straight back)."""
         trial = self.trying
         if trial.moved(rate):
             return self._end_trial(f"a trial {way(self.mode)} ended with its load")
@@ -860,7 +880,7 @@ class ModeSwitch:
             return None
         said = trial.said(f"a trial {way(self.mode)}", way(self._other))
         if kept:
-            self.trying, self.last = None, f"{said}: kept"
+            self.trying, self.last, self._tried_at = None, f"{said}: kept", (trial.answered, rows)
             return self.mode
         return self._end_trial(f"{said}: not {TRIAL_GAIN:.0%} more")
 
@@ -971,7 +991,7 @@ class ModeSwitch:
             engines = max(engines, (window.execute_s + window.answered * series) / window.seconds)
         return max(engines, self._host(window.stub_s, window, mode))
 
-    def _predicted(self, mode: Mode, window: Window, series: float) -> tuple[float, float]:
+    def _predicted(self, mode: Mode, window: Window, series: float, rows: float | None = None) -> tuple[float, float]:
         """The engines' and the host's utilisation had the window's load been served ``mode``
         (the engines' read from their tables; the host's scaled from costs measured elsewhere).
         Served plain, the engines' is the instance's: each batch runs inside ``execute``, the stub's
@@ -981,6 +1001,8 @@ class ModeSwitch:
         limit too (near-zero compute at 64 in flight, served plain on a one-core server: the
         instance 98 % busy at 1,752 answers/s, 89 % of it the round trip, where the pipeline,
         predicted 72 % busy by its stub costs alone, answered 1,200)."""
+        if rows is not None:
+            window = replace(window, rows=rows)
         rows, requests = max(window.rows, 1.0), window.requests
         batches = window.answered / requests
         stub = batches * self.costs.stub_s(mode, requests)

@@ -1256,3 +1256,30 @@ def test_a_lone_batch_runs_inline_only_once_looks_show_arrivals_are_rare_enough_
         pass
     assert not rule.inline(idle=False)  # the look saw an arrival
     assert not rule.inline(idle=True)
+
+
+def test_a_pipeline_near_capacity_tries_plain_in_the_batches_plain_would_gather():
+    """Six stages of 0.7-1 ms (BERT-base in FP16 on an H100, a profile no check had run) at 64 in
+    flight on a one-core server: pipelined at 17.6 rows a run, 97-100 % busy at 2,200-2,950
+    answers/s. Plain at those rows reads 90-103 % busy, and the pipeline stayed, at 0.82x the plain
+    model, which ran 48 rows a call. In batches as large as the tables go, plain reads clearly
+    less busy: plain is tried. Light, the pipeline tries nothing; served plain at capacity, the
+    pipeline is predicted at plain's own rows, as before (the windows as logged, costs as loading
+    measured them)."""
+    manifest = _profile("bert_base_h100_fp16_6stages")
+    costs = HostCosts(pipeline_batch_s=1129e-6, pipeline_request_s=36e-6, plain_batch_s=174e-6,
+                      plain_request_s=3e-6, handoff_s=237e-6)
+    tables = [s.latency for s in manifest.stages]
+    switch = ModeSwitch(tables, costs, cores=1)
+    light = Window(1.0, 1940, 0.306, 0.30, (0.23, 0.17, 0.15, 0.16, 0.15, 0.15), 16.5, 0.43, 117, 0.22, 0.01)
+    assert _decides(switch, light) is None and switch.trying is None
+    near = [Window(1.0, 2236, 0.501, 0.49, (0.35, 0.23, 0.21, 0.23, 0.20, 0.20), 17.6, 0.71, 126, 0.29, 0.006),
+            Window(1.0, 2714, 0.502, 0.48, (0.35, 0.27, 0.23, 0.23, 0.23, 0.23), 17.3, 0.69, 159, 0.32, 0.01),
+            Window(1.0, 2961, 0.492, 0.48, (0.34, 0.25, 0.25, 0.24, 0.24, 0.24), 17.3, 0.67, 170, 0.33, 0.007)]
+    switched = [switch.observe(window) for window in near]
+    assert switched[-1] is Mode.IN_TURN and switch.trying is not None, switch.last
+    assert "a trial, pipelined at capacity" in switch.last
+    plain = Window(1.0, 3019, 0.297, 0.48, (0.003, 0.001, 0.001, 0.001, 0.001, 0.239), 47.9, 0.36, 63, 0.64, 0.018)
+    assert switch.observe(plain) is None and switch.observe(plain) is Mode.IN_TURN and switch.trying is None
+    assert "answered 3019/s where pipelined answered" in switch.last and switch.last.endswith("kept")
+    assert _decides(switch, plain) is None  # the pipeline at plain's 48 rows: no better, no trial
