@@ -1000,7 +1000,8 @@ class ModeSwitch:
         loop of ``n`` it still answers at most ``n`` a round trip, so its share of the window is a
         limit too (near-zero compute at 64 in flight, served plain on a one-core server: the
         instance 98 % busy at 1,752 answers/s, 89 % of it the round trip, where the pipeline,
-        predicted 72 % busy by its stub costs alone, answered 1,200)."""
+        predicted 72 % busy by its stub costs alone, answered 1,200). ``rows``: runs of these rows
+        in place of the window's (``_batched``)."""
         if rows is not None:
             window = replace(window, rows=rows)
         rows, requests = max(window.rows, 1.0), window.requests
