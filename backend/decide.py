@@ -654,10 +654,15 @@ class ModeSwitch:
     overloaded, or served plain with the clients waiting on their answers and the instance busy
     within ``SWITCH_GAIN`` of all the time (a round trip seen), its answers per second are its
     capacity, not the load (which may be higher), so a prediction at that rate says only how the
-    other way's capacity compares: it switches where the other would be ``SWITCH_GAIN`` less busy,
-    as where both would be overloaded (a prediction just under capacity, within the model's error,
-    once flipped the near-zero profile every 1.5 s between plain serving and a pipeline that carries
-    a third less, through a load at 0.9 of the plain capacity: docs/results/check-auto-client-core).
+    other way's capacity compares: overloaded, it switches where the other would be ``SWITCH_GAIN``
+    less busy, as where both would be overloaded (a prediction just under capacity, within the
+    model's error, once flipped the near-zero profile every 1.5 s between plain serving and a
+    pipeline that carries a third less, through a load at 0.9 of the plain capacity:
+    docs/results/check-auto-client-core). In such a loop it tries the other (``Trial``): the idle
+    between calls that reads as one is also Triton's hand-off from one call to the next under an
+    open load, whose answers no way raises (MiniLM's six FP16 stages from an H100, served plain
+    98 % busy under Poisson 1,000/s, went straight to a pipeline predicted 79 % busy, which
+    answered in 10.8 ms where the plain model took 7.3: docs/results/check-minilm-fp16-six).
     (Switching back to the pipeline whenever both had room once cost the next load its first second:
     the near-zero profile's pipeline carries about half of what its plain path does;
     docs/results/check-auto-2core-noslack.) A window with hardly any answers changes nothing (when a
@@ -798,9 +803,10 @@ class ModeSwitch:
         if self.trying is not None:
             self._before = None
             return self._trial(rate, rows)
-        capped = looped or math.isinf(latency[self.mode])
-        if capped:
-            better = busy[other] < busy[self.mode] * (1 - SWITCH_GAIN)
+        overloaded = math.isinf(latency[self.mode])
+        capped = looped or overloaded
+        if capped:  # ... and a loop is a guess at the load's kind, which only a trial's answers confirm (``Trial``)
+            better = overloaded and busy[other] < busy[self.mode] * (1 - SWITCH_GAIN)
         else:
             better = latency[other] < latency[self.mode] * (1 - SWITCH_GAIN)
         # Pipelined within the model's error of capacity, plain is tried where its batches would carry more.

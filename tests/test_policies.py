@@ -1140,6 +1140,36 @@ def test_a_load_at_capacity_is_tried_again_after_a_pause_or_with_a_longer_queue(
     assert _decides(switch, dataclasses.replace(sixteen, rows=8.0)) is Mode.PIPELINE and switch.trying is not None
 
 
+def test_a_plain_instance_busy_all_the_time_is_tried_against_the_pipeline_not_left_for_it():
+    """MiniLM's six FP16 stages from an H100 (a profile no check had run), served plain on a
+    one-core server under a Poisson load of about 1,000 answers/s: 4 rows a call, the instance
+    busy 98 % of the time, idle 260 us a request between calls beyond what such arrivals explain
+    (Triton's hand-off from one call to the next). That reads as a closed loop at plain's
+    capacity, and the pipeline, predicted 79 % busy, was switched to at once; under the open load
+    it answered what arrived, in 10.8 ms where the plain model took 7.3, and tried plain, and
+    switched back and forth (docs/results/check-minilm-fp16-six). A loop is a guess at the load's
+    kind: the pipeline is tried, and where it answers no more than plain did, plain stays at that
+    load, however much less busy the pipeline is predicted (the windows as logged)."""
+    manifest = _profile("minilm_h100_fp16_6stages")
+    tables, whole = [s.latency for s in manifest.stages], manifest.fused().stages[0].latency
+    costs = HostCosts(pipeline_batch_s=1309e-6, pipeline_request_s=63e-6, plain_batch_s=541e-6,
+                      plain_request_s=59e-6, handoff_s=293e-6)
+    plain = Window(1.0, 1002, 0.191, 0.27, (0.0065, 0.0035, 0.0022, 0.0017, 0.0016, 0.631), 4.04, 0.725, 248, 0.278,
+                   0.005, 0.059)
+    tried = [Window(1.0, 1032, 0.553, 0.33, (0.40, 0.31, 0.27, 0.30, 0.28, 0.32), 2.65, 0.695, 390, 0.305, 0.009),
+             Window(1.0, 940, 0.513, 0.32, (0.37, 0.29, 0.24, 0.27, 0.25, 0.28), 2.71, 0.633, 347, 0.368, 0.063, 0.037)]
+    later = Window(1.0, 1079, 0.155, 0.24, (0.0054, 0.0035, 0.0019, 0.0016, 0.0014, 0.700), 3.92, 0.784, 275, 0.217,
+                   0.006, 0.015)
+    switch = ModeSwitch(tables, costs, cores=1, mode=Mode.FUSED, whole=whole)
+    switch.server_at = {Mode.PIPELINE: {0: 340e-6}, Mode.FUSED: {0: 269e-6}}
+    assert switch.observe(plain) is None and switch.observe(plain) is Mode.PIPELINE
+    assert switch.trying is not None and switch.last.startswith("a trial, plain at capacity"), switch.last
+    assert [switch.observe(window) for window in tried] == [None, Mode.FUSED]
+    assert switch.last == "a trial pipelined answered 986/s where plain answered 1002: not 5% more"
+    assert [switch.observe(later) for _ in range(4)] == [None] * 4 and switch.trying is None, switch.last
+    assert "pipelined (81% busy)" in switch.last and "plain (98%" in switch.last
+
+
 def test_the_mode_switch_serves_plain_where_the_pipelines_hand_offs_outweigh_its_multi_entry():
     """Two stages of 0.3 ms (TensorRT speed), a fast host's stub (150 us a request pipelined, 30
     plain), 500 answers/s one row a run: by CPU alone both ways answer in about 0.77 ms and the
