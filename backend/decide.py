@@ -811,8 +811,8 @@ class ModeSwitch:
             better = latency[other] < latency[self.mode] * (1 - SWITCH_GAIN)
         # Pipelined within the model's error of capacity, plain is tried where its batches would carry more.
         near = capped or (self.mode is Mode.PIPELINE and busy[self.mode] >= 1 - SWITCH_GAIN)
-        tries = near and not better and self._another_load(rate, rows) and min(
-            busy[other], busy[other] if other is Mode.PIPELINE else self._batched(window, series)) < busy[self.mode]
+        tries = near and not better and self._another_load(rate, rows) and (busy[other] < busy[self.mode] or (
+            other is not Mode.PIPELINE and self._batched(window, series) < busy[self.mode]))
         self._before = Seen(rate, trip, other if better or tries else None)
         if not (better or tries) or not steady or before.wanted is not other:
             return None  # a window may hold a load starting or stopping: the one before must agree
