@@ -530,7 +530,9 @@ class Window:
     on the server's cores, other models' stubs; 0 where not read), served pipelined, the lone
     batches run inline (``inline``) and the calls that found the pipeline empty (``lone``), and
     the mean rows a request brought (``rows_a_request``: a client may send several in one, as an
-    image classifier's often does). The engines' time goes by rows; the stub's, tritonserver's
+    image classifier's often does), and the answers sent from the pipeline with their seconds
+    from arriving in ``execute`` in all (``sent``, ``sent_s``: what the log sets beside the
+    latency predicted pipelined). The engines' time goes by rows; the stub's, tritonserver's
     and a closed loop's round trip go by requests."""
 
     seconds: float
@@ -547,6 +549,8 @@ class Window:
     inline: int = 0  # served pipelined, the lone batches that ran inside ``execute`` (``LoneRuns``)
     lone: int = 0  # ... and the calls that found the pipeline empty (inline or not; 0 where ``LoneRuns`` is off)
     rows_a_request: float = 1.0
+    sent: int = 0
+    sent_s: float = 0.0
 
     @property
     def requests(self) -> float:
@@ -675,16 +679,16 @@ class ModeSwitch:
     it can be read, over windows of ``CORRECT_AFTER`` answers (a pipelined request never taken to
     cost it less than a plain one: ``_server_s``).
 
-    Where the way served is at capacity and the other is predicted less busy, but within the
-    model's error, the other is tried (``Trial``); so is plain where the pipeline is within the
-    model's error of capacity and plain, in the batches it would gather, is predicted less busy
-    (``_batched``). The way tried is served for ``TRIAL_WINDOWS`` and kept where
-    it answered ``TRIAL_GAIN`` more, as ``EntryWait`` tries returning at once. At capacity the
-    answers/s are the way's capacity, so they decide where the costs cannot (three uneven timed
-    stages at 64 in flight, served plain, had the pipeline predicted 93 % busy against plain's
-    99 %, and plain stayed, at 0.84x the answers of the forced pipeline; the costs then carried
-    plain's correction to the pipeline as a factor). One trial a load: none again until the load
-    moves (``_another_load``)."""
+    Where the way served is at capacity and the other is predicted less busy, but within the model's
+    error, the other is tried (``Trial``); so is plain where the pipeline is within the model's
+    error of capacity and plain, in the batches it would gather, is predicted less busy than the
+    pipeline is and than it would be in batches as large (``_batched``). The way tried is served for
+    ``TRIAL_WINDOWS`` and kept where it answered ``TRIAL_GAIN`` more, as ``EntryWait`` tries
+    returning at once. At capacity the answers/s are the way's capacity, so they decide where the
+    costs cannot (three uneven timed stages at 64 in flight, served plain, had the pipeline
+    predicted 93 % busy against plain's 99 %, and plain stayed, at 0.84x the answers of the forced
+    pipeline; the costs then carried plain's correction to the pipeline as a factor). One trial a
+    load: none again until the load moves (``_another_load``)."""
 
     tables: Sequence[LatencyTable]
     costs: HostCosts
@@ -793,7 +797,8 @@ class ModeSwitch:
         self.last = (f"{rate:.0f} answers/s, {rows:.1f} rows a run"
                      f"{f' ({requests:.1f} requests)' if requests < rows - 0.05 else ''}"
                      f"{f', requests overlapping {overlap:.0%} as often as at random' if overlap < 0.995 else ''}: "
-                     f"{_ms(latency[Mode.PIPELINE])} pipelined ({busy[Mode.PIPELINE]:.0%} busy), "
+                     f"{_ms(latency[Mode.PIPELINE])} pipelined ({busy[Mode.PIPELINE]:.0%} busy"
+                     f"{f', {_ms(window.sent_s / window.sent)} measured inside the model' if window.sent else ''}), "
                      f"{_ms(latency[plain])} plain ({busy[plain]:.0%}, {series * 1e6:.0f} us a request's round trip "
                      f"in series) ({self.costs.describe()}, tritonserver {self._server_text()})")
         # Its answers are its capacity, not the load, where it is overloaded, and where the clients
@@ -812,7 +817,7 @@ class ModeSwitch:
         # Pipelined within the model's error of capacity, plain is tried where its batches would carry more.
         near = capped or (self.mode is Mode.PIPELINE and busy[self.mode] >= 1 - SWITCH_GAIN)
         tries = near and not better and self._another_load(rate, rows) and (busy[other] < busy[self.mode] or (
-            other is not Mode.PIPELINE and self._batched(window, series) < busy[self.mode]))
+            other is not Mode.PIPELINE and self._batched(window, series, busy[self.mode])))
         self._before = Seen(rate, trip, other if better or tries else None)
         if not (better or tries) or not steady or before.wanted is not other:
             return None  # a window may hold a load starting or stopping: the one before must agree
@@ -822,18 +827,26 @@ class ModeSwitch:
             self.last = f"a trial, {way(self.mode)} at capacity: {self.last}"
         return self._switch(other)
 
-    def _batched(self, window: Window, series: float) -> float:
-        """How busy plain serving would be carrying a pipelined window's answers in batches as
-        large as the tables go: what its capacity allows, where a trial says whether the load
-        lets it gather them (a closed loop of fewer requests cannot). A pipeline's stage 0
-        gathers what arrives during one stage, a plain call what arrives during the whole model,
-        so a pipeline near capacity predicts plain at its own rows a run, busier than plain
-        would be: six stages of 0.7-1 ms (BERT-base in FP16 on an H100) at 64 in flight on a
-        one-core server pipelined at 17.6 rows a run, 99 % busy at 2,200 answers/s, predicted plain
-        90-103 % busy at those rows and stayed, at 0.82x the plain model, which ran 48 rows a call
-        (docs/results/trial-plain-batches)."""
-        most = float(self.tables[0].batch_sizes[-1])
-        return max(self._predicted(self.plain, window, series, rows=max(most, window.rows)))
+    def _batched(self, window: Window, series: float, busy: float) -> bool:
+        """Whether plain serving, carrying a pipelined window's answers in batches as large as
+        the tables go, would be less busy than the pipeline is (``busy``) and than it would be in
+        batches as large: what plain's capacity allows, where a trial says whether the load lets
+        it gather them (a closed loop of fewer requests cannot). A pipeline's stage 0 gathers what
+        arrives during one stage, a plain call what arrives during the whole model, so a pipeline
+        near capacity predicts plain at its own rows a run, busier than plain would be: six stages
+        of 0.7-1 ms (BERT-base in FP16 on an H100) at 64 in flight on a one-core server pipelined
+        at 17.6 rows a run, 99 % busy at 2,200 answers/s, predicted plain 90-103 % busy at those
+        rows and stayed, at 0.82x the plain model, which ran 48 rows a call
+        (docs/results/trial-plain-batches). But a pipeline is busy in small batches under an open
+        load well below its capacity too, and its batches grow with the load as plain's do: where
+        it is predicted less busy in batches as large, plain carries less whatever the load (the
+        slower engine's two stages under Poisson 420/s, 2.3 rows a run and 88 % busy, tried plain,
+        predicted 53 % busy in its largest batches where the pipeline would be 34 %, after every
+        pause, each trial two windows of an overloaded plain: 1.08x the forced pipeline's mean,
+        docs/results/check-held-out-four)."""
+        rows = max(float(self.tables[0].batch_sizes[-1]), window.rows)
+        plain = max(self._predicted(self.plain, window, series, rows=rows))
+        return plain < busy and plain < max(self._predicted(Mode.PIPELINE, window, series, rows=rows))
 
     def _another_load(self, rate: float, rows: float) -> bool:
         """Whether a load at capacity is another than the one last tried (``Trial``): none tried

@@ -5,6 +5,7 @@ from __future__ import annotations
 import queue
 import threading
 import time
+from collections.abc import Callable
 
 import numpy as np
 
@@ -21,9 +22,12 @@ class Exit:
     pipeline at TensorRT speed, 16 and 64 in flight on 2 cores, ``tools.bench_cost``: 0.45x-0.54x
     the plain model's answers with one thread, 0.70x-0.90x with four, no more with eight). The
     answers handed over are the caller's to keep: never views of buffers a later batch may
-    overwrite (``Runtime.leave`` copies each output once an item)."""
+    overwrite (``Runtime.leave`` copies each output once an item). ``sent`` hears each answer's
+    seconds from its query's arrival in ``execute`` to its send returning: a pipelined query's
+    latency inside the model, answered after its ``execute`` returned."""
 
-    def __init__(self, threads: int = ANSWERING_THREADS):
+    def __init__(self, sent: Callable[[float], None], threads: int = ANSWERING_THREADS):
+        self._sent = sent
         self._answers: queue.SimpleQueue[tuple[Query, dict[str, np.ndarray]] | None] = queue.SimpleQueue()
         self._pending = 0  # answers handed over and not yet sent
         self._settled = threading.Condition()
@@ -50,6 +54,7 @@ class Exit:
         while (item := self._answers.get()) is not None:
             query, outputs = item
             query.answer(outputs)
+            self._sent(time.monotonic() - query.arrived)
             with self._settled:
                 self._pending -= 1
                 if not self._pending:

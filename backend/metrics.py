@@ -14,6 +14,9 @@ its instance's name: ``model.MetricsExporter``):
 - ``dvabatch_stage_busy_us_total{stage}``: wall time each stage spent on its items;
 - ``dvabatch_entry_queries_total``, ``dvabatch_entry_wait_us_total``: queries admitted and the time
   they waited at the entry (the pipeline's queue; Triton's own queue is ``nv_inference_queue_*``);
+- ``dvabatch_pipeline_answers_total``, ``dvabatch_pipeline_answer_us_total``: queries answered from
+  the pipeline (a ``send()`` each, after ``execute`` returned) and their time from arriving in
+  ``execute`` to the send returning: a pipelined request's latency inside the model;
 - ``dvabatch_queries_waiting``, ``dvabatch_queries_in_flight``: queries at the entry, and queries
   handed to the backend and not yet answered;
 - ``dvabatch_executes_total``, ``dvabatch_execute_us_total``, ``dvabatch_execute_idle_us_total``:
@@ -63,6 +66,9 @@ STAGE_BUSY = Family("dvabatch_stage_busy_us_total", "counter",
 ENTRY_QUERIES = Family("dvabatch_entry_queries_total", "counter", "Queries admitted into the pipeline")
 ENTRY_WAIT = Family("dvabatch_entry_wait_us_total", "counter",
                     "Microseconds admitted queries waited at the entry of the pipeline")
+ANSWERS = Family("dvabatch_pipeline_answers_total", "counter", "Queries answered from the pipeline (send())")
+ANSWER_TIME = Family("dvabatch_pipeline_answer_us_total", "counter",
+                     "Microseconds from a query's arrival in execute to its answer sent from the pipeline")
 WAITING = Family("dvabatch_queries_waiting", "gauge", "Queries waiting at the entry of the pipeline")
 IN_FLIGHT = Family("dvabatch_queries_in_flight", "gauge", "Queries handed to the backend and not yet answered")
 EXECUTES = Family("dvabatch_executes_total", "counter", "Calls of the model's execute")
@@ -80,14 +86,17 @@ EXECUTE_WAITS = Family("dvabatch_execute_waits", "gauge",
                        "1 where a pipelined execute waits for stage 0 to run its queries, 0 where it returns at once")
 CAPACITY = Family("dvabatch_predicted_capacity", "gauge",
                   "Requests/s predicted at load for plain and pipeline serving, from the tables and the host's costs")
-FAMILIES = {f.name: f for f in (META_OPERATIONS, BATCHES, STAGE_BUSY, ENTRY_QUERIES, ENTRY_WAIT, WAITING, IN_FLIGHT,
-                                EXECUTES, EXECUTE_TIME, EXECUTE_IDLE, LONE, SERVING, SERVED, EXECUTE_WAITS, CAPACITY)}
+FAMILIES = {f.name: f for f in (META_OPERATIONS, BATCHES, STAGE_BUSY, ENTRY_QUERIES, ENTRY_WAIT, ANSWERS, ANSWER_TIME,
+                                WAITING, IN_FLIGHT, EXECUTES, EXECUTE_TIME, EXECUTE_IDLE, LONE, SERVING, SERVED,
+                                EXECUTE_WAITS, CAPACITY)}
 
 
 Key = tuple[str, Labels]
 FOLD_AT = 65536  # updates recorded before the recorder folds them itself
 _ENTRY_QUERIES: Key = (ENTRY_QUERIES.name, ())
 _ENTRY_WAIT: Key = (ENTRY_WAIT.name, ())
+_ANSWERS: Key = (ANSWERS.name, ())
+_ANSWER_TIME: Key = (ANSWER_TIME.name, ())
 _EXECUTES: Key = (EXECUTES.name, ())
 _EXECUTE_TIME: Key = (EXECUTE_TIME.name, ())
 _EXECUTE_IDLE: Key = (EXECUTE_IDLE.name, ())
@@ -149,6 +158,10 @@ class Metrics:
         queries ran alone). Recorded as it is and counted by the reader: a model served plain
         pays for its counters on every ``execute``."""
         self._add((_INLINE, (queries, waited_s, batches, runs)))
+
+    def answered(self, seconds: float) -> None:
+        """A query answered from the pipeline ``seconds`` after it arrived in ``execute``."""
+        self._add((_ANSWERS, 1), (_ANSWER_TIME, seconds * 1e6))
 
     def executed(self, seconds: float, idle_s: float) -> None:
         """An ``execute`` call took ``seconds``, ``idle_s`` after the previous one ended."""

@@ -85,7 +85,7 @@ class Runtime:
         self._partial: dict[Query, dict[str, np.ndarray]] = {}
         self._filled: dict[Query, int] = {}
         self._lock = threading.Lock()
-        self.exit = Exit()
+        self.exit = Exit(sent=self.metrics.answered)
         self.executors = [
             StageExecutor(spec, engine, self.device, self.scheduler,
                           inbox=self.entry if i == 0 else self.queues[i - 1],

@@ -37,8 +37,8 @@ from .executor import Trace
 from .hold import HeldBatch, Hold
 from .host import Cpus, Machine, busy_s, cpus, machine
 from .manifest import Manifest
-from .metrics import (BATCHES, ENTRY_QUERIES, EXECUTE_IDLE, EXECUTE_TIME, EXECUTES, LONE_INLINE, LONE_PIPELINE,
-                      STAGE_BUSY, Metrics)
+from .metrics import (ANSWER_TIME, ANSWERS, BATCHES, ENTRY_QUERIES, EXECUTE_IDLE, EXECUTE_TIME, EXECUTES, LONE_INLINE,
+                      LONE_PIPELINE, STAGE_BUSY, Metrics)
 from .nvml import NvmlError
 from .padding import Buckets
 from .query import Query, Reply, Tensors
@@ -363,7 +363,8 @@ class Watch(threading.Thread):
         return Window(now.clock - before.clock, answered, now.cpu_s - before.cpu_s, server, busy,
                       rows / runs if runs else 1.0, *calls, others_s=self.others_s(before, now, server),
                       inline=int(delta(LONE_INLINE)), lone=int(delta(LONE_INLINE) + delta(LONE_PIPELINE)),
-                      rows_a_request=rows / answered if answered else 1.0)
+                      rows_a_request=rows / answered if answered else 1.0, sent=int(delta((ANSWERS.name, ()))),
+                      sent_s=delta((ANSWER_TIME.name, ())) / 1e6)
 
     @staticmethod
     def others_s(before: Reading, now: Reading, server_s: float | None) -> float:

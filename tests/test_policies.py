@@ -1313,3 +1313,19 @@ def test_a_pipeline_near_capacity_tries_plain_in_the_batches_plain_would_gather(
     assert switch.observe(plain) is None and switch.observe(plain) is Mode.IN_TURN and switch.trying is None
     assert "answered 3019/s where pipelined answered" in switch.last and switch.last.endswith("kept")
     assert _decides(switch, plain) is None  # the pipeline at plain's 48 rows: no better, no trial
+
+
+def test_a_pipeline_busy_in_small_batches_under_an_open_load_tries_no_plain_that_carries_less():
+    """The slower engine's two stages under Poisson 400/s: pipelined in runs of 2.3 rows, 88 %
+    busy, plain overloaded at those rows and 53 % busy in its largest batches. The pipeline in
+    batches as large would be 34 % busy, so plain carries less whatever the load: no trial (each,
+    after every pause, had served two windows of an overloaded plain: the window and costs as
+    logged). Near capacity in its own batches, with plain the one to carry more in full ones,
+    the trial stays: the test above."""
+    manifest = _profile("slow_2stages")
+    costs = HostCosts(pipeline_batch_s=673e-6, pipeline_request_s=111e-6, plain_batch_s=180e-6,
+                      plain_request_s=7e-6, handoff_s=57e-6)
+    switch = ModeSwitch([s.latency for s in manifest.stages], costs, cores=1)
+    open_load = Window(1.0, 400, 0.25, 0.2, (0.88, 0.85), 2.3)
+    assert _decides(switch, open_load) is None and switch.trying is None, switch.last
+    assert "(88% busy)" in switch.last and "overloaded plain" in switch.last

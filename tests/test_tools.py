@@ -392,7 +392,8 @@ def test_peers_for_a_gpu_host_use_tritons_own_backends(repository, tmp_path):
 
 def test_backend_metrics_count_meta_operations_and_batches(client, server, repository):
     """Three queries one after another through a pipeline: three new batches, each run by every
-    stage. The model pipelines whatever this host's tables say (``policy: pass``): under ``auto``,
+    stage, and three answers sent from it, with their time inside the model. The model
+    pipelines whatever this host's tables say (``policy: pass``): under ``auto``,
     stages on the CPU's cores serve fused unless the tables measured when the suite sliced them
     say a split pays, and then no batch enters the pipeline."""
     name = write_variant(repository / "resnet_like", repository, "resnet_like_pass", {"policy": "pass"}).name
@@ -402,8 +403,9 @@ def test_backend_metrics_count_meta_operations_and_batches(client, server, repos
     before = settled(server, name)
     for _ in range(3):
         infer(client, name, feed)
-    scraped(server, lambda metrics: sum(prom.select(
-        prom.delta(before, metrics), "dvabatch_entry_queries_total", model=name).values()) >= 3)
+    counted = ("dvabatch_entry_queries_total", "dvabatch_pipeline_answers_total")
+    scraped(server, lambda metrics: all(
+        sum(prom.select(prom.delta(before, metrics), family, model=name).values()) >= 3 for family in counted))
     # ... and the rest of that export: it sends one series after another, each a round trip to
     # Triton, and the last stage counts its batch after the answer left (a scrape in between once
     # read the three queries admitted and no new batch).
@@ -416,6 +418,9 @@ def test_backend_metrics_count_meta_operations_and_batches(client, server, repos
     assert len(busy) == len(manifest.stages) and all(v > 0 for v in busy.values())
     queries = prom.select(grown, "dvabatch_entry_queries_total", model=name)
     assert sum(queries.values()) == 3
+    assert sum(prom.select(grown, "dvabatch_pipeline_answers_total", model=name).values()) == 3
+    inside = sum(prom.select(grown, "dvabatch_pipeline_answer_us_total", model=name).values())
+    assert inside >= sum(busy.values()) > 0  # each answer's time inside holds its batch's stages
     assert prom.select(prom.scrape(server.metrics_url), "dvabatch_queries_in_flight", model=name)
     client.unload_model(name)
 
