@@ -531,7 +531,7 @@ class Window:
     batches run inline (``inline``) and the calls that found the pipeline empty (``lone``), and
     the mean rows a request brought (``rows_a_request``: a client may send several in one, as an
     image classifier's often does), and the answers sent from the pipeline with their seconds
-    from arriving in ``execute`` in all (``sent``, ``sent_s``: what the log sets beside the
+    from arriving in ``execute`` in all (``piped``, ``piped_s``: what the log sets beside the
     latency predicted pipelined). The engines' time goes by rows; the stub's, tritonserver's
     and a closed loop's round trip go by requests."""
 
@@ -549,8 +549,8 @@ class Window:
     inline: int = 0  # served pipelined, the lone batches that ran inside ``execute`` (``LoneRuns``)
     lone: int = 0  # ... and the calls that found the pipeline empty (inline or not; 0 where ``LoneRuns`` is off)
     rows_a_request: float = 1.0
-    sent: int = 0
-    sent_s: float = 0.0
+    piped: int = 0
+    piped_s: float = 0.0
 
     @property
     def requests(self) -> float:
@@ -798,7 +798,7 @@ class ModeSwitch:
                      f"{f' ({requests:.1f} requests)' if requests < rows - 0.05 else ''}"
                      f"{f', requests overlapping {overlap:.0%} as often as at random' if overlap < 0.995 else ''}: "
                      f"{_ms(latency[Mode.PIPELINE])} pipelined ({busy[Mode.PIPELINE]:.0%} busy"
-                     f"{f', {_ms(window.sent_s / window.sent)} measured inside the model' if window.sent else ''}), "
+                     f"{f', {_ms(window.piped_s / window.piped)} measured inside the model' if window.piped else ''}), "
                      f"{_ms(latency[plain])} plain ({busy[plain]:.0%}, {series * 1e6:.0f} us a request's round trip "
                      f"in series) ({self.costs.describe()}, tritonserver {self._server_text()})")
         # Its answers are its capacity, not the load, where it is overloaded, and where the clients

@@ -53,8 +53,8 @@ class Exit:
     def _run(self) -> None:
         while (item := self._answers.get()) is not None:
             query, outputs = item
-            query.answer(outputs)
-            self._sent(time.monotonic() - query.arrived)
+            if query.answer(outputs):  # ... not where a failure beside it answered it first
+                self._sent(time.monotonic() - query.arrived)
             with self._settled:
                 self._pending -= 1
                 if not self._pending:

@@ -140,21 +140,23 @@ class Query:
         self.asked = now
         return self.cancelled()
 
-    def answer(self, outputs: Tensors | None = None, failure: Failure | None = None) -> None:
+    def answer(self, outputs: Tensors | None = None, failure: Failure | None = None) -> bool:
         """Send the response, once: a query whose rows were split answers when its last rows
-        leave, or at its first failure, and never again. A failure to send (a client gone) must
-        not stop the pipeline."""
+        leave, or at its first failure, and never again; whether this call answered it (the
+        exit counts the answers it sent). A failure to send (a client gone) must not stop the
+        pipeline."""
         with _ANSWERING:
             if self.answered:
-                return
+                return False
             self.answered = True
         if self.respond is None:
             self.reply = outputs, failure
-            return
+            return True
         try:
             self.respond(outputs, failure)
         except Exception:  # the response channel is outside our control
             log.exception("could not send a response")
+        return True
 
 
 def waited(queries: Sequence[Query], now: float) -> float:

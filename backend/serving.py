@@ -363,8 +363,8 @@ class Watch(threading.Thread):
         return Window(now.clock - before.clock, answered, now.cpu_s - before.cpu_s, server, busy,
                       rows / runs if runs else 1.0, *calls, others_s=self.others_s(before, now, server),
                       inline=int(delta(LONE_INLINE)), lone=int(delta(LONE_INLINE) + delta(LONE_PIPELINE)),
-                      rows_a_request=rows / answered if answered else 1.0, sent=int(delta((ANSWERS.name, ()))),
-                      sent_s=delta((ANSWER_TIME.name, ())) / 1e6)
+                      rows_a_request=rows / answered if answered else 1.0, piped=int(delta((ANSWERS.name, ()))),
+                      piped_s=delta((ANSWER_TIME.name, ())) / 1e6)
 
     @staticmethod
     def others_s(before: Reading, now: Reading, server_s: float | None) -> float:
