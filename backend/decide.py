@@ -388,35 +388,76 @@ class LoneRuns:
 class Trial:
     """A trial of another way of serving against the answers/s the way before it served at
     (``baseline``): ``TRIAL_WINDOWS`` windows at rates within ``SWITCH_GAIN`` of each other, the
-    way tried kept where they answered ``TRIAL_GAIN`` more (``EntryWait``, ``ModeSwitch``)."""
+    way tried kept where they answered ``TRIAL_GAIN`` more (``EntryWait``, ``ModeSwitch``), or,
+    where both ways' latency was measured (``baseline_s``, ``measured_s``), answered as many
+    within ``TRIAL_GAIN`` in ``TRIAL_GAIN`` less time: under an open load each way answers what
+    arrives, and only the time says which serves it sooner (BERT-base's three FP16 stages from
+    an H100 under Poisson 1,800/s, served plain 100 % busy in calls whose time barely grows with
+    their rows, read as a loop at capacity; the pipeline tried answered as many and was left,
+    at 1.10x its forced mean: docs/results/check-held-out-runs)."""
 
     baseline: float
+    baseline_s: float | None = None
     rates: list[float] = field(default_factory=list)
+    took_s: list[float | None] = field(default_factory=list)
 
     def moved(self, rate: float) -> bool:
         """Whether a window's answers/s moved from the window before: a load that stopped or
         changed says nothing of either way, and the trial ends."""
         return bool(self.rates) and moved(rate, self.rates[-1])
 
-    def take(self, rate: float) -> bool | None:
-        """A window's answers/s: None while the trial runs, else whether the way tried is kept.
+    def take(self, rate: float, took_s: float | None = None) -> bool | None:
+        """A window's answers/s and its requests' measured latency (``measured_s``): None while
+        the trial runs, else whether the way tried is kept.
         A window ``SWITCH_GAIN`` short of the baseline ends it at once: the way tried carries
         less, or the load fell, and either way a second window would cost as much again
         (TensorRT speed under a Poisson load at 0.6 of plain's peak, 1,836/s, tried a pipeline that
         answered 1,203/s for two windows, the requests it left queued by then some 1,300)."""
         self.rates.append(rate)
+        self.took_s.append(took_s)
         if rate < (1 - SWITCH_GAIN) * self.baseline:
             return False
         if len(self.rates) < TRIAL_WINDOWS:
             return None
-        return self.answered >= (1 + TRIAL_GAIN) * self.baseline
+        return (self.answered >= (1 + TRIAL_GAIN) * self.baseline and not self.slower) or self.sooner
 
     @property
     def answered(self) -> float:
         return sum(self.rates) / len(self.rates)
 
+    @property
+    def took(self) -> float | None:
+        """The mean measured latency of the way tried; None where a window could not measure it."""
+        took = [t for t in self.took_s if t is not None]
+        return sum(took) / len(took) if took and len(took) == len(self.took_s) else None
+
+    @property
+    def sooner(self) -> bool:
+        """Whether the way tried carried the load the way before did and answered it sooner."""
+        took = self.took
+        return (took is not None and self.baseline_s is not None and self.answered >= (1 - TRIAL_GAIN) * self.baseline
+                and took <= (1 - TRIAL_GAIN) * self.baseline_s)
+
+    @property
+    def slower(self) -> bool:
+        """Whether the way tried answered ``TRIAL_GAIN`` later than the way before, as measured:
+        then answers/s that read more are an open load's noise (a closed loop answered more
+        is answered sooner), as 1,861/s returning at once against 1,764 waiting for stage 0
+        under Poisson 1,800/s, each request 8.2 ms where waiting took 7.4."""
+        took = self.took
+        return took is not None and self.baseline_s is not None and took >= (1 + TRIAL_GAIN) * self.baseline_s
+
+    @property
+    def refused(self) -> str:
+        """Why the way tried was not kept, for the log."""
+        return f"{TRIAL_GAIN:.0%} later or more" if self.slower else f"not {TRIAL_GAIN:.0%} more"
+
     def said(self, tried: str, before: str) -> str:
-        return f"{tried} answered {self.answered:.0f}/s where {before} answered {self.baseline:.0f}"
+        said = f"{tried} answered {self.answered:.0f}/s where {before} answered {self.baseline:.0f}"
+        took = self.took
+        if took is None or self.baseline_s is None:
+            return said
+        return f"{said}, in {_ms(took)} a request where {before} took {_ms(self.baseline_s)} (measured_s)"
 
 
 @dataclass
@@ -435,7 +476,9 @@ class EntryWait:
     room (under ``1 - SWITCH_GAIN`` busy), the entry returns at once for ``TRIAL_WINDOWS``, and
     keeps doing so only where that answered ``TRIAL_GAIN`` more than waiting did (clients that
     wait on their answers send more when answered sooner; an open load's rate is the same either
-    way), else it waits again and tries no more until the load moves by ``SWITCH_GAIN``. Returning
+    way), or, as many within ``TRIAL_GAIN``, in ``TRIAL_GAIN`` less time, as measured
+    (``measured_s``; none kept that took ``TRIAL_GAIN`` more, ``Trial.slower``), else it waits
+    again and tries no more until the load moves by ``SWITCH_GAIN``. Returning
     at once, it waits again once the host is ``HOST_SATURATED`` busy, and tries no more at that
     load or a heavier one; and where a trial kept returning at once, once the load moves by more
     than ``SWITCH_GAIN`` from the trial's: a trial speaks for its load alone (six timed 1 ms
@@ -446,8 +489,9 @@ class EntryWait:
     (where a load started, a first window's answers once made the trial's 657/s look like more
     than waiting's 381 under an open load of 700/s); a trial whose load stops or moves (its
     windows' rates apart by more) is abandoned, waiting again, free to try again. ``host``: the
-    host's utilisation as ``ModeSwitch.host_busy`` reads it, ``rate`` the window's answers/s;
-    None for a window not served pipelined or with too few answers to go by."""
+    host's utilisation as ``ModeSwitch.host_busy`` reads it, ``rate`` the window's answers/s,
+    ``took_s`` its requests' latency as measured (``measured_s``; None where it cannot be); None
+    for a window not served pipelined or with too few answers to go by."""
 
     waits: bool
     last: str = ""  # why the entry does what it does now: for the log
@@ -457,14 +501,14 @@ class EntryWait:
     _trial: Trial | None = field(default=None, init=False)  # of returning at once, against waiting
     _kept_at: float | None = field(default=None, init=False)  # answers/s of the trial that kept returning at once
 
-    def observe(self, host: float | None, rate: float = 0.0) -> bool | None:
+    def observe(self, host: float | None, rate: float = 0.0, took_s: float | None = None) -> bool | None:
         """Take a window; whether the entry waits from now on where that changes or a trial
         ends, else None."""
         if host is None:
             self._wanted = None
             return None if self._trial is None else self._abandon()
         if self._trial is not None and host < HOST_SATURATED:
-            return self._take(rate)
+            return self._take(rate, took_s)
         if self.waits:
             wanted = not (host < 1 - SWITCH_GAIN and rate < (1 - SWITCH_GAIN) * self._saturated_at
                            and moved(rate, self._refused_at))
@@ -486,7 +530,7 @@ class EntryWait:
                          f"{rate:.0f}: a trial speaks for its load alone")
             self._kept_at = None
         else:
-            self._trial = Trial((before[1] + rate) / 2)
+            self._trial = Trial((before[1] + rate) / 2, took_s)
             self.last = (f"a trial: the host {host:.0%} busy waiting for stage 0 at {rate:.0f} answers/s, under "
                          f"{1 - SWITCH_GAIN:.0%}")
         return wanted
@@ -496,12 +540,12 @@ class EntryWait:
         """Whether the entry returns at once on trial now (``ModeSwitch.observe``'s ``trial``)."""
         return self._trial is not None
 
-    def _take(self, rate: float) -> bool | None:
+    def _take(self, rate: float, took_s: float | None) -> bool | None:
         """A window of a trial at once: after ``TRIAL_WINDOWS``, keep it (False) or wait again (True)."""
         trial = self._trial
         if trial.moved(rate):
             return self._abandon()
-        kept = trial.take(rate)
+        kept = trial.take(rate, took_s)
         if kept is None:
             return None
         self._trial, self._wanted = None, None
@@ -510,7 +554,7 @@ class EntryWait:
             self._kept_at = trial.answered
             return False
         self.waits, self._refused_at = True, trial.baseline
-        self.last += f": not {TRIAL_GAIN:.0%} more"
+        self.last += f": {trial.refused}"
         return True
 
     def _abandon(self) -> bool:
@@ -583,6 +627,31 @@ def round_trip_s(window: Window, delay_s: float = 0.0) -> float:
     took = window.execute_s / window.executes
     idle = max(window.idle_s - window.longest_idle_s, 0.0) / (window.executes - 1)
     return max(idle - math.exp(-rate * took) / rate - delay_s, 0.0) * window.executes / window.answered
+
+
+def measured_s(window: Window, piped: bool) -> float | None:
+    """A request's mean seconds from Triton's queue to its answer as the window measured them,
+    the hand-off to the client left out alike for both ways. Each call holds Triton's instance
+    for its time and a hand-off after it (``round_trip_s``: what the idle between calls shows
+    beyond what random arrivals leave); a request arriving finds the instance so held as often
+    as it is, for half of that on average, then spends its time inside the model: pipelined,
+    from arriving in ``execute`` to its send returning (``Window.piped_s``); plain, its call and
+    the hand-off that returns the call's answers. Served plain under Poisson 1,800/s, BERT-base's
+    three FP16 stages read 8.4 ms where the client took 9.6; pipelined 7.3 where it took 7.6
+    (docs/results/check-held-out-runs). None where the window cannot tell: its calls not counted
+    (several instances, a hold), or pipelined, its answers mostly from lone batches run inline."""
+    if window.executes < 2 or window.seconds <= 0 or not window.answered:
+        return None
+    call = window.execute_s / window.executes
+    handoff = round_trip_s(window) * window.answered / window.executes
+    held = min((window.execute_s + window.executes * handoff) / window.seconds, 1.0)
+    if not piped:
+        inside = call + handoff
+    elif window.piped < MIN_ANSWERS or window.inline > MIXED_INLINE * window.executes:
+        return None
+    else:
+        inside = window.piped_s / window.piped
+    return held * (call + handoff) / 2 + inside
 
 
 @dataclass(frozen=True)
@@ -683,7 +752,8 @@ class ModeSwitch:
     error, the other is tried (``Trial``); so is plain where the pipeline is within the model's
     error of capacity and plain, in the batches it would gather, is predicted less busy than the
     pipeline is and than it would be in batches as large (``_batched``). The way tried is served for
-    ``TRIAL_WINDOWS`` and kept where it answered ``TRIAL_GAIN`` more, as ``EntryWait`` tries
+    ``TRIAL_WINDOWS`` and kept where it answered ``TRIAL_GAIN`` more (or as many, sooner as
+    measured: ``Trial``), as ``EntryWait`` tries
     returning at once. At capacity the answers/s are the way's capacity, so they decide where the
     costs cannot (three uneven timed stages at 64 in flight, served plain, had the pipeline
     predicted 93 % busy against plain's 99 %, and plain stayed, at 0.84x the answers of the forced
@@ -712,8 +782,8 @@ class ModeSwitch:
     # what the load did to the way served now's, it is taken to have done to the other's
     # (``_server_s``); a way not served yet is taken to cost what the other does
     server_at: dict[Mode, dict[int, float]] = field(init=False, default_factory=dict)
-    # Each way's stub seconds a request beyond loading's at the batch size seen, and the answers/s
-    # it was seen at, as last seen served that way. Loading runs each way apart from Triton
+    # Each way's stub seconds a request beyond loading's at the batch size seen, the answers/s and
+    # the requests a run it was seen at, as last seen served that way. Loading runs each way apart from Triton
     # (``calibrate.py``): what it leaves out is mostly the stub's work receiving a call's requests
     # and sending their responses, about as much a request whichever way serves, not a share of
     # each way's own cost (a factor a way, read from the way served and carried to the other, made
@@ -726,8 +796,13 @@ class ModeSwitch:
     # pipeline that cost more than loading's too: docs/results/served-plain-bookkeeping). (One
     # correction for both ways, read from the way served, once had the switch flip every 1.5 s at
     # near-zero compute: each window served plain forgot how much dearer the pipeline had just
-    # shown itself.)
-    excess: dict[Mode, tuple[float, float]] = field(init=False, default_factory=dict)
+    # shown itself.) A call's own share of what loading leaves out falls on each of its requests
+    # as a request's: a way last seen in runs of half as many requests or fewer is taken to be off
+    # by no more than the way served now, and at a lighter load, by as much (plain, seen at one
+    # request in flight 127 us a request over loading's, was predicted so at 64 in flight in runs
+    # of 21, 164 % busy where it spent 37 us a request and answered 1.1x what the pipeline did:
+    # docs/results/check-held-out-runs).
+    excess: dict[Mode, tuple[float, float, float]] = field(init=False, default_factory=dict)
     lines: dict[Mode, ServedLine] = field(init=False, default_factory=dict)  # each way's costs as served
     # Served plain, what each request last held the next batch back in series (``round_trip_s``),
     # and the answers/s it was seen at: a load served pipelined at less than ``1 - SWITCH_GAIN``
@@ -807,7 +882,7 @@ class ModeSwitch:
         looped = self.mode is not Mode.PIPELINE and series > 0 and busy[self.mode] >= 1 - SWITCH_GAIN
         if self.trying is not None:
             self._before = None
-            return self._trial(rate, rows)
+            return self._trial(rate, rows, measured_s(window, self.mode is Mode.PIPELINE))
         overloaded = math.isinf(latency[self.mode])
         capped = looped or overloaded
         if capped:  # ... and a loop is a guess at the load's kind, which only a trial's answers confirm (``Trial``)
@@ -822,7 +897,7 @@ class ModeSwitch:
         if not (better or tries) or not steady or before.wanted is not other:
             return None  # a window may hold a load starting or stopping: the one before must agree
         if not better:
-            self.trying = Trial((before.rate + rate) / 2)
+            self.trying = Trial((before.rate + rate) / 2, measured_s(window, self.mode is Mode.PIPELINE))
             self._tried_at = (self.trying.baseline, rows)
             self.last = f"a trial, {way(self.mode)} at capacity: {self.last}"
         return self._switch(other)
@@ -866,15 +941,19 @@ class ModeSwitch:
         """The stub's seconds a request served as now at ``requests`` a run and ``rate`` answers/s,
         against what loading measured: each way's costs from its own line where it has one
         (``ServedLine``), else loading's and the excess a request last seen served that way (no
-        less than the way served now's where that was at a load lighter by ``SWITCH_GAIN``), or,
-        not served yet, the way served now's."""
+        less than the way served now's where that was at a load lighter by ``SWITCH_GAIN``, no
+        more where it was in runs of half as many requests or fewer, the way served now's where
+        both), or, not served yet, the way served now's."""
         predicted = self.measured.stub_s(self.mode, requests) / requests
         now = max(per_request_s - predicted, -(1 - LEAST_SHARE) * predicted)
-        self.excess[self.mode] = (now, rate)
+        self.excess[self.mode] = (now, rate, requests)
 
         def excess(mode: Mode) -> float:
-            seen, at = self.excess.get(mode, (now, rate))
-            return max(seen, now) if at < (1 - SWITCH_GAIN) * rate else seen
+            seen, at, runs_of = self.excess.get(mode, (now, rate, requests))
+            lighter, fewer = at < (1 - SWITCH_GAIN) * rate, runs_of * LINE_SPREAD <= requests
+            if fewer:  # its excess held a call's costs spread over fewer requests: at most as much now
+                return now if lighter else min(seen, now)
+            return max(seen, now) if lighter else seen
 
         self.lines.setdefault(self.mode, ServedLine()).add(requests, per_request_s)
         costs = self.measured.plus(excess(Mode.PIPELINE), excess(self.plain))
@@ -886,22 +965,23 @@ class ModeSwitch:
         self.costs = replace(costs, how=f"{self.measured.how}; {' and '.join(lined)} as served (decide.ServedLine)") \
             if lined else costs
 
-    def _trial(self, rate: float, rows: float) -> Mode | None:
-        """A window of a trial: after ``TRIAL_WINDOWS``, the way tried is kept (returned, as a
-        switch to it) or left. A way kept runs its own rows a run at the load tried, which
-        ``_another_load`` must not take for another load (kept plain at 48 rows where the pipeline
-        had run 17, the pipeline was tried straight back)."""
+    def _trial(self, rate: float, rows: float, took_s: float | None) -> Mode | None:
+        """A window of a trial, with its requests' measured latency (``measured_s``): after
+        ``TRIAL_WINDOWS``, the way tried is kept (returned, as a switch to it) or left. A way kept
+        runs its own rows a run at the load tried, which ``_another_load`` must not take for
+        another load (kept plain at 48 rows where the pipeline had run 17, the pipeline was tried
+        straight back)."""
         trial = self.trying
         if trial.moved(rate):
             return self._end_trial(f"a trial {way(self.mode)} ended with its load")
-        kept = trial.take(rate)
+        kept = trial.take(rate, took_s)
         if kept is None:
             return None
         said = trial.said(f"a trial {way(self.mode)}", way(self._other))
         if kept:
             self.trying, self.last, self._tried_at = None, f"{said}: kept", (trial.answered, rows)
             return self.mode
-        return self._end_trial(f"{said}: not {TRIAL_GAIN:.0%} more")
+        return self._end_trial(f"{said}: {trial.refused}")
 
     @property
     def _other(self) -> Mode:

@@ -29,7 +29,7 @@ from typing import Protocol
 from . import calibrate
 from .config import RuntimeConfig
 from .decide import (Choice, EntryWait, HostCosts, LoneRuns, Mode, ModeSwitch, Window, capacities, choose, fuses,
-                     interpreted, waits, way)
+                     interpreted, measured_s, waits, way)
 from .device import CpuDevice, Device
 from .dispatch import SmdpPolicy
 from .engines import describe_graphs, describe_pins, fusable, graph_buckets, load_engines, on_host_cores
@@ -315,7 +315,8 @@ class Watch(threading.Thread):
         if self.entry is None:
             return None
         host = None if window is None else self.switch.host_busy(window)
-        waits = self.entry.observe(host, 0.0 if host is None else window.answered / window.seconds)
+        waits = self.entry.observe(host, 0.0 if host is None else window.answered / window.seconds,
+                                   None if window is None else measured_s(window, piped=True))
         if waits is not None:
             self.runtime.wait_s = BACKPRESSURE_MAX_S if waits else 0.0
             self.switch.entry_waits = waits

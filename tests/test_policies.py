@@ -13,7 +13,7 @@ import pytest
 from backend.batch_table import BatchTable, Flight
 from backend.manifest import LatencyTable
 from backend.decide import (EntryWait, HostCosts, LoneRuns, Mode, ModeSwitch, ServedLine, Trial, Window, capacities,
-                            fuses, interpreted, round_trip_s)
+                            fuses, interpreted, measured_s, round_trip_s)
 from backend.config import RuntimeConfig, make_policy
 from backend.policy import Outlook
 from backend.errors import ConfigError
@@ -1313,6 +1313,64 @@ def test_a_pipeline_near_capacity_tries_plain_in_the_batches_plain_would_gather(
     assert switch.observe(plain) is None and switch.observe(plain) is Mode.IN_TURN and switch.trying is None
     assert "answered 3019/s where pipelined answered" in switch.last and switch.last.endswith("kept")
     assert _decides(switch, plain) is None  # the pipeline at plain's 48 rows: no better, no trial
+
+
+def test_a_stub_cost_seen_in_runs_of_one_request_is_not_carried_to_runs_of_twenty():
+    """BERT-base's three FP16 stages from an H100 on a one-core server (a profile no check had
+    run). Served plain at one request in flight, the stub spent 160 us a request where loading
+    had measured 33: mostly a call's own cost, which one request carried alone. At 64 in flight,
+    pipelined in runs of 21 rows, 93 % busy, that excess taken a request had plain predicted
+    164 % busy in its largest batches, busier than the pipeline: no trial, 0.91x [0.88, 0.94] the
+    plain model, which spent 37 us a request in runs of 42. Seen in runs of half as many requests
+    or fewer, a way's excess is taken at most as the way served now's: plain is tried (the
+    windows as logged, costs as loading measured them)."""
+    manifest = _profile("bert_base_h100_fp16_3stages")
+    costs = HostCosts(pipeline_batch_s=303e-6, pipeline_request_s=22e-6, plain_batch_s=31e-6,
+                      plain_request_s=2e-6, handoff_s=84e-6)
+    switch = ModeSwitch([s.latency for s in manifest.stages], costs, cores=1, entry_waits=True, mode=Mode.IN_TURN)
+    alone = Window(1.0, 205, 0.0327, 0.03, (0.0016, 0.0007, 0.924), 1.0, 0.937, 205, 0.064, 0.0005)
+    assert switch.observe(alone) is None
+    switch.mode = Mode.PIPELINE
+    full = [Window(1.0, 4595, 0.446, 0.48, (0.49, 0.46, 0.42), 21.2, 0.73, 216, 0.27, 0.004),
+            Window(1.0, 4698, 0.454, 0.49, (0.52, 0.48, 0.45), 20.7, 0.76, 228, 0.25, 0.002)]
+    switched = [switch.observe(window) for window in full]
+    assert switched[-1] is Mode.IN_TURN and switch.trying is not None, switch.last
+    assert "a trial, pipelined at capacity" in switch.last
+
+
+def test_a_trial_under_an_open_load_keeps_the_way_that_answers_sooner():
+    """The same three stages under Poisson 1,800/s, served plain: calls of 10 rows take 4.85 ms
+    (the stages barely grow with their rows) and 0.8 ms of hand-off, the instance held all the
+    time, read as a loop at capacity: the pipeline is tried. It answers what arrives, as plain
+    did, not 5 % more; measured from Triton's queue to the answer, plain's requests took 8.4 ms
+    and the pipeline's 7.3 (the clients: 9.6 and 7.6), so the pipeline is kept, where it had
+    been left after each trial, at 1.10x its forced mean (the windows as logged)."""
+    manifest = _profile("bert_base_h100_fp16_3stages")
+    costs = HostCosts(pipeline_batch_s=305e-6, pipeline_request_s=20e-6, plain_batch_s=36e-6,
+                      plain_request_s=3e-6, handoff_s=92e-6)
+    switch = ModeSwitch([s.latency for s in manifest.stages], costs, cores=1, entry_waits=True, mode=Mode.IN_TURN)
+    plain = [Window(1.0, 1785, 0.0992, 0.16, (0.0017, 0.0009, 0.818), 10.0, 0.863, 178, 0.140, 0.0013),
+             Window(1.0, 1835, 0.0989, 0.15, (0.0017, 0.0008, 0.817), 10.3, 0.863, 178, 0.137, 0.0016)]
+    switched = [switch.observe(window) for window in plain]
+    assert switched[-1] is Mode.PIPELINE and switch.trying is not None, switch.last
+    assert measured_s(plain[-1], piped=False) == pytest.approx(8.4e-3, abs=0.1e-3)
+    pipelined = [Window(1.0, 1811, 0.328, 0.27, (0.80, 0.71, 0.70), 4.25, 0.901, 424, 0.099, 0.0016,
+                        piped=1809, piped_s=11.02),
+                 Window(1.0, 1668, 0.307, 0.27, (0.76, 0.67, 0.66), 4.18, 0.850, 400, 0.152, 0.060,
+                        piped=1669, piped_s=10.26)]
+    assert switch.observe(pipelined[0]) is None
+    assert switch.observe(pipelined[1]) is Mode.PIPELINE and switch.trying is None, switch.last
+    assert switch.last.endswith("(measured_s): kept"), switch.last
+    trial = Trial(1800.0, 8.4e-3)
+    assert trial.take(1650.0, 7.0e-3) is None and trial.take(1650.0, 7.0e-3) is False  # 8 % fewer: not kept
+    trial = Trial(1800.0, 8.4e-3)
+    assert trial.take(1790.0, 8.2e-3) is None and trial.take(1800.0, 8.2e-3) is False  # 2 % sooner: not kept
+    trial = Trial(1800.0, None)
+    assert trial.take(1800.0, 7.0e-3) is None and trial.take(1800.0, 7.0e-3) is False  # the way before unmeasured
+    trial = Trial(1764.0, 7.4e-3)  # returning at once against waiting for stage 0, as logged (``EntryWait``)
+    assert trial.take(1861.0, 8.2e-3) is None and trial.take(1861.0, 8.2e-3) is False and "later" in trial.refused
+    trial = Trial(1764.0, None)
+    assert trial.take(1861.0, 8.2e-3) is None and trial.take(1861.0, 8.2e-3) is True  # unmeasured: answers decide
 
 
 def test_a_pipeline_busy_in_small_batches_under_an_open_load_tries_no_plain_that_carries_less():
