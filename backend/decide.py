@@ -432,11 +432,16 @@ class Trial:
         return sum(took) / len(took) if took and len(took) == len(self.took_s) else None
 
     @property
+    def took_share(self) -> float | None:
+        """The way tried's measured latency over the way before's; None where either went unmeasured."""
+        took = self.took
+        return None if took is None or self.baseline_s is None else took / self.baseline_s
+
+    @property
     def sooner(self) -> bool:
         """Whether the way tried carried the load the way before did and answered it sooner."""
-        took = self.took
-        return (took is not None and self.baseline_s is not None and self.answered >= (1 - TRIAL_GAIN) * self.baseline
-                and took <= (1 - TRIAL_GAIN) * self.baseline_s)
+        share = self.took_share
+        return share is not None and share <= 1 - TRIAL_GAIN and self.answered >= (1 - TRIAL_GAIN) * self.baseline
 
     @property
     def slower(self) -> bool:
@@ -444,8 +449,8 @@ class Trial:
         then answers/s that read more are an open load's noise (a closed loop answered more
         is answered sooner), as 1,861/s returning at once against 1,764 waiting for stage 0
         under Poisson 1,800/s, each request 8.2 ms where waiting took 7.4."""
-        took = self.took
-        return took is not None and self.baseline_s is not None and took >= (1 + TRIAL_GAIN) * self.baseline_s
+        share = self.took_share
+        return share is not None and share >= 1 + TRIAL_GAIN
 
     @property
     def refused(self) -> str:
@@ -454,10 +459,9 @@ class Trial:
 
     def said(self, tried: str, before: str) -> str:
         said = f"{tried} answered {self.answered:.0f}/s where {before} answered {self.baseline:.0f}"
-        took = self.took
-        if took is None or self.baseline_s is None:
+        if self.took_share is None:
             return said
-        return f"{said}, in {_ms(took)} a request where {before} took {_ms(self.baseline_s)} (measured_s)"
+        return f"{said}, in {_ms(self.took)} a request where {before} took {_ms(self.baseline_s)} (measured_s)"
 
 
 @dataclass
