@@ -20,12 +20,16 @@
   comes from the tables: stretch while merging saves at least as much work in the remaining
   stages as the batch's queries lose, summed (the early ones wait for the late ones to catch up),
   and only when queries are left queued at the entry to gain from that work (a lone batch is
-  never slowed down for nothing; in a multi-entry pipeline a stretch pays in capacity alone). Beyond the
-  paper, a load that keeps an idle pipeline busy unbatched opens a short window (the load's
-  window). A busy pipeline never holds a batch back at the entry: waiting there for a later
-  stage to free (the pipeline's slack, tried until issue 38) left both slow stages 78 % busy at
-  64 in flight where the forced pipeline's were 91 % (every under-predicted run idles the
-  stage it was timed for, and a closed loop's held-back queries leave the stages emptier).
+  never slowed down for nothing; in a multi-entry pipeline a stretch pays in capacity alone). The
+  entry never holds a query back for the load: a busy pipeline batches by itself (queries gather
+  while stage 0 runs), and an idle one has room. Waiting there for a later stage to free (the
+  pipeline's slack, tried until issue 38) left both slow stages 78 % busy at 64 in flight where
+  the forced pipeline's were 91 % (every under-predicted run idles the stage it was timed for,
+  and a closed loop's held-back queries leave the stages emptier); a window at an idle pipeline
+  (the load's window, removed: half a query's time in the slowest stage where the tables
+  said the load would keep it 2/3 busy unbatched) answered an early-exit model, whose queries take
+  less than its tables say, in 1.27x the forced pipeline's mean under Poisson 0.3, and nowhere
+  sooner (docs/results/load-window).
 - **Deadlines (beyond the paper).** A query's deadline is its request's timeout (Triton's, set by
   the client) or ``deadline_ms`` after it arrived. Stretching never makes an early or a late
   query miss a deadline a new batch would meet; clustering avoids groupings that miss one. The
@@ -54,8 +58,6 @@ from .decide import HostCosts
 from .policy import Outlook, Policy
 from .query import BatchShape, Query, take_batch
 
-LOAD_WAITS = 2 / 3  # the share of time the pipeline is busy unbatched beyond which the load's window is waited
-BATCHING_PAYS = 0.9  # two rows must cost under this share of two single rows for the load's window
 MISSED = 3600.0  # seconds a missed deadline costs a query when clusters are compared
 PIECES = 4  # a crowd of one length may be cut into up to this many groups (to fill a pipeline)
 PRESETS: dict[str, dict[str, bool]] = {
@@ -172,19 +174,16 @@ class DiversityPolicy(Policy):
         serves unbatched, so a lone query never waits; none by default: a busy pipeline batches
         by itself (the first stage cannot run ahead of the buffers the next ones free, so
         queries gather at the entry meanwhile), and a fixed wait on top of that only added
-        latency at every load measured. With Policy III, the load's window while nothing is in
-        flight (``_load_window``)."""
-        oldest, ahead, arrivals_per_s = waiting[0], outlook.ahead, outlook.arrivals_per_s
+        latency at every load measured."""
+        if not (self.input and outlook.ahead):
+            return now
+        oldest, arrivals_per_s = waiting[0], outlook.arrivals_per_s
         length = self._length(None, [oldest])
         slowest = max(self._times(1, length))  # the pipeline serves one query per this, unbatched
-        end = now
-        if self.input and ahead:
-            window = self.window_ms / 1000 if self.window_ms >= 0 else self._time(0, self._max, length)
-            if arrivals_per_s * slowest >= 0.5 and arrivals_per_s * window >= 1:
-                end = max(end, oldest.arrived + window)
-        if not ahead:
-            end = max(end, oldest.arrived + self._load_window(length, arrivals_per_s, slowest))
-        return end
+        window = self.window_ms / 1000 if self.window_ms >= 0 else self._time(0, self._max, length)
+        if arrivals_per_s * slowest >= 0.5 and arrivals_per_s * window >= 1:
+            return max(now, oldest.arrived + window)
+        return now
 
     def _free_at(self, ahead: Sequence[Flight], now: float) -> list[float]:
         """When each stage is predicted to have finished the batches ``ahead`` (oldest first),
@@ -200,19 +199,6 @@ class DiversityPolicy(Policy):
                 done = max(began + times[stage], now)
                 free[stage] = max(free[stage], done)
         return free
-
-    def _load_window(self, length: int | None, arrivals_per_s: float, slowest: float) -> float:
-        """Beyond the paper: half a query's time in the slowest stage, waited only while nothing
-        is in flight (a busy pipeline's stages are its own window: waiting would idle stage 0
-        between batches), where two rows cost well under two single ones (``BATCHING_PAYS``)
-        and the load keeps the pipeline busy ``LOAD_WAITS`` of the time unbatched. Then
-        queueing costs more than the wait (an M/D/1 queue waits ``rho / (2 (1 - rho))`` service times, 1 at 2/3) and the
-        rows that join in the meantime are nearly free: what DelayBatch's tuned delay does,
-        decided from the tables and the arrival rate instead of fixed."""
-        if not self.load or arrivals_per_s * slowest < LOAD_WAITS:
-            return 0.0
-        pairs = max(self._times(min(2, self._max), length))
-        return slowest / 2 if pairs <= BATCHING_PAYS * 2 * slowest else 0.0
 
     def joins(self, oldest: Query, query: Query) -> bool:
         """With Policy I, any length joins (padded), as ``form`` takes them."""
