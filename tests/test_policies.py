@@ -10,7 +10,7 @@ import time
 import numpy as np
 import pytest
 
-from backend.batch_table import BatchTable
+from backend.batch_table import BatchTable, Flight
 from backend.manifest import LatencyTable
 from backend.decide import (EntryWait, HostCosts, LoneRuns, Mode, ModeSwitch, ServedLine, Trial, Window, capacities,
                             fuses, interpreted, measured_s, round_trip_s)
@@ -274,6 +274,9 @@ def test_no_query_waits_at_an_idle_pipeline_whatever_the_load():
         chosen.bind(timed_manifest([flat(T), flat(T / 2)], dims=dims))
         for rate in (0.6 * per_s, per_s, 4 * per_s):
             assert chosen.window_end([oldest], 1, Outlook((), rate), now) == now, (name, rate)
+        in_stage_1 = (Flight(1, {}, 1, now),)  # stage 1 (T/2) just began a batch: a busy pipeline batches by itself,
+        waited = chosen.window_end([oldest], 1, Outlook(in_stage_1, per_s), now)  # ... and the paper's window is waited
+        assert waited > now if "window_ms" in settings else waited == now, name
 
 
 def test_policy1_forms_fuller_batches_when_others_wait():
