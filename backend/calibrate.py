@@ -9,7 +9,7 @@ answered by a ``send()``, a round trip to tritonserver that no run here makes: `
 (the backend's: one call to Triton's process) is timed for it. A lone batch's wall time each
 way is timed too: what the pipeline adds to it beyond its CPU is the hand-offs' latency (threads
 woken on other cores), which the CPU does not show (a lent H200's 16 cores: the forced pipeline
-answered one request in flight in 2.42 ms where the plain model took 1.43). ``decide.py`` reads
+answered one request in flight in 2.42 ms where the plain model took 1.43). ``decide`` reads
 the result; serving corrects it with what it shows (``decide.ModeSwitch``). Where a policy weighs
 power (``policy: smdp``), the device's energy per batch size is measured too, from its own
 counter (``energy``).

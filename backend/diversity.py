@@ -42,7 +42,7 @@ length axis, Policy II where its stages prefer different batch sizes, and Policy
 Every decision is a prediction from the tables, so where they say splitting, stretching or
 waiting cannot pay, none happens and the model batches as Triton's batcher would. Predictions
 add the host's cost of a batch, measured where the model serves (``measured``). Whether the
-model pipelines at all is not the policy's to say: ``decide.py`` decides how to serve.
+model pipelines at all is not the policy's to say: ``decide`` decides how to serve.
 """
 
 from __future__ import annotations

@@ -3,13 +3,13 @@
 A container's ``--cpus`` and a Kubernetes pod's CPU limit are a quota, not an affinity: a pod
 limited to 2 CPUs on a 64-core node is pinned to all 64. Sized by the affinity alone, each
 stage's ONNX Runtime session starts 64 threads that spend the quota in a few milliseconds and
-are throttled for the rest of each period, and ``decide.py`` credits the stub and tritonserver
+are throttled for the rest of each period, and ``decide`` credits the stub and tritonserver
 with 64 cores of time they do not have. Both cgroup versions are read: v2's ``cpu.max`` and
 v1's ``cpu.cfs_quota_us`` / ``cpu.cfs_period_us``, at the process's cgroup and each of its
 ancestors (a limit set on a parent binds its children; inside a container the process's path
 may not exist under the mount, whose root is then the container's own cgroup). A model's
 instances (``instance_group`` count) share them: each instance's sessions take its share, and
-so does what ``decide.py`` credits its stub and tritonserver with. A session's threads are
+so does what ``decide`` credits its stub and tritonserver with. A session's threads are
 physical cores, as ONNX Runtime's default counts them, and a session that runs alone has its
 worker threads pinned one to a core, as ONNX Runtime's default pins them (``Cpus.pins``).
 """
@@ -95,7 +95,7 @@ class Cpus:
 
 @dataclass(frozen=True)
 class Machine:
-    """What a model's stage tables were measured on. They hold there alone: ``decide.py`` and
+    """What a model's stage tables were measured on. They hold there alone: ``decide`` and
     the policies read them as this host's times, and the same stages on another CPU or GPU, or
     on another number of cores (ONNX Runtime's threads), take other times. The slicer writes it
     into the manifest (``SlicingReport.machine``); serving elsewhere is said when a model loads."""

@@ -28,7 +28,7 @@ its instance's name: ``model.MetricsExporter``):
   (``decide.LoneRuns``);
 - ``dvabatch_serving{mode}``: 1 for the way the model serves now, 0 for those it served in
   before (``pipeline``; ``fused``: one session inside ``execute`` as a plain model; ``in_turn``:
-  the stages one after another inside ``execute``; ``decide.py``, ``decide.ModeSwitch``);
+  the stages one after another inside ``execute``; ``decide``, ``decide.ModeSwitch``);
 - ``dvabatch_serving_seconds_total{mode}``: the seconds the model has served each way since it
   loaded: where ``auto`` switches, how much of a stretch of load it served pipelined and how much
   plain, which the gauge, read once, cannot say (``tools.check_auto`` reads it around each window);

@@ -8,7 +8,7 @@ the CPU caps the pipeline: meanwhile Triton gathers the requests that arrive int
 batch; ``decide.waits``), so Triton hands over the next batch while earlier ones are still
 running (Triton 24.06+ allows this in the default, non-decoupled mode); responses ready by then
 go back in the list ``execute`` returns, the rest from their requests' own response senders
-(``query.Handover``). Run inside (a model served plain, a lone batch: ``decide.py``), every
+(``query.Handover``). Run inside (a model served plain, a lone batch: ``decide``), every
 response goes back in the list ``execute`` returns, in the one message it sends anyway, where
 each ``send()`` is a round trip of its own; on engines that run ahead of the host (a GPU;
 timed) the responses are built while they compute. A decoupled model (``model_transaction_policy``,
@@ -143,7 +143,7 @@ def _trace_file(model: str):
     """With ``DVABATCH_TRACE=PREFIX`` in tritonserver's environment, each model instance writes
     ``PREFIX-<model>-<pid>.tsv``: a line per ``execute`` call and per batch item a stage ran
     (what, began and ended in ``time.monotonic()`` seconds, requests or rows), to see where a
-    pipeline waits (``python -m tools.trace``); a batch run inside ``execute`` (``decide.py``)
+    pipeline waits (``python -m tools.trace``); a batch run inside ``execute`` (``decide``)
     shows as its ``execute`` line alone. Off by default: it costs a write per item."""
     prefix = os.environ.get("DVABATCH_TRACE")
     return open(f"{prefix}-{model}-{os.getpid()}.tsv", "w", buffering=1) if prefix else None
@@ -174,7 +174,7 @@ class TritonPythonModel:
                                  server_cpu_s=lambda: process_cpu_s(os.getppid()),
                                  said=lambda line: pb_utils.Logger.log_info(f"{args['model_name']}: {line}"),
                                  instances=instances_of(config), decoupled=self._decoupled)
-        pb_utils.Logger.log_info(f"{args['model_name']}: {decision.describe()} (backend/decide.py)")
+        pb_utils.Logger.log_info(f"{args['model_name']}: {decision.describe()} (backend/decide/)")
         if decision.moved:
             pb_utils.Logger.log_warn(f"{args['model_name']}: {decision.moved}")
         self._server = server

@@ -43,7 +43,7 @@ class Policy:
     """Pass-through: every admission is a new batch, nothing is stretched or split."""
 
     name = "pass"
-    auto = False  # ``decide.py`` may serve the model plain or run lone batches inline (``policy: auto``)
+    auto = False  # ``decide`` may serve the model plain or run lone batches inline (``policy: auto``)
     split_serially = False  # split parts enter the next stage as soon as it is free
     learns = False  # it hears how long each run took (``observe``): only then is it told
     max_in_flight = 0  # rows admitted and not yet answered, at most (0: no limit but the batch size)

@@ -1,4 +1,4 @@
-"""The model's server, built when it loads: its engines, how it serves (``decide.py``) and what
+"""The model's server, built when it loads: its engines, how it serves (``decide``) and what
 ``execute`` talks to (``Server``).
 
 - A ``Runtime`` (``runtime.py``): the multi-entry multi-exit pipeline. Under ``auto`` on

@@ -173,7 +173,7 @@ def summary(result: SliceResult, console: Console) -> None:
         console.print("policy defaults in config.pbtxt: " + ", ".join(f"{k}={v}" for k, v in result.policy.items()))
     if result.policy.get("policy") == "auto":
         choice = choose(manifest, True, not on_gpu(manifest))
-        console.print("how auto serves it (backend/decide.py; the model's log says so when it loads): "
+        console.print("how auto serves it (backend/decide/; the model's log says so when it loads): "
                       f"{'pipelined' if choice.pipeline else 'plain, inside execute'} ({choice.why})")
     console.print("time: " + ", ".join(f"{step} {sec:.1f} s" for step, sec in result.seconds.items()))
     console.print(f"stage tables measured on {Machine(**manifest.slicing.machine).describe()}: they hold "

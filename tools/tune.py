@@ -215,7 +215,7 @@ def caveats(served: list[Try], best: Try, args: argparse.Namespace) -> list[str]
     lines = []
     if all(t.serves and "pipeline" not in t.serves for t in served):
         lines.append("Every slicing served inside execute here, as a plain model does (auto found that the "
-                     "pipeline cannot pay on this host: backend/decide.py), so the stage count changes little "
+                     "pipeline cannot pay on this host: backend/decide/), so the stage count changes little "
                      "on it: tune on the host that will serve.")
     if args.by == "peak":
         close = [t for t in served if t is not best and t.peak >= best.peak / (1 + PEAK_TOLERANCE)]

@@ -133,7 +133,7 @@ class Bench:
 
     def serving(self, model: str) -> str:
         """How a dvabatch model serves now, by its ``dvabatch_serving`` gauge (``pipeline``,
-        ``fused`` or ``in_turn``: ``backend/decide.py``); "" where it exports none (a plain model,
+        ``fused`` or ``in_turn``: ``backend/decide/``); "" where it exports none (a plain model,
         or before its first export)."""
         values = prom.select(prom.scrape(self.metrics_url), "dvabatch_serving", model=model)
         return next((dict(labels)["mode"] for labels, value in values.items() if value == 1), "")

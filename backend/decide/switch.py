@@ -1,0 +1,554 @@
+"""Pipelined or plain while serving (``ModeSwitch``), and the stub's costs each way as the
+windows served show them (``ServedLine``)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+
+from ..manifest import LatencyTable
+from .costs import LEAST_SHARE, HostCosts, Mode, device_s, middle_length, ms, way
+from .trial import Trial
+from .window import MIN_ANSWERS, MIXED_INLINE, SWITCH_GAIN, Window, half_octave, measured_s, moved, round_trip_s
+
+# Answers a window needs for the stub's measured costs to be corrected by it, and for what it shows
+# tritonserver's CPU cost a request to be kept: over fewer, work that is not this model's
+# requests weighs in them (the metrics' export; in a server shared with other models, theirs: a
+# window in which this model's load stopped and another's began once read 2,656 us a request
+# pipelined, against 1,111 served plain, and kept a closed loop plain that the pipeline served
+# 1.6x faster).
+CORRECT_AFTER = 200
+# Windows served one way whose batch sizes lie this far apart (the largest mean rows a run over the
+# least) give that way's stub costs a line of their own (``ServedLine``), which replaces loading's.
+LINE_SPREAD = 2.0
+LINE_KEEPS = 3  # windows a line keeps of each half octave of batch sizes (the latest)
+
+
+@dataclass(frozen=True)
+class Seen:
+    """What the ``ModeSwitch`` kept of a window for the next: its answers/s, the round trip it
+    showed served plain (``round_trip_s``; None pipelined), and the way it found better (None: the
+    one served)."""
+
+    rate: float
+    trip: float | None
+    wanted: Mode | None
+
+
+@dataclass
+class ServedLine:
+    """The stub's CPU seconds a batch and a request as the windows served one way show them: a
+    least-squares line through each window's seconds a request against its batches a request
+    (``1 / requests`` a run), once windows ``LINE_SPREAD`` apart in batch size are kept; each half octave
+    of batch sizes counts as the median of its latest ``LINE_KEEPS`` windows (one window that
+    holds other work, a drain, moves no line). Loading measures each way apart from Triton
+    (``calibrate.py``): not what the stub spends receiving a call's requests and sending their
+    responses, which is a cost a call as well as a request. Held from 1 to 64 in flight on one
+    core, plain served three uneven timed stages at 314 us a batch and 106 a request where
+    loading had measured 75 and 10, and TensorRT-speed BERT-base at 287 and 89 against 71 and 8
+    (docs/results/served-cost-lines): what a window shows at one batch size says little of
+    another."""
+
+    _kept: dict[int, list[tuple[float, float]]] = field(default_factory=dict)  # half octave: (1 / requests, s each)
+
+    def add(self, requests: float, per_request_s: float) -> None:
+        kept = self._kept.setdefault(half_octave(requests), [])
+        kept.append((1 / max(requests, 1.0), per_request_s))
+        del kept[:-LINE_KEEPS]
+
+    def fit(self) -> tuple[float, float] | None:
+        """(seconds a batch, seconds a request), or None while the windows kept span too few batch sizes."""
+        points = [sorted(kept, key=lambda point: point[1])[(len(kept) - 1) // 2] for kept in self._kept.values()]
+        xs = [x for x, _ in points]
+        if not points or max(xs) < LINE_SPREAD * min(xs):
+            return None
+        mx, my = sum(xs) / len(xs), sum(y for _, y in points) / len(points)
+        slope = sum((x - mx) * (y - my) for x, y in points) / sum((x - mx) ** 2 for x in xs)
+        if slope <= 0:  # no cost a batch shows: all of it a request's
+            return 0.0, my
+        if my - slope * mx < 0:  # no cost a request shows: all of it a batch's
+            return sum(x * y for x, y in points) / sum(x * x for x in xs), 0.0
+        return slope, my - slope * mx
+
+
+@dataclass
+class ModeSwitch:
+    """Serves pipelined or plain, whichever answers the load seen sooner (auto on engines that
+    overlap). Each window it reads the utilisation of every limit serving has in the way it serves
+    now (the stub's interpreter, the host's cores with tritonserver and the other processes on
+    them, the engines: the bottleneck stage pipelined; plain, the instance: its time inside
+    ``execute`` and each request's round trip in series where the clients wait on their answers,
+    ``round_trip_s``), and predicts the other
+    way's at the same load, scaling the stub's time by the two ways' measured costs at the batch
+    size seen and reading the engines' from the tables. From each way's utilisation ``u`` it
+    predicts a request's mean latency: a batch's own time through the stages and the stub
+    (pipelined, with the hand-offs' latency: ``HostCosts.handoff_s``), plus the wait for the limit
+    ahead of it, a queue's ``s u / (2 (1 - u))`` for a limit that serves a batch in ``s`` (the whole
+    batch's time plain, the bottleneck's pipelined: the pipeline's multi-entry lets a request into
+    stage 0 while another runs, or where its ``execute`` waits for stage 0, no less than that call
+    with its requests' round trip: ``_entry_s``; the other way's host taken ``SWITCH_GAIN`` busier than predicted,
+    the model's error; the wait taken only as often as the requests found a batch ahead, against
+    random arrivals: ``_overlap``). It switches when the other way's prediction
+    is ``SWITCH_GAIN`` below the current one's in two windows in a row at rates within
+    ``SWITCH_GAIN`` of each other (a window may hold a load starting or stopping, whose rate is
+    neither's). At light load both ways predict
+    about a batch's own time, unless the hand-offs' latency weighs in it, and the mode stays (the
+    lone batches of a pipeline run inline where ``LoneRuns`` says so). Where the way served now is
+    overloaded, or served plain with the clients waiting on their answers and the instance busy
+    within ``SWITCH_GAIN`` of all the time (a round trip seen), its answers per second are its
+    capacity, not the load (which may be higher), so a prediction at that rate says only how the
+    other way's capacity compares: overloaded, it switches where the other would be ``SWITCH_GAIN``
+    less busy, as where both would be overloaded (a prediction just under capacity, within the
+    model's error, once flipped the near-zero profile every 1.5 s between plain serving and a
+    pipeline that carries a third less, through a load at 0.9 of the plain capacity:
+    docs/results/check-auto-client-core). In such a loop it tries the other (``Trial``): the idle
+    between calls that reads as one is also Triton's hand-off from one call to the next under an
+    open load, whose answers no way raises (MiniLM's six FP16 stages from an H100, served plain
+    98 % busy under Poisson 1,000/s, went straight to a pipeline predicted 79 % busy, which
+    answered in 10.8 ms where the plain model took 7.3: docs/results/check-minilm-fp16-six).
+    (Switching back to the pipeline whenever both had room once cost the next load its first second:
+    the near-zero profile's pipeline carries about half of what its plain path does;
+    docs/results/check-auto-2core-noslack.) A window with hardly any answers changes nothing (when a
+    load stops and starts again, as a benchmark's windows do, it is served as it was). Each way's
+    stub costs measured at load are corrected by what the windows served that way show against them
+    (``costs``: what a request cost beyond loading's, added to it; a way not served yet is taken
+    to be off by as much as the way served now), or, once its windows span batch sizes enough to
+    draw a line through them, replaced by it (``ServedLine``),
+    and tritonserver's cost per request is learnt for each way while it is served that way, where
+    it can be read, over windows of ``CORRECT_AFTER`` answers (a pipelined request never taken to
+    cost it less than a plain one: ``_server_s``).
+
+    Where the way served is at capacity and the other is predicted less busy, but within the model's
+    error, the other is tried (``Trial``); so is plain where the pipeline is within the model's
+    error of capacity and plain, in the batches it would gather, is predicted less busy than the
+    pipeline is and than it would be in batches as large (``_batched``). The way tried is served for
+    ``TRIAL_WINDOWS`` and kept where it answered ``TRIAL_GAIN`` more (or as many, sooner as
+    measured: ``Trial``), as ``EntryWait`` tries
+    returning at once. At capacity the answers/s are the way's capacity, so they decide where the
+    costs cannot (three uneven timed stages at 64 in flight, served plain, had the pipeline
+    predicted 93 % busy against plain's 99 %, and plain stayed, at 0.84x the answers of the forced
+    pipeline; the costs then carried plain's correction to the pipeline as a factor). One trial a
+    load: none again until the load moves (``_another_load``)."""
+
+    tables: Sequence[LatencyTable]
+    costs: HostCosts
+    cores: float
+    statistic: str = "mean"
+    shared_host: bool = False
+    mode: Mode = Mode.PIPELINE
+    # The whole model's table where a batch served plain runs it as one engine (``Mode.FUSED``:
+    # ``Manifest.fused``); without it the stages run in turn (``Mode.IN_TURN``).
+    whole: LatencyTable | None = None
+    batcher_delay_s: float = 0.0  # Triton's batcher's max_queue_delay (``round_trip_s``)
+    # Whether a pipelined ``execute`` waits until stage 0 computed its queries (``waits``): its
+    # calls then hold Triton's instance one after another as plain serving's do, each with its
+    # requests' round trip in series (``_entry_s``).
+    entry_waits: bool = False
+    last: str = "nothing seen yet"  # why the mode is what it is: for the log
+    measured: HostCosts = field(init=False)  # the costs as loading measured them, which windows correct
+    # tritonserver's CPU seconds per request as seen served each way, the latest at each half octave
+    # of answers/s, the latest sight last (``server``; a pipelined answer is a ``send()`` of its own:
+    # 2-3x what an answer in ``execute``'s list costs it under load, docs/results/send-cost-2core):
+    # what the load did to the way served now's, it is taken to have done to the other's
+    # (``_server_s``); a way not served yet is taken to cost what the other does
+    server_at: dict[Mode, dict[int, float]] = field(init=False, default_factory=dict)
+    # Each way's stub seconds a request beyond loading's at the batch size seen, the answers/s and
+    # the requests a run it was seen at, as last seen served that way. Loading runs each way apart from Triton
+    # (``calibrate.py``): what it leaves out is mostly the stub's work receiving a call's requests
+    # and sending their responses, about as much a request whichever way serves, not a share of
+    # each way's own cost (a factor a way, read from the way served and carried to the other, made
+    # the pipeline of three uneven stages twice loading's where it was 1.2x, and plain's base, a
+    # seventh of the pipeline's, 1.4x where it was 7x: docs/results/served-cost-lines). A way not
+    # served yet is taken to be off by as much as the way served now, and one last seen at a load
+    # lighter by ``SWITCH_GAIN`` by no less: a load that runs the stub beside tritonserver's
+    # threads makes both ways dearer alike (the pipeline seen at one request in flight as loading
+    # measured it, against plain seen under 1,017 Poisson answers/s, once sent TensorRT speed to a
+    # pipeline that cost more than loading's too: docs/results/served-plain-bookkeeping). (One
+    # correction for both ways, read from the way served, once had the switch flip every 1.5 s at
+    # near-zero compute: each window served plain forgot how much dearer the pipeline had just
+    # shown itself.) A call's own share of what loading leaves out falls on each of its requests
+    # as a request's: a way last seen in runs of half as many requests or fewer is taken to be off
+    # by no more than the way served now, and at a lighter load, by as much (plain, seen at one
+    # request in flight 127 us a request over loading's, was predicted so at 64 in flight in runs
+    # of 21, 164 % busy where it spent 37 us a request and answered 1.1x what the pipeline did:
+    # docs/results/check-held-out-runs).
+    excess: dict[Mode, tuple[float, float, float]] = field(init=False, default_factory=dict)
+    lines: dict[Mode, ServedLine] = field(init=False, default_factory=dict)  # each way's costs as served
+    # Served plain, what each request last held the next batch back in series (``round_trip_s``),
+    # and the answers/s it was seen at: a load served pipelined at less than ``1 - SWITCH_GAIN``
+    # of that rate is taken as another one (a closed loop served faster answers no less), where
+    # plain serving is predicted without it. Of two steady windows, the less (a load starting within
+    # a window leaves it idle too: at 16 in flight, the first window read 8 ms a request at 97
+    # answers/s); a switch needs two (``observe``), so the round trip it acted on is such a one.
+    round_trip: tuple[float, float] = field(init=False, default=(0.0, 0.0))
+    _seen: tuple[Mode, float] = field(init=False, default=(Mode.PIPELINE, 0.0))  # the last window's way, how busy
+    _before: Seen | None = field(init=False, default=None)  # the window before, since the last switch
+    trying: Trial | None = field(init=False, default=None)  # the way served now on trial, against the other
+    # The answers/s and rows a run at which the last trial began; none since a pause (``_another_load``).
+    _tried_at: tuple[float, float] | None = field(init=False, default=None)
+
+    def __post_init__(self):
+        self.measured = self.costs
+
+    @property
+    def plain(self) -> Mode:
+        """How a batch served plain runs."""
+        return Mode.IN_TURN if self.whole is None else Mode.FUSED
+
+    def observe(self, window: Window, trial: bool = False) -> Mode | None:
+        """Take a window served ``self.mode``; the mode to serve where it switches or keeps a
+        trial (``Trial``), else None.
+        ``trial``: a window of ``EntryWait``'s trial of returning at once, which serves the
+        pipeline as it may not go on serving: its costs are learnt, but it decides nothing,
+        nor pairs with the window after it (three uneven timed stages at 64 in flight went
+        plain on a trial's two windows, batches of 9.3 rows where waiting for stage 0 forms
+        17, and answered 0.84x the forced pipeline)."""
+        if window.seconds <= 0:
+            return None
+        if window.answered < MIN_ANSWERS:  # nothing to go by: the load that comes next is likely the last one's
+            self._before = None  # ... but not the same one: no window across a pause agrees with one before it
+            self._tried_at = None  # ... nor is it the load last tried
+            return None if self.trying is None else self._end_trial(f"a trial {way(self.mode)} ended with its load")
+        rows, requests = max(window.rows, 1.0), window.requests
+        if window.answered >= CORRECT_AFTER and window.inline <= MIXED_INLINE * window.answered / requests:
+            # Over enough answers that the stub's per-second work, the metrics' export, weighs little in them.
+            self._learn(window.stub_s / window.answered, requests, window.answered / window.seconds)
+        if window.server_s is not None and window.answered >= CORRECT_AFTER:
+            seen, load = self.server_at.setdefault(self.mode, {}), half_octave(window.answered / window.seconds)
+            seen.pop(load, None)
+            seen[load] = window.server_s / window.answered
+        if trial:
+            self._before = None
+            return None
+        rate = window.answered / window.seconds
+        before = self._before
+        steady = before is not None and not moved(rate, before.rate)
+        trip = round_trip_s(window, self.batcher_delay_s) if self.mode is not Mode.PIPELINE and window.executes \
+            else None
+        if trip is not None:
+            self.round_trip = (min(trip, before.trip) if steady and before.trip is not None else trip, rate)
+        series = self._series_s(rate)
+        plain = self.plain
+        other = self._other
+        engines, host = self._predicted(other, window, series)
+        busy = {self.mode: self._utilisation(self.mode, window, series), other: max(engines, host)}
+        self._seen = (self.mode, busy[self.mode])
+        # The way served now shows how busy it is; the other's host is a prediction, weighed as busier
+        # by the model's error: near capacity a few points decide the wait (a near-zero model, plain
+        # 100 % busy, switched to a pipeline predicted 98 %, which could not carry the load).
+        overlap = self._overlap(window, rows, requests)
+        latency = {self.mode: self._latency(self.mode, busy[self.mode], rows, requests, series, overlap),
+                   other: self._latency(other, max(engines, host * (1 + SWITCH_GAIN)), rows, requests, series, overlap)}
+        self.last = (f"{rate:.0f} answers/s, {rows:.1f} rows a run"
+                     f"{f' ({requests:.1f} requests)' if requests < rows - 0.05 else ''}"
+                     f"{f', requests overlapping {overlap:.0%} as often as at random' if overlap < 0.995 else ''}: "
+                     f"{ms(latency[Mode.PIPELINE])} pipelined ({busy[Mode.PIPELINE]:.0%} busy"
+                     f"{f', {ms(window.piped_s / window.piped)} measured inside the model' if window.piped else ''}), "
+                     f"{ms(latency[plain])} plain ({busy[plain]:.0%}, {series * 1e6:.0f} us a request's round trip "
+                     f"in series) ({self.costs.describe()}, tritonserver {self._server_text()})")
+        # Its answers are its capacity, not the load, where it is overloaded, and where the clients
+        # wait on their answers (a round trip in series) and keep the instance busy within the
+        # model's error of all the time: weigh capacities.
+        looped = self.mode is not Mode.PIPELINE and series > 0 and busy[self.mode] >= 1 - SWITCH_GAIN
+        if self.trying is not None:
+            self._before = None
+            return self._trial(rate, rows, measured_s(window, self.mode is Mode.PIPELINE))
+        overloaded = math.isinf(latency[self.mode])
+        capped = looped or overloaded
+        if capped:  # ... and a loop is a guess at the load's kind, which only a trial's answers confirm (``Trial``)
+            better = overloaded and busy[other] < busy[self.mode] * (1 - SWITCH_GAIN)
+        else:
+            better = latency[other] < latency[self.mode] * (1 - SWITCH_GAIN)
+        # Pipelined within the model's error of capacity, plain is tried where its batches would carry more.
+        near = capped or (self.mode is Mode.PIPELINE and busy[self.mode] >= 1 - SWITCH_GAIN)
+        tries = near and not better and self._another_load(rate, rows) and (busy[other] < busy[self.mode] or (
+            other is not Mode.PIPELINE and self._batched(window, series, busy[self.mode])))
+        self._before = Seen(rate, trip, other if better or tries else None)
+        if not (better or tries) or not steady or before.wanted is not other:
+            return None  # a window may hold a load starting or stopping: the one before must agree
+        if not better:
+            self.trying = Trial((before.rate + rate) / 2, measured_s(window, self.mode is Mode.PIPELINE))
+            self._tried_at = (self.trying.baseline, rows)
+            self.last = f"a trial, {way(self.mode)} at capacity: {self.last}"
+        return self._switch(other)
+
+    def _batched(self, window: Window, series: float, busy: float) -> bool:
+        """Whether plain serving, carrying a pipelined window's answers in batches as large as
+        the tables go, would be less busy than the pipeline is (``busy``) and than it would be in
+        batches as large: what plain's capacity allows, where a trial says whether the load lets
+        it gather them (a closed loop of fewer requests cannot). A pipeline's stage 0 gathers what
+        arrives during one stage, a plain call what arrives during the whole model, so a pipeline
+        near capacity predicts plain at its own rows a run, busier than plain would be: six stages
+        of 0.7-1 ms (BERT-base in FP16 on an H100) at 64 in flight on a one-core server pipelined
+        at 17.6 rows a run, 99 % busy at 2,200 answers/s, predicted plain 90-103 % busy at those
+        rows and stayed, at 0.82x the plain model, which ran 48 rows a call
+        (docs/results/trial-plain-batches). But a pipeline is busy in small batches under an open
+        load well below its capacity too, and its batches grow with the load as plain's do: where
+        it is predicted less busy in batches as large, plain carries less whatever the load (the
+        slower engine's two stages under Poisson 420/s, 2.3 rows a run and 88 % busy, tried plain,
+        predicted 53 % busy in its largest batches where the pipeline would be 34 %, after every
+        pause, each trial two windows of an overloaded plain: 1.08x the forced pipeline's mean,
+        docs/results/check-held-out-four)."""
+        rows = max(float(self.tables[0].batch_sizes[-1]), window.rows)
+        plain = max(self._predicted(self.plain, window, series, rows=rows))
+        return plain < busy and plain < max(self._predicted(Mode.PIPELINE, window, series, rows=rows))
+
+    def _another_load(self, rate: float, rows: float) -> bool:
+        """Whether a load at capacity is another than the one last tried (``Trial``): none tried
+        since the last pause, or its answers/s moved by ``SWITCH_GAIN``, or its rows a run by twice
+        that. At capacity the answers/s stay where the load grows, and the rows a run, the queue
+        Triton gathers behind the instance, show it: ResNet-50's stages from an H200 on a one-core
+        server, served plain at capacity, tried the pipeline at 16 in flight (12 rows a run) and
+        that load ended within the trial; at 64 in flight (16 rows a run) plain answered 930/s
+        again and the pipeline was not tried, at 0.87x the forced pipeline's answers
+        (docs/results/trial-another-load)."""
+        if self._tried_at is None:
+            return True
+        at, rows_at = self._tried_at
+        return moved(rate, at) or moved(rows, rows_at, 2 * SWITCH_GAIN)
+
+    def _learn(self, per_request_s: float, requests: float, rate: float) -> None:
+        """The stub's seconds a request served as now at ``requests`` a run and ``rate`` answers/s,
+        against what loading measured: each way's costs from its own line where it has one
+        (``ServedLine``), else loading's and the excess a request last seen served that way (no
+        less than the way served now's where that was at a load lighter by ``SWITCH_GAIN``, no
+        more where it was in runs of half as many requests or fewer, the way served now's where
+        both), or, not served yet, the way served now's."""
+        predicted = self.measured.stub_s(self.mode, requests) / requests
+        now = max(per_request_s - predicted, -(1 - LEAST_SHARE) * predicted)
+        self.excess[self.mode] = (now, rate, requests)
+
+        def excess(mode: Mode) -> float:
+            seen, at, runs_of = self.excess.get(mode, (now, rate, requests))
+            lighter, fewer = at < (1 - SWITCH_GAIN) * rate, runs_of * LINE_SPREAD <= requests
+            if fewer:  # its excess held a call's costs spread over fewer requests: at most as much now
+                return now if lighter else min(seen, now)
+            return max(seen, now) if lighter else seen
+
+        self.lines.setdefault(self.mode, ServedLine()).add(requests, per_request_s)
+        costs = self.measured.plus(excess(Mode.PIPELINE), excess(self.plain))
+        lined = []
+        for mode, line in self.lines.items():
+            if (fit := line.fit()) is not None:
+                costs = costs.served(mode, *fit)
+                lined.append(way(mode))
+        self.costs = replace(costs, how=f"{self.measured.how}; {' and '.join(lined)} as served (decide.ServedLine)") \
+            if lined else costs
+
+    def _trial(self, rate: float, rows: float, took_s: float | None) -> Mode | None:
+        """A window of a trial, with its requests' measured latency (``measured_s``): after
+        ``TRIAL_WINDOWS``, the way tried is kept (returned, as a switch to it) or left. A way kept
+        runs its own rows a run at the load tried, which ``_another_load`` must not take for
+        another load (kept plain at 48 rows where the pipeline had run 17, the pipeline was tried
+        straight back)."""
+        trial = self.trying
+        if trial.moved(rate):
+            return self._end_trial(f"a trial {way(self.mode)} ended with its load")
+        kept = trial.take(rate, took_s)
+        if kept is None:
+            return None
+        said = trial.said(f"a trial {way(self.mode)}", way(self._other))
+        if kept:
+            self.trying, self.last, self._tried_at = None, f"{said}: kept", (trial.answered, rows)
+            return self.mode
+        return self._end_trial(f"{said}: {trial.refused}")
+
+    @property
+    def _other(self) -> Mode:
+        return self.plain if self.mode is Mode.PIPELINE else Mode.PIPELINE
+
+    def _end_trial(self, why: str) -> Mode | None:
+        """Back to the way served before the trial."""
+        self.trying, self.last = None, why
+        return self._switch(self._other)
+
+    def host_busy(self, window: Window) -> float | None:
+        """The host's utilisation as a window ``observe`` took showed it, served as now (``_host``:
+        the stub's interpreter, or the cores with tritonserver and the other processes on them),
+        for ``EntryWait``; None where the window answered too few to go by."""
+        if window.seconds <= 0 or window.answered < MIN_ANSWERS:
+            return None
+        return self._host(window.stub_s, window, self.mode)
+
+    def hold_rate(self, window: Window, held: bool) -> float | None:
+        """The arrival rate up to which a hold (``hold.py``) may hold queries back, from a window
+        served plain with answers enough (None from any other: the rate stays as it was): the
+        capacity it shows, its rate over its nearest limit's utilisation. That is exact at
+        capacity and less below it, wherever the host has costs that do not grow with the load
+        (tritonserver's and the stub's own threads): no margin for the model's error on top (with
+        0.85 of it, at 0.5 of the plain peak at TensorRT speed, the hold mostly held nothing and
+        read 1.01x the best benchmark's objective; without, 0.72x).
+        A held answer is a ``send()``, which costs the stub a round trip and
+        tritonserver more than an answer in ``execute``'s list (204-250 against 88 us a request:
+        docs/results/send-cost-2core), so a window that sent few answers (``held`` false) is
+        taken to carry as much less as the costs predict (``_sent_share``). Held for the SMDP's
+        control limit at 0.9 of the plain peak at TensorRT speed on this project's 2-core host,
+        with no such bound, the mean went from 112 to 324 ms
+        (docs/results/smdp-power-weight-plain-hold)."""
+        mode, busy = self._seen
+        if mode is Mode.PIPELINE or window.answered < CORRECT_AFTER or busy <= 0:
+            return None
+        capacity = window.answered / window.seconds / busy
+        return capacity * (1.0 if held else self._sent_share(window.requests))
+
+    def _sent_share(self, requests: float) -> float:
+        """What the host carries with every answer sent, as a share of what it carries with
+        every answer in ``execute``'s list, by the costs: a ``send()`` is a round trip
+        (``HostCosts.send_s``) of the stub's, and about as much again of tritonserver's."""
+        stub, server = self.costs.stub_s(self.plain, requests) / requests, self._server_s(self.plain)
+        listed = max(stub, (stub + server) / self.cores)
+        sent = max(stub + self.costs.send_s, (stub + server + 2 * self.costs.send_s) / self.cores)
+        return listed / sent if sent > 0 else 1.0
+
+    def _latency(self, mode: Mode, busy: float, rows: float, requests: float, series: float,
+                 overlap: float = 1.0) -> float:
+        """A request's mean seconds served ``mode`` with its nearest limit ``busy``, in runs of
+        ``rows`` from ``requests``: its batch's own time, and the wait for the batch ahead at that
+        limit (M/D/1: plain, the batch's time and its requests' round trip in series, ``series``
+        each; ``overlap`` of it where requests find a batch ahead less often than random arrivals
+        would, ``_overlap``); infinite at or past capacity."""
+        if busy >= 1:
+            return math.inf
+        stub = self.costs.stub_s(mode, requests)
+        if mode is not Mode.PIPELINE:
+            own = self._device_s(mode, rows) + stub
+            return own + overlap * (own + requests * series) * busy / (2 * (1 - busy))
+        own = self._device_s(Mode.IN_TURN, rows) + stub  # its stages, one after another
+        ahead = max(self._device_s(mode, rows), stub, self._entry_s(rows, requests, series))
+        return own + self.costs.handoff_s + overlap * ahead * busy / (2 * (1 - busy))
+
+    def _overlap(self, window: Window, rows: float, requests: float) -> float:
+        """How often a window's requests found a batch ahead of them, as a share of how often random
+        arrivals would have (at most 1). Served pipelined: the share of its requests that came in no
+        lone call (``Window.lone``: the calls that found the pipeline empty; the rest found a batch
+        in it or waiting at its entry; counted by requests, as Triton gathers those that arrive
+        during a call into one), over the share of the time stage 0 would have been busy had every
+        batch run through it (by the tables at the window's rows; random arrivals find it busy that
+        often, and the pipeline busy at least as often). Served plain: a call's requests beyond its
+        first (they arrived while the call before ran), over what random arrivals would bring at the
+        window's rate and calls, ``rate took + exp(-rate took) - 1`` (simulated, Poisson arrivals
+        read 0.99 of it from 100 to 2,000 a second; Triton's hand-off between calls adds more,
+        capped). A closed loop of one request in flight never finds a batch ahead, whichever way
+        serves it: counted as random arrivals, TensorRT-speed BERT-base's requests of 8 rows at
+        500/s had plain serving predicted to wait 0.6 ms a request behind another, and the model
+        kept pipelining (its lone batches inline), its stub 100 us a request dearer than the plain
+        model's, at 0.91x-0.97x its answers/s; counted one way and not the other, the two ways could
+        each predict the other sooner. 1 where the window cannot tell: its calls not counted
+        (several instances, a hold), or, pipelined, its lone batches."""
+        if not window.executes or window.seconds <= 0:
+            return 1.0
+        if self.mode is not Mode.PIPELINE:
+            rate, took = window.answered / window.seconds, window.execute_s / window.executes
+            beyond = rate * took + math.exp(-rate * took) - 1  # a call's requests beyond its first, at random
+            return min(max(window.answered / window.executes - 1, 0.0) / beyond, 1.0) if beyond > 0 else 1.0
+        stage0 = window.answered / requests * self._device_s(Mode.IN_TURN, rows, self.tables[:1]) / window.seconds
+        found = 1 - min(window.lone, window.answered) / window.answered
+        return min(found / stage0, 1.0) if stage0 > 0 else 1.0
+
+    def _switch(self, mode: Mode) -> Mode | None:
+        if mode is self.mode:
+            return None
+        self.mode, self._before = mode, None
+        return mode
+
+    def _utilisation(self, mode: Mode, window: Window, series: float) -> float:
+        """The nearest limit's utilisation as the window showed it: served plain, the instance's
+        too (its time inside ``execute`` and its requests' round trip in series)."""
+        busy = window.busy_s or (0.0,)
+        engines = (max(busy) if mode is Mode.PIPELINE else sum(busy)) / window.seconds
+        if mode is not Mode.PIPELINE and window.executes:
+            engines = max(engines, (window.execute_s + window.answered * series) / window.seconds)
+        return max(engines, self._host(window.stub_s, window, mode))
+
+    def _predicted(self, mode: Mode, window: Window, series: float, rows: float | None = None) -> tuple[float, float]:
+        """The engines' and the host's utilisation had the window's load been served ``mode``
+        (the engines' read from their tables; the host's scaled from costs measured elsewhere).
+        Served plain, the engines' is the instance's: each batch runs inside ``execute``, the stub's
+        work and the engines' one after another, and its requests' round trip in series. A
+        pipeline overlaps that round trip with the engines but does not shorten it: in a closed
+        loop of ``n`` it still answers at most ``n`` a round trip, so its share of the window is a
+        limit too (near-zero compute at 64 in flight, served plain on a one-core server: the
+        instance 98 % busy at 1,752 answers/s, 89 % of it the round trip, where the pipeline,
+        predicted 72 % busy by its stub costs alone, answered 1,200). ``rows``: runs of these rows
+        in place of the window's (``_batched``)."""
+        if rows is not None:
+            window = replace(window, rows=rows)
+        rows, requests = max(window.rows, 1.0), window.requests
+        batches = window.answered / requests
+        stub = batches * self.costs.stub_s(mode, requests)
+        engines = batches * self._device_s(mode, rows)
+        if mode is not Mode.PIPELINE:
+            engines += stub + window.answered * series
+        else:  # each request's round trip is its own, whoever serves it: a pipeline overlaps it with the engines
+            engines = max(engines, window.answered * series, batches * self._entry_s(rows, requests, series))
+        return engines / window.seconds, self._host(stub, window, mode)
+
+    def _entry_s(self, rows: float, requests: float, series: float) -> float:
+        """The seconds a pipelined call of ``rows`` from ``requests`` holds Triton's instance where ``execute`` waits
+        for stage 0 (``entry_waits``; else none): stage 0's time, and its requests' round trip in
+        series, as a call served plain has it. What the round trip reads under an open load is
+        mostly Triton's hand-off from one call to the next, which a waiting entry pays as plain
+        serving does: counted for plain alone, 242 us a request at 908 Poisson answers/s at
+        TensorRT speed (1.7 rows a call) sent the model to a pipeline predicted at 1.56 ms against
+        2.03, which answered in 3.1 ms where plain had in 2.3."""
+        if not self.entry_waits:
+            return 0.0
+        return self._device_s(Mode.IN_TURN, rows, self.tables[:1]) + requests * series
+
+    def _series_s(self, rate: float) -> float:
+        """A plain request's round trip in series (``round_trip``) at a load of ``rate`` answers/s."""
+        seconds, seen_at = self.round_trip
+        return seconds if rate >= (1 - SWITCH_GAIN) * seen_at else 0.0
+
+    def _device_s(self, mode: Mode, rows: float, tables: Sequence[LatencyTable] | None = None) -> float:
+        """The engines' seconds for a batch of the ``rows`` seen, served ``mode`` (through the
+        whole model's table where it runs fused, else the stages', else those ``tables``)."""
+        if tables is None:
+            tables = [self.whole] if mode is Mode.FUSED and self.whole is not None else self.tables
+        bs = max(1, min(round(rows), self.tables[0].batch_sizes[-1]))
+        return device_s(tables, mode, bs, middle_length(self.tables), self.statistic, self.shared_host)
+
+    def _host(self, stub_s: float, window: Window, mode: Mode) -> float:
+        """The host's utilisation: the stub's one interpreter, or the cores with tritonserver
+        and the other processes on them (``Window.others_s``: at the window's load they take the
+        same whichever way serves it; left out, a check on one core with its clients there read
+        a pipeline 78 % busy against plain's 99 % at 16 in flight, switched to it, and answered
+        0.86x the plain model: docs/results/check-auto-poisson-peak)."""
+        server = window.answered * self._server_s(mode)
+        return max(stub_s, (stub_s + server + window.others_s) / self.cores) / window.seconds
+
+    def _server_s(self, mode: Mode) -> float:
+        """tritonserver's CPU seconds a request served ``mode``: as last seen served that way,
+        scaled as the way served now's changed since that load where it was seen there too (a
+        call's own cost spreads over the requests a call brings: at TensorRT speed, requests of 8
+        rows, the pipeline cost it 652 us a request at 1 in flight and 406 at 8, and seen at 1, it
+        was predicted overloaded at 8, where it was 70 % busy), but never less pipelined than what
+        serving plain shows now, nor more plain than what pipelining shows now. A pipelined answer
+        is a ``send()`` of its own where a plain one goes back in ``execute``'s list, so it costs
+        tritonserver as much or more; a sight of the other way taken at another load must not say
+        otherwise. (The pipeline seen at 234 us a request in a first, light second, against 348
+        served plain, once sent an overloaded near-zero model to a pipeline that carried less:
+        docs/results/check-auto-client-core's rerun.)"""
+        server = self.server
+        now = server.get(self.mode)
+        seen = server.get(mode, now)
+        if seen is None:
+            return 0.0
+        if now is None or mode is self.mode:
+            return seen
+        loads = self.server_at.get(mode)
+        then = self.server_at.get(self.mode, {}).get(next(reversed(loads))) if loads else None
+        if then:
+            seen *= now / then
+        return max(seen, now) if mode is Mode.PIPELINE else min(seen, now)
+
+    @property
+    def server(self) -> dict[Mode, float]:
+        """tritonserver's CPU seconds a request as last seen served each way."""
+        return {mode: next(reversed(seen.values())) for mode, seen in self.server_at.items()}
+
+    def _server_text(self) -> str:
+        """Each way's tritonserver cost a request as the switch takes it now (``_server_s``)."""
+        return ", ".join(f"{self._server_s(m) * 1e6:.0f} us a request {'pipelined' if m is Mode.PIPELINE else 'plain'}"
+                         for m in self.server_at) or "not seen"

@@ -1,0 +1,201 @@
+"""Trials while serving: a way served for a few windows and kept where it answers more
+(``Trial``), and whether a pipeline's ``execute`` waits for stage 0, tried again from the
+windows served pipelined (``EntryWait``)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from .costs import ms
+from .window import SWITCH_GAIN, moved
+
+# A pipelined ``execute`` that returns at once starts waiting for stage 0 once the host is this
+# busy in two windows in a row: its CPU then caps the pipeline (``EntryWait``).
+HOST_SATURATED = 0.95
+TRIAL_WINDOWS = 2  # windows a trial runs (``EntryWait``: of returning at once; ``ModeSwitch``: of the other way)
+TRIAL_GAIN = 0.05  # and how many more answers/s than the way before it must show to be kept
+
+
+@dataclass
+class Trial:
+    """A trial of another way of serving against the answers/s the way before it served at
+    (``baseline``): ``TRIAL_WINDOWS`` windows at rates within ``SWITCH_GAIN`` of each other, the
+    way tried kept where they answered ``TRIAL_GAIN`` more (``EntryWait``, ``ModeSwitch``), or,
+    where both ways' latency was measured (``baseline_s``, ``measured_s``), answered as many
+    within ``TRIAL_GAIN`` in ``TRIAL_GAIN`` less time: under an open load each way answers what
+    arrives, and only the time says which serves it sooner (BERT-base's three FP16 stages from
+    an H100 under Poisson 1,800/s, served plain 100 % busy in calls whose time barely grows with
+    their rows, read as a loop at capacity; the pipeline tried answered as many and was left,
+    at 1.10x its forced mean: docs/results/check-held-out-runs)."""
+
+    baseline: float
+    baseline_s: float | None = None
+    rates: list[float] = field(default_factory=list)
+    took_s: list[float | None] = field(default_factory=list)
+
+    def moved(self, rate: float) -> bool:
+        """Whether a window's answers/s moved from the window before: a load that stopped or
+        changed says nothing of either way, and the trial ends."""
+        return bool(self.rates) and moved(rate, self.rates[-1])
+
+    def take(self, rate: float, took_s: float | None = None) -> bool | None:
+        """A window's answers/s and its requests' measured latency (``measured_s``): None while
+        the trial runs, else whether the way tried is kept.
+        A window ``SWITCH_GAIN`` short of the baseline ends it at once: the way tried carries
+        less, or the load fell, and either way a second window would cost as much again
+        (TensorRT speed under a Poisson load at 0.6 of plain's peak, 1,836/s, tried a pipeline that
+        answered 1,203/s for two windows, the requests it left queued by then some 1,300)."""
+        self.rates.append(rate)
+        self.took_s.append(took_s)
+        if rate < (1 - SWITCH_GAIN) * self.baseline:
+            return False
+        if len(self.rates) < TRIAL_WINDOWS:
+            return None
+        return (self.answered >= (1 + TRIAL_GAIN) * self.baseline and not self.slower) or self.sooner
+
+    @property
+    def answered(self) -> float:
+        return sum(self.rates) / len(self.rates)
+
+    @property
+    def took(self) -> float | None:
+        """The mean measured latency of the way tried; None where a window could not measure it."""
+        took = [t for t in self.took_s if t is not None]
+        return sum(took) / len(took) if took and len(took) == len(self.took_s) else None
+
+    @property
+    def took_share(self) -> float | None:
+        """The way tried's measured latency over the way before's; None where either went unmeasured."""
+        took = self.took
+        return None if took is None or self.baseline_s is None else took / self.baseline_s
+
+    @property
+    def sooner(self) -> bool:
+        """Whether the way tried carried the load the way before did and answered it sooner."""
+        share = self.took_share
+        return share is not None and share <= 1 - TRIAL_GAIN and self.answered >= (1 - TRIAL_GAIN) * self.baseline
+
+    @property
+    def slower(self) -> bool:
+        """Whether the way tried answered ``TRIAL_GAIN`` later than the way before, as measured:
+        then answers/s that read more are an open load's noise (a closed loop answered more
+        is answered sooner), as 1,861/s returning at once against 1,764 waiting for stage 0
+        under Poisson 1,800/s, each request 8.2 ms where waiting took 7.4."""
+        share = self.took_share
+        return share is not None and share >= 1 + TRIAL_GAIN
+
+    @property
+    def refused(self) -> str:
+        """Why the way tried was not kept, for the log."""
+        return f"{TRIAL_GAIN:.0%} later or more" if self.slower else f"not {TRIAL_GAIN:.0%} more"
+
+    def said(self, tried: str, before: str) -> str:
+        said = f"{tried} answered {self.answered:.0f}/s where {before} answered {self.baseline:.0f}"
+        if self.took_share is None:
+            return said
+        return f"{said}, in {ms(self.took)} a request where {before} took {ms(self.baseline_s)} (measured_s)"
+
+
+@dataclass
+class EntryWait:
+    """Whether a pipelined ``execute`` waits until stage 0 computed its queries, decided again
+    from every window served pipelined (``auto`` on engines that overlap, ``execute_waits:
+    auto``). At load ``waits`` can only weigh the engines' capacity at their best batch, which
+    a lighter load may never reach: there, on three 0.7 ms stages at 16 in flight, waiting held
+    the model to 1,630 answers/s where returning at once answered 1,834, the host 70 % busy
+    waiting and 83 % at once (stage 0 idles while Triton hands the next call over). But under an
+    open load at 0.6 of the pipeline's peak, waiting answered in 7.3 ms where returning at once
+    took 7.8-9.3 (what Triton batches during a call saves the stages' fixed cost), and where the
+    host's CPU caps the pipeline waiting is what keeps up (fewer, fuller calls; near-zero compute
+    at 16 in flight: 3,346 answers/s waiting against 2,462 at once, the host saturated either way).
+    No reading of the host tells those apart, so it is tried: where waiting leaves the host clear
+    room (under ``1 - SWITCH_GAIN`` busy), the entry returns at once for ``TRIAL_WINDOWS``, and
+    keeps doing so only where that answered ``TRIAL_GAIN`` more than waiting did (clients that
+    wait on their answers send more when answered sooner; an open load's rate is the same either
+    way), or, as many within ``TRIAL_GAIN``, in ``TRIAL_GAIN`` less time, as measured
+    (``measured_s``; none kept that took ``TRIAL_GAIN`` more, ``Trial.slower``), else it waits
+    again and tries no more until the load moves by ``SWITCH_GAIN``. Returning
+    at once, it waits again once the host is ``HOST_SATURATED`` busy, and tries no more at that
+    load or a heavier one; and where a trial kept returning at once, once the load moves by more
+    than ``SWITCH_GAIN`` from the trial's: a trial speaks for its load alone (six timed 1 ms
+    stages kept returning at once from a trial at 1 in flight, 145 answers/s against 136, and at
+    16 in flight, the host unsaturated, answered 0.87x the forced pipeline, which waited). A
+    change needs two windows in a row agreeing (a window may hold a
+    load starting or stopping), and a trial two at rates within ``SWITCH_GAIN`` of each other
+    (where a load started, a first window's answers once made the trial's 657/s look like more
+    than waiting's 381 under an open load of 700/s); a trial whose load stops or moves (its
+    windows' rates apart by more) is abandoned, waiting again, free to try again. ``host``: the
+    host's utilisation as ``ModeSwitch.host_busy`` reads it, ``rate`` the window's answers/s,
+    ``took_s`` its requests' latency as measured (``measured_s``; None where it cannot be); None
+    for a window not served pipelined or with too few answers to go by."""
+
+    waits: bool
+    last: str = ""  # why the entry does what it does now: for the log
+    _wanted: tuple[bool, float] | None = field(default=None, init=False)  # the window before: its wish, its rate
+    _saturated_at: float = field(default=math.inf, init=False)  # answers/s at which returning at once saturated
+    _refused_at: float = field(default=-math.inf, init=False)  # answers/s a trial at once did not raise
+    _trial: Trial | None = field(default=None, init=False)  # of returning at once, against waiting
+    _kept_at: float | None = field(default=None, init=False)  # answers/s of the trial that kept returning at once
+
+    def observe(self, host: float | None, rate: float = 0.0, took_s: float | None = None) -> bool | None:
+        """Take a window; whether the entry waits from now on where that changes or a trial
+        ends, else None."""
+        if host is None:
+            self._wanted = None
+            return None if self._trial is None else self._abandon()
+        if self._trial is not None and host < HOST_SATURATED:
+            return self._take(rate, took_s)
+        if self.waits:
+            wanted = not (host < 1 - SWITCH_GAIN and rate < (1 - SWITCH_GAIN) * self._saturated_at
+                           and moved(rate, self._refused_at))
+        else:
+            kept = self._kept_at
+            wanted = host >= HOST_SATURATED or (kept is not None and moved(rate, kept))
+        before, self._wanted = self._wanted, (wanted, rate)
+        if wanted is self.waits or before is None or before[0] is not wanted:
+            return None
+        if not wanted and moved(rate, before[1]):
+            return None  # a trial compares with waiting at a steady load: not one starting or stopping
+        self.waits, self._wanted, self._trial = wanted, None, None
+        if wanted and host >= HOST_SATURATED:
+            self._saturated_at, self._kept_at = rate, None
+            self.last = (f"the host {host:.0%} busy returning at once at {rate:.0f} answers/s, at or past "
+                         f"{HOST_SATURATED:.0%}")
+        elif wanted:
+            self.last = (f"returning at once was kept at {self._kept_at:.0f} answers/s and the load moved to "
+                         f"{rate:.0f}: a trial speaks for its load alone")
+            self._kept_at = None
+        else:
+            self._trial = Trial((before[1] + rate) / 2, took_s)
+            self.last = (f"a trial: the host {host:.0%} busy waiting for stage 0 at {rate:.0f} answers/s, under "
+                         f"{1 - SWITCH_GAIN:.0%}")
+        return wanted
+
+    @property
+    def trying(self) -> bool:
+        """Whether the entry returns at once on trial now (``ModeSwitch.observe``'s ``trial``)."""
+        return self._trial is not None
+
+    def _take(self, rate: float, took_s: float | None) -> bool | None:
+        """A window of a trial at once: after ``TRIAL_WINDOWS``, keep it (False) or wait again (True)."""
+        trial = self._trial
+        if trial.moved(rate):
+            return self._abandon()
+        kept = trial.take(rate, took_s)
+        if kept is None:
+            return None
+        self._trial, self._wanted = None, None
+        self.last = trial.said("returning at once", "waiting for stage 0")
+        if kept:
+            self._kept_at = trial.answered
+            return False
+        self.waits, self._refused_at = True, trial.baseline
+        self.last += f": {trial.refused}"
+        return True
+
+    def _abandon(self) -> bool:
+        """A trial whose load stopped or moved says nothing: wait again, free to try once more."""
+        self.waits, self._trial, self._wanted = True, None, None
+        self.last = "a trial of returning at once ended with its load"
+        return True

@@ -1,0 +1,117 @@
+"""What one window of serving showed (``Window``) and how the switch and the trials read it: a
+closed loop's round trip in series (``round_trip_s``), a request's measured latency
+(``measured_s``), and when a load moved (``moved``)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+# How much sooner another way of serving must predict to answer (or, both overloaded, how much
+# less busy its nearest limit) for the switch.
+SWITCH_GAIN = 0.15
+MIN_ANSWERS = 20  # a window with fewer answers shows too little to decide on: the mode stays
+# A pipelined window in which more than this share of the batches ran inline (``LoneRuns``) shows
+# plain serving's costs as much as the pipeline's: it corrects neither.
+MIXED_INLINE = 0.1
+
+
+@dataclass(frozen=True)
+class Window:
+    """What one window of serving showed: its length, the requests answered, the stub's CPU
+    seconds, tritonserver's (None where it cannot be read), each stage's busy seconds, the
+    mean rows of a stage's run, the ``execute`` calls: their wall seconds, the idle before
+    each (since the previous call ended) summed and the longest (0 where not counted), and the
+    CPU seconds other processes spent on the cores serving has (``others_s``: a load generator
+    on the server's cores, other models' stubs; 0 where not read), served pipelined, the lone
+    batches run inline (``inline``) and the calls that found the pipeline empty (``lone``), and
+    the mean rows a request brought (``rows_a_request``: a client may send several in one, as an
+    image classifier's often does), and the answers sent from the pipeline with their seconds
+    from arriving in ``execute`` in all (``piped``, ``piped_s``: what the log sets beside the
+    latency predicted pipelined). The engines' time goes by rows; the stub's, tritonserver's
+    and a closed loop's round trip go by requests."""
+
+    seconds: float
+    answered: int
+    stub_s: float
+    server_s: float | None
+    busy_s: tuple[float, ...]
+    rows: float
+    execute_s: float = 0.0
+    executes: int = 0
+    idle_s: float = 0.0
+    longest_idle_s: float = 0.0
+    others_s: float = 0.0
+    inline: int = 0  # served pipelined, the lone batches that ran inside ``execute`` (``LoneRuns``)
+    lone: int = 0  # ... and the calls that found the pipeline empty (inline or not; 0 where ``LoneRuns`` is off)
+    rows_a_request: float = 1.0
+    piped: int = 0
+    piped_s: float = 0.0
+
+    @property
+    def requests(self) -> float:
+        """The mean requests a run: its rows over a request's (one at least). Taken as its rows,
+        a closed loop of 8 requests of 8 rows at TensorRT speed had the switch count a run of 36
+        rows as 36 requests' stub work and the runs as an eighth of what they were, and serve
+        plain and pipelined in turn every 2.5 s, each predicting the other sooner."""
+        return max(max(self.rows, 1.0) / max(self.rows_a_request, 1.0), 1.0)
+
+
+def round_trip_s(window: Window, delay_s: float = 0.0) -> float:
+    """Served plain, the seconds each request held the next batch back beyond what arrivals that
+    do not wait on the answers explain: the instance's idle time between two ``execute`` calls,
+    less what an open (Poisson) load at the window's rate leaves idle (none arrived during a call
+    of the mean length: ``exp(-rate took) / rate``) and what Triton's batcher may wait for more
+    (its ``delay_s``, a call), spread over the requests. The longest idle of the window is left
+    out: where a load stopped and another started, the gap between them is no client's round
+    trip (one such gap, read as one, once had a window at the start of 16 in flight read 1.2 ms
+    a request in series and send near-zero compute to the pipeline for the rest of the check:
+    docs/results/lone-request-straight); in a steady loop it is one of many alike. Where the clients
+    wait on their answers (a closed loop: perf_analyzer's concurrency) and every request in flight
+    fits in one batch, the next batch cannot form until tritonserver has sent this one's answers
+    and taken the clients' next requests: that round trip runs in series with the engines (64 in
+    flight on the slower engine's two stages, served plain on a one-core server: the engines 73 %
+    busy at 670 answers/s, where the pipeline, whose next batch enters while this one runs,
+    answered 1,027; docs/results/check-auto-fused-plain). Under an open load it is about none."""
+    if window.executes < 2 or not window.answered or window.seconds <= 0:
+        return 0.0
+    rate = window.answered / window.seconds
+    took = window.execute_s / window.executes
+    idle = max(window.idle_s - window.longest_idle_s, 0.0) / (window.executes - 1)
+    return max(idle - math.exp(-rate * took) / rate - delay_s, 0.0) * window.executes / window.answered
+
+
+def measured_s(window: Window, piped: bool) -> float | None:
+    """A request's mean seconds from Triton's queue to its answer as the window measured them,
+    the hand-off to the client left out alike for both ways. Each call holds Triton's instance
+    for its time and a hand-off after it (``round_trip_s``: what the idle between calls shows
+    beyond what random arrivals leave); a request arriving finds the instance so held as often
+    as it is, for half of that on average, then spends its time inside the model: pipelined,
+    from arriving in ``execute`` to its send returning (``Window.piped_s``); plain, its call and
+    the hand-off that returns the call's answers. Served plain under Poisson 1,800/s, BERT-base's
+    three FP16 stages read 8.4 ms where the client took 9.6; pipelined 7.3 where it took 7.6
+    (docs/results/check-held-out-runs). None where the window cannot tell: its calls not counted
+    (several instances, a hold), or pipelined, its answers mostly from lone batches run inline."""
+    if window.executes < 2 or window.seconds <= 0 or not window.answered:
+        return None
+    call = window.execute_s / window.executes
+    handoff = round_trip_s(window) * window.answered / window.executes
+    held = min((window.execute_s + window.executes * handoff) / window.seconds, 1.0)
+    if not piped:
+        inside = call + handoff
+    elif window.piped < MIN_ANSWERS or window.inline > MIXED_INLINE * window.executes:
+        return None
+    else:
+        inside = window.piped_s / window.piped
+    return held * (call + handoff) / 2 + inside
+
+
+def moved(value: float, since: float, share: float = SWITCH_GAIN) -> bool:
+    """Whether ``value`` lies more than ``share`` of ``since`` from it: a load (or a queue) that
+    moved, which the trials and the switch's pairs of windows take for another."""
+    return abs(value - since) > share * since
+
+
+def half_octave(value: float) -> int:
+    """Which half octave ``value`` (at least 1) lies in: the windows of one load or batch size."""
+    return round(2 * math.log2(max(value, 1.0)))
