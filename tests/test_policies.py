@@ -731,6 +731,39 @@ def test_the_watch_counts_what_the_cores_ran_beyond_this_process_and_tritonserve
     assert Watch.others_s(reading(10.0, 1.0), reading(11.0, 1.2), None) == 0.0
 
 
+def _scaled(table: LatencyTable, factor: float) -> LatencyTable:
+    """``table`` as a machine ``1 / factor`` times as fast would have measured it."""
+    def scale(values: tuple) -> tuple:
+        return tuple(scale(v) if isinstance(v, tuple) else v * factor for v in values)
+    return dataclasses.replace(table, mean=scale(table.mean), p99=None)
+
+
+def test_engines_off_their_tables_are_read_off_them_for_the_way_not_served():
+    """The slower engine's two stages (docs/profiles/slow_2stages.json) pipelined at 16 in
+    flight on one core, as a window showed them: 825 answers/s in runs of 5.3 rows, each stage
+    97 % busy. Against its own tables (1.06x the tables' seconds, within what the host's CPU
+    explains) the engines are taken as tabled, and the pipeline stays: plain, in runs that size,
+    would be overloaded. Against tables a sixteenth of that (a profile of a machine 16x as
+    fast) plain read 31 % busy where it was 97 % and the model went plain and back every few
+    windows, at 0.81x the forced pipeline; now the window reads the engines 15x their tables,
+    takes the plain engines to be as far off (not served yet), and stays pipelined. A window
+    served plain whose engine ran less than its table, by no more than the responses built
+    meanwhile, reads as tabled."""
+    manifest = _profile("slow_2stages")
+    costs = HostCosts(pipeline_batch_s=234e-6, pipeline_request_s=38e-6, plain_batch_s=32e-6, plain_request_s=6e-6,
+                      handoff_s=40e-6, send_s=11e-6)
+    window = Window(1.0, 825, 0.15, 825 * 169e-6, (0.97, 0.96), 5.3)
+    for factor in (1.0, 1 / 16):
+        switch = ModeSwitch([_scaled(s.latency, factor) for s in manifest.stages], costs, cores=1,
+                            whole=_scaled(manifest.fused().stages[0].latency, factor))
+        assert _decides(switch, window) is None and switch.mode is Mode.PIPELINE
+        assert (switch.engines[Mode.PIPELINE] == 1.0) if factor == 1.0 else (14 < switch.engines[Mode.PIPELINE] < 16)
+    plain = Window(1.0, 900, 0.05, 0.09, (0.08,), 9.0, execute_s=0.9, executes=100, idle_s=0.1, longest_idle_s=0.002)
+    switch = ModeSwitch([LatencyTable.from_json(flat(0.5))], costs, cores=1, mode=Mode.IN_TURN)
+    switch.observe(plain)  # the engines' 0.1 s a window by the table, 0.08 measured: the 0.14 s of host CPU explain it
+    assert switch.engines[Mode.IN_TURN] == 1.0
+
+
 def test_the_mode_switch_pipelines_where_the_engines_are_the_nearer_limit():
     """Two stages of 10 ms a batch, served plain at 700 answers/s in batches of 8: the engines
     are 88 % busy one after another, and pipelined the slower stage would be 44 % busy while the

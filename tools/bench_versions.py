@@ -40,14 +40,14 @@ from rich.table import Table
 
 from backend.calibrate import process_cpu_s
 
-from tools.lib.cli import (add_lengths_argument, add_parameter_argument, add_request_rows_argument, numbers,
-                           table_console)
+from tools.lib.cli import (add_fill_argument, add_lengths_argument, add_parameter_argument, add_request_rows_argument,
+                           numbers, table_console)
 from tools.lib.harness import Bench
 from tools.lib.intervals import across_rounds
 from tools.lib.peers import write_ways
 from tools.lib.perf_analyzer import Load, measure
 from tools.lib.triton import stubs_of
-from tools.lib.workload import interface_of, synthetic, write_input_data
+from tools.lib.workload import WorkloadError, interface_of, synthetic, write_input_data
 
 MODELS = ("plain", "auto", "auto_base")
 
@@ -87,6 +87,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seconds", type=float, default=3.0, help="measured seconds per window (default 3)")
     parser.add_argument("--warmup", type=float, default=2.0, help="unmeasured seconds before each window (default 2)")
     add_lengths_argument(parser)
+    add_fill_argument(parser)
     add_request_rows_argument(parser)
     add_parameter_argument(parser, "both versions' model", "policy=smdp")
     parser.add_argument("--out", type=Path, help="write summary.md, rounds.csv and tritonserver.log here")
@@ -102,8 +103,11 @@ def main(argv: list[str] | None = None) -> None:
         repository = folder / "repository"
         write_ways(args.profile, repository, dict(args.parameter))
         write_base(repository)
-        data = write_input_data(synthetic(interface_of(repository / "auto"), 1, {}, lengths=args.length),
-                                folder / "data.json")
+        try:
+            queries = synthetic(interface_of(repository / "auto"), 1, {}, lengths=args.length, fill=dict(args.fill))
+        except WorkloadError as exc:
+            parser.error(str(exc))
+        data = write_input_data(queries, folder / "data.json")
         if args.out:
             args.out.mkdir(parents=True, exist_ok=True)
         with Bench(repository, log=(args.out or folder) / "tritonserver.log") as bench:

@@ -92,13 +92,13 @@ from rich.console import Console
 from rich.table import Table
 from tritonclient.utils import InferenceServerException
 
-from tools.lib.cli import add_lengths_argument, add_request_rows_argument, numbers, table_console
+from tools.lib.cli import add_fill_argument, add_lengths_argument, add_request_rows_argument, numbers, table_console
 from tools.lib.check_cell import Cell, Served, in_turn
 from tools.lib.harness import Bench
 from tools.lib.paths import ROOT
 from tools.lib.peers import Peer, write_ways
 from tools.lib.perf_analyzer import Load, PerfAnalyzerError
-from tools.lib.workload import interface_of, synthetic, write_input_data
+from tools.lib.workload import WorkloadError, interface_of, synthetic, write_input_data
 
 PROFILES = ROOT / "docs" / "profiles"
 DEFAULT_PROFILES = tuple(PROFILES / name for name in ("zero_2stages.json", "bert_base_trt_a100_2stages.json",
@@ -113,8 +113,8 @@ def run_profile(profile: Path, args: argparse.Namespace, console: Console) -> It
     folder = Path(tempfile.mkdtemp(prefix="dvabatch-check-"))
     try:
         write_ways(profile, folder, {}, args.source, Peer(ragged=len(args.length) > 1))
-        data = write_input_data(synthetic(interface_of(folder / "auto"), 1, {}, lengths=args.length),
-                                folder / "data.json")
+        queries = synthetic(interface_of(folder / "auto"), 1, {}, lengths=args.length, fill=dict(args.fill))
+        data = write_input_data(queries, folder / "data.json")
         log = (args.out / f"tritonserver-{profile.stem}.log") if args.out else folder / "triton.log"
         if args.out:
             args.out.mkdir(parents=True, exist_ok=True)
@@ -231,6 +231,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="more rounds, up to this many, for a cell still unresolved after --rounds (default: none)")
     parser.add_argument("--margin", type=float, default=0.05)
     add_lengths_argument(parser)
+    add_fill_argument(parser)
     add_request_rows_argument(parser)
     parser.add_argument("--ensemble", action="store_true",
                         help="run the ensemble of the stages too, and set auto beside it (not part of the verdict)")
@@ -253,7 +254,7 @@ def main(argv: list[str] | None = None) -> int:
                 cells.append(cell)
                 if args.out:  # each cell kept as soon as measured: a run cut short (a lease's end) keeps them
                     write(args.out, cells, args.margin, header(args))
-    except (PerfAnalyzerError, InferenceServerException) as exc:
+    except (PerfAnalyzerError, InferenceServerException, WorkloadError) as exc:
         console.print(f"[red]error:[/red] {exc}")
         return 1
     table = Table(title=f"auto against the better of plain and the forced pipeline (margin {args.margin:.0%})")

@@ -10,7 +10,8 @@ from dataclasses import dataclass, field, replace
 from ..manifest import LatencyTable
 from .costs import LEAST_SHARE, HostCosts, Mode, device_s, middle_length, ms, way
 from .trial import Trial
-from .window import MIN_ANSWERS, MIXED_INLINE, SWITCH_GAIN, Window, half_octave, measured_s, moved, round_trip_s
+from .window import (MIN_ANSWERS, MIXED_INLINE, SWITCH_GAIN, Window, engines_off, half_octave, measured_s, moved,
+                     round_trip_s)
 
 # Answers a window needs for the stub's measured costs to be corrected by it, and for what it shows
 # tritonserver's CPU cost a request to be kept: over fewer, work that is not this model's
@@ -175,6 +176,11 @@ class ModeSwitch:
     # docs/results/check-held-out-runs).
     excess: dict[Mode, tuple[float, float, float]] = field(init=False, default_factory=dict)
     lines: dict[Mode, ServedLine] = field(init=False, default_factory=dict)  # each way's costs as served
+    # Each way's engines as times their tables' seconds, as last seen served that way (``engines_off``;
+    # 1 where the host's own time explains what they took); a way not served yet is taken to be off
+    # by as much as the way served now. The way served shows its own engines' time, but the other's
+    # is read from the tables: off by a factor, each way looks dearer served than the other predicted.
+    engines: dict[Mode, float] = field(init=False, default_factory=dict)
     # Served plain, what each request last held the next batch back in series (``round_trip_s``),
     # and the answers/s it was seen at: a load served pipelined at less than ``1 - SWITCH_GAIN``
     # of that rate is taken as another one (a closed loop served faster answers no less), where
@@ -211,6 +217,9 @@ class ModeSwitch:
             self._tried_at = None  # ... nor is it the load last tried
             return None if self.trying is None else self._end_trial(f"a trial {way(self.mode)} ended with its load")
         rows, requests = max(window.rows, 1.0), window.requests
+        tabled = window.answered / requests * self._tabled_s(Mode.IN_TURN if self.mode is Mode.PIPELINE else self.mode,
+                                                             rows)
+        self.engines[self.mode] = engines_off(window, tabled)
         if window.answered >= CORRECT_AFTER and window.inline <= MIXED_INLINE * window.answered / requests:
             # Over enough answers that the stub's per-second work, the metrics' export, weighs little in them.
             self._learn(window.stub_s / window.answered, requests, window.answered / window.seconds)
@@ -246,7 +255,7 @@ class ModeSwitch:
                      f"{ms(latency[Mode.PIPELINE])} pipelined ({busy[Mode.PIPELINE]:.0%} busy"
                      f"{f', {ms(window.piped_s / window.piped)} measured inside the model' if window.piped else ''}), "
                      f"{ms(latency[plain])} plain ({busy[plain]:.0%}, {series * 1e6:.0f} us a request's round trip "
-                     f"in series) ({self.costs.describe()}, tritonserver {self._server_text()})")
+                     f"in series) ({self.costs.describe()}, tritonserver {self._server_text()}{self._engines_text()})")
         # Its answers are its capacity, not the load, where it is overloaded, and where the clients
         # wait on their answers (a round trip in series) and keep the instance busy within the
         # model's error of all the time: weigh capacities.
@@ -414,7 +423,7 @@ class ModeSwitch:
         if mode is not Mode.PIPELINE:
             own = self._device_s(mode, rows) + stub
             return own + overlap * (own + requests * series) * busy / (2 * (1 - busy))
-        own = self._device_s(Mode.IN_TURN, rows) + stub  # its stages, one after another
+        own = self._device_s(Mode.IN_TURN, rows, way=mode) + stub  # its stages, one after another
         ahead = max(self._device_s(mode, rows), stub, self._entry_s(rows, requests, series))
         return own + self.costs.handoff_s + overlap * ahead * busy / (2 * (1 - busy))
 
@@ -442,7 +451,8 @@ class ModeSwitch:
             rate, took = window.answered / window.seconds, window.execute_s / window.executes
             beyond = rate * took + math.exp(-rate * took) - 1  # a call's requests beyond its first, at random
             return min(max(window.answered / window.executes - 1, 0.0) / beyond, 1.0) if beyond > 0 else 1.0
-        stage0 = window.answered / requests * self._device_s(Mode.IN_TURN, rows, self.tables[:1]) / window.seconds
+        stage0 = window.answered / requests * self._device_s(Mode.IN_TURN, rows, self.tables[:1], Mode.PIPELINE) \
+            / window.seconds
         found = 1 - min(window.lone, window.answered) / window.answered
         return min(found / stage0, 1.0) if stage0 > 0 else 1.0
 
@@ -494,16 +504,24 @@ class ModeSwitch:
         2.03, which answered in 3.1 ms where plain had in 2.3."""
         if not self.entry_waits:
             return 0.0
-        return self._device_s(Mode.IN_TURN, rows, self.tables[:1]) + requests * series
+        return self._device_s(Mode.IN_TURN, rows, self.tables[:1], Mode.PIPELINE) + requests * series
 
     def _series_s(self, rate: float) -> float:
         """A plain request's round trip in series (``round_trip``) at a load of ``rate`` answers/s."""
         seconds, seen_at = self.round_trip
         return seconds if rate >= (1 - SWITCH_GAIN) * seen_at else 0.0
 
-    def _device_s(self, mode: Mode, rows: float, tables: Sequence[LatencyTable] | None = None) -> float:
+    def _device_s(self, mode: Mode, rows: float, tables: Sequence[LatencyTable] | None = None,
+                  way: Mode | None = None) -> float:
         """The engines' seconds for a batch of the ``rows`` seen, served ``mode`` (through the
-        whole model's table where it runs fused, else the stages', else those ``tables``)."""
+        whole model's table where it runs fused, else the stages', else those ``tables``), as far
+        off their tables as the engines of ``way`` (``mode``'s by default) were seen to be
+        (``engines``)."""
+        way = way or mode
+        return self._tabled_s(mode, rows, tables) * self.engines.get(way, self.engines.get(self.mode, 1.0))
+
+    def _tabled_s(self, mode: Mode, rows: float, tables: Sequence[LatencyTable] | None = None) -> float:
+        """``_device_s`` as the tables say it."""
         if tables is None:
             tables = [self.whole] if mode is Mode.FUSED and self.whole is not None else self.tables
         bs = max(1, min(round(rows), self.tables[0].batch_sizes[-1]))
@@ -547,6 +565,11 @@ class ModeSwitch:
     def server(self) -> dict[Mode, float]:
         """tritonserver's CPU seconds a request as last seen served each way."""
         return {mode: next(reversed(seen.values())) for mode, seen in self.server_at.items()}
+
+    def _engines_text(self) -> str:
+        """Each way's engines against their tables where they were seen off them (``engines``)."""
+        off = [f"{way(mode)} {scale:.2g}x" for mode, scale in self.engines.items() if scale != 1.0]
+        return f"; the engines {' and '.join(off)} their tables' time (decide.engines_off)" if off else ""
 
     def _server_text(self) -> str:
         """Each way's tritonserver cost a request as the switch takes it now (``_server_s``)."""

@@ -106,6 +106,27 @@ def measured_s(window: Window, piped: bool) -> float | None:
     return held * (call + handoff) / 2 + inside
 
 
+def engines_off(window: Window, tabled_s: float) -> float:
+    """How many times their tables' seconds the engines took in a window, where the tables say
+    ``tabled_s`` for the batches it ran, as far as the host's own time cannot explain it (1 where
+    it can). A stage's busy seconds hold more than its engine: its Python, the waits for the
+    interpreter and the cores that the stub, tritonserver and the other processes held meanwhile
+    (pipelined at TensorRT speed on one core, 2.5x the tables', where the tables are exact), and
+    served plain less, the responses being built while the engines run; so the measured is read
+    as anywhere within the window's host CPU seconds of its engines' time. Beyond that, the tables
+    are off: measured on another machine (a GPU of another speed, or one shared with another
+    model), at another length than the one sent, or for a model whose queries take less than
+    its tables say (an early exit). Read against tables a sixteenth of the engines' time, the
+    slower engine's pipeline at 16 in flight predicted plain serving 31 % busy where it was 97 %,
+    went plain, predicted the pipeline 22 % busy, went back, and answered 0.81x the forced
+    pipeline (docs/results/engines-off-tables)."""
+    measured = sum(window.busy_s)
+    if measured <= 0 or tabled_s <= 0:  # nothing measured or nothing tabled: nothing to go by
+        return 1.0
+    host = window.stub_s + (window.server_s or 0.0) + window.others_s
+    return min(max((measured - host) / tabled_s, 1.0), (measured + host) / tabled_s)
+
+
 def moved(value: float, since: float, share: float = SWITCH_GAIN) -> bool:
     """Whether ``value`` lies more than ``share`` of ``since`` from it: a load (or a queue) that
     moved, which the trials and the switch's pairs of windows take for another."""

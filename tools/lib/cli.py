@@ -64,6 +64,23 @@ def add_lengths_argument(parser: argparse.ArgumentParser) -> None:
                              "and the plain model pads a batch to its longest")
 
 
+def add_fill_argument(parser: argparse.ArgumentParser) -> None:
+    """``--fill NAME=VALUE``, repeatable: every synthetic query's input NAME holds VALUE throughout
+    (``dict(args.fill)``): a timed profile's ``work`` input, say, which scales each batch's time
+    (``--fill work=16``: every batch takes 16x its tables' time)."""
+    def pair(text: str) -> tuple[str, float]:
+        name, equals, value = text.partition("=")
+        try:
+            if not equals or not name.strip():
+                raise ValueError
+            return name.strip(), float(value)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"takes NAME=NUMBER, got {text!r}") from None
+    parser.add_argument("--fill", type=pair, action="append", default=[], metavar="NAME=VALUE",
+                        help="synthetic data: input NAME holds VALUE in every query (e.g. a timed profile's "
+                             "work=16: each batch takes 16x its tables' time); repeatable")
+
+
 def add_request_rows_argument(parser: argparse.ArgumentParser) -> None:
     """``--request-rows N``: the rows each request carries, as a client that batches its own
     (perf_analyzer's ``-b``; ``args.request_rows``, 1 by default); a count of 0 is a usage error."""

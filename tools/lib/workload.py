@@ -86,9 +86,16 @@ class ModelInterface:
 
 
 def synthetic(model: ModelInterface, rows: int, shapes: Mapping[str, Sequence[int]], zero: bool = False,
-              count: int = 16, seed: int = 0, lengths: Sequence[int] = ()) -> list[Request]:
+              count: int = 16, seed: int = 0, lengths: Sequence[int] = (),
+              fill: Mapping[str, float] | None = None) -> list[Request]:
     """``count`` requests of ``rows`` rows of random (or zero) data. ``shapes`` fixes variable
-    dims; with ``lengths``, request i gives every variable dim ``lengths[i % len(lengths)]``."""
+    dims; with ``lengths``, request i gives every variable dim ``lengths[i % len(lengths)]``;
+    ``fill`` gives an input one value throughout."""
+    fill = fill or {}
+    unknown = sorted(set(fill) - {spec.name for spec in model.inputs})
+    if unknown:
+        raise WorkloadError(f"--fill names {', '.join(map(repr, unknown))}, which {model.name} does not take "
+                            f"(its inputs: {', '.join(spec.name for spec in model.inputs)})")
     requests = []
     for i in range(count):
         specs = []
@@ -102,6 +109,7 @@ def synthetic(model: ModelInterface, rows: int, shapes: Mapping[str, Sequence[in
                                     + " or the variable dims' sizes with --lengths")
             specs.append(TensorSpec(spec.name, spec.dtype, dims))
         feed = sample_inputs(specs, rows, seed=seed + i)
+        feed.update({name: np.full_like(feed[name], value) for name, value in fill.items()})
         requests.append(Request({k: np.zeros_like(v) if zero else v for k, v in feed.items()}, rows,
                                 lengths[i % len(lengths)] if lengths else None))
     return requests
