@@ -294,6 +294,8 @@ class Watch(threading.Thread):
             try:
                 served = self.switch.mode
                 changed = self.switch.observe(window, trial=self.entry is not None and self.entry.trying)
+                if self.runtime.lone is not None:
+                    self.runtime.lone.scale = self.switch.off(Mode.PIPELINE)
                 self._hold(window, now.sent - before.sent)
                 settled = served is Mode.PIPELINE and changed is None and self.switch.trying is None
                 waits = self._entry(window if settled else None)

@@ -34,10 +34,16 @@ class LoneRuns:
     it, and its batch's run in ``looked_s``: the mean run the looks watched for arrivals. A look
     tells only whether any arrived: at random arrivals, a share ``p`` of runs with one at least
     means ``-ln(1 - p)`` a run of ``looked_s`` (taken as ``p``, a share of 0.6 counted 0.6 arrivals
-    where 0.92 came), and a run of another length as many more as it is longer."""
+    where 0.92 came), and a run of another length as many more as it is longer.
+
+    ``scale``: the engines' time as times their tables' while serving (``ModeSwitch.off``); the
+    tables may be another machine's or another load's, and what an arrival waits more behind an
+    inline run grows with the run's real time. Read at a sixteenth of it, a lone batch would
+    be judged to hold the instance a sixteenth as long as it does."""
 
     saved_s: float
     runs_s: dict[int | None, tuple[tuple[float, float], ...]]
+    scale: float = 1.0
     weight: float = 0.25
     every: int = 4
     longest: int = 16
@@ -75,14 +81,16 @@ class LoneRuns:
 
     def run_s(self, rows: int, length: int | None = None) -> tuple[float, float]:
         """A lone batch's seconds through every stage and through stage 0, by the tables at its
-        ``rows`` and its ``length`` rounded up to a tabulated one (the middle one where it has none)."""
+        ``rows`` and its ``length`` rounded up to a tabulated one (the middle one where it has none),
+        times ``scale``."""
         lengths = self._lengths
         if length is None or lengths[0] is None:
             at = lengths[len(lengths) // 2]
         else:
             at = next((n for n in lengths if n >= length), lengths[-1])
         by_rows = self.runs_s[at]
-        return by_rows[min(max(rows, 1), len(by_rows)) - 1]
+        total, first = by_rows[min(max(rows, 1), len(by_rows)) - 1]
+        return total * self.scale, first * self.scale
 
     def waits_s(self, rows: int, length: int | None = None) -> float:
         """What the requests arriving during an inline run of ``rows`` of ``length`` wait more,

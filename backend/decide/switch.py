@@ -191,7 +191,8 @@ class ModeSwitch:
     _seen: tuple[Mode, float] = field(init=False, default=(Mode.PIPELINE, 0.0))  # the last window's way, how busy
     _before: Seen | None = field(init=False, default=None)  # the window before, since the last switch
     trying: Trial | None = field(init=False, default=None)  # the way served now on trial, against the other
-    # The answers/s and rows a run at which the last trial began; none since a pause (``_another_load``).
+    # The answers/s and rows a run at which the last trial that ran its course began, or a kept one
+    # ended; a pause keeps it, a trial whose load ended within it clears it (``_another_load``).
     _tried_at: tuple[float, float] | None = field(init=False, default=None)
 
     def __post_init__(self):
@@ -214,7 +215,6 @@ class ModeSwitch:
             return None
         if window.answered < MIN_ANSWERS:  # nothing to go by: the load that comes next is likely the last one's
             self._before = None  # ... but not the same one: no window across a pause agrees with one before it
-            self._tried_at = None  # ... nor is it the load last tried
             return None if self.trying is None else self._end_trial(f"a trial {way(self.mode)} ended with its load")
         rows, requests = max(window.rows, 1.0), window.requests
         tabled = window.answered / requests * self._tabled_s(Mode.IN_TURN if self.mode is Mode.PIPELINE else self.mode,
@@ -304,14 +304,18 @@ class ModeSwitch:
         return plain < busy and plain < max(self._predicted(Mode.PIPELINE, window, series, rows=rows))
 
     def _another_load(self, rate: float, rows: float) -> bool:
-        """Whether a load at capacity is another than the one last tried (``Trial``): none tried
-        since the last pause, or its answers/s moved by ``SWITCH_GAIN``, or its rows a run by twice
-        that. At capacity the answers/s stay where the load grows, and the rows a run, the queue
-        Triton gathers behind the instance, show it: ResNet-50's stages from an H200 on a one-core
-        server, served plain at capacity, tried the pipeline at 16 in flight (12 rows a run) and
-        that load ended within the trial; at 64 in flight (16 rows a run) plain answered 930/s
-        again and the pipeline was not tried, at 0.87x the forced pipeline's answers
-        (docs/results/trial-another-load)."""
+        """Whether a load at capacity is another than the one last tried (``Trial``): none tried,
+        or the last trial's load ended within it, or its answers/s moved by ``SWITCH_GAIN``, or its
+        rows a run by twice that. At capacity the answers/s stay where the load grows, and the rows
+        a run, the queue Triton gathers behind the instance, show it: ResNet-50's stages from an
+        H200 on a one-core server, served plain at capacity, tried the pipeline at 16 in flight (12
+        rows a run) and that load ended within the trial; at 64 in flight (16 rows a run) plain
+        answered 930/s again and the pipeline was not tried, at 0.87x the forced pipeline's answers
+        (docs/results/trial-another-load). A trial that ran its course is a verdict on its load,
+        which a pause does not undo: the same load after it is not tried again (MiniLM's one stage
+        from an H100 under Poisson 3,216/s, plain 100 % busy in calls of 20.6 rows that take as
+        long as one row's, tried the pipeline after every pause between a check's rounds, each
+        time refused, each time two windows served the later way: docs/results/check-held-out-rest)."""
         if self._tried_at is None:
             return True
         at, rows_at = self._tried_at
@@ -361,14 +365,17 @@ class ModeSwitch:
         if kept:
             self.trying, self.last, self._tried_at = None, f"{said}: kept", (trial.answered, rows)
             return self.mode
-        return self._end_trial(f"{said}: {trial.refused}")
+        return self._end_trial(f"{said}: {trial.refused}", ran=True)
 
     @property
     def _other(self) -> Mode:
         return self.plain if self.mode is Mode.PIPELINE else Mode.PIPELINE
 
-    def _end_trial(self, why: str) -> Mode | None:
-        """Back to the way served before the trial."""
+    def _end_trial(self, why: str, ran: bool = False) -> Mode | None:
+        """Back to the way served before the trial; one that did not run its course (``ran``: its
+        load ended within it) says nothing of its load, which is then free to be tried again."""
+        if not ran:
+            self._tried_at = None
         self.trying, self.last = None, why
         return self._switch(self._other)
 
@@ -517,8 +524,12 @@ class ModeSwitch:
         whole model's table where it runs fused, else the stages', else those ``tables``), as far
         off their tables as the engines of ``way`` (``mode``'s by default) were seen to be
         (``engines``)."""
-        way = way or mode
-        return self._tabled_s(mode, rows, tables) * self.engines.get(way, self.engines.get(self.mode, 1.0))
+        return self._tabled_s(mode, rows, tables) * self.off(way or mode)
+
+    def off(self, mode: Mode) -> float:
+        """How many times their tables' seconds the engines of ``mode`` take (``engines``; a way not
+        served yet as far off as the way served now; 1 before any window)."""
+        return self.engines.get(mode, self.engines.get(self.mode, 1.0))
 
     def _tabled_s(self, mode: Mode, rows: float, tables: Sequence[LatencyTable] | None = None) -> float:
         """``_device_s`` as the tables say it."""
