@@ -33,8 +33,8 @@ its instance's name: ``model.MetricsExporter``):
   loaded: where ``auto`` switches, how much of a stretch of load it served pipelined and how much
   plain, which the gauge, read once, cannot say (``tools.check_auto`` reads it around each window);
 - ``dvabatch_execute_waits``: 1 where a pipelined ``execute`` waits until stage 0 has computed
-  its queries, 0 where it returns at once (``decide.waits`` at load; under ``auto``,
-  ``decide.EntryWait`` while it serves);
+  its queries, 0 where it returns at once (``decide.waits`` at load; on engines that
+  overlap, ``decide.EntryWait`` while it serves);
 - ``dvabatch_predicted_capacity{serving}``: the requests/s predicted at load for ``plain`` and
   ``pipeline`` serving from the tables and the host's measured costs (``decide.capacities``).
 """

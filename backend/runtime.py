@@ -106,7 +106,7 @@ class Runtime:
         self.lone: LoneRuns | None = None
         self.held: Hold | None = None  # served plain, the queries the policy holds back (``serving.serve``)
         self.mode = Mode.PIPELINE
-        self.watch = None  # serving.Watch, where a ModeSwitch decides the mode
+        self.watch = None  # serving.Watch, where a ModeSwitch decides the mode or EntryWait the entry's wait
         self.wait_s = 0.0  # ``submit`` returns once stage 0 has computed its queries, at most after this long
         self._drained = False  # nothing submitted since the pipeline was last seen empty
 

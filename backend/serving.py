@@ -7,6 +7,9 @@
   ``decide.ModeSwitch`` says the plain way serves the load better (the whole model as one
   engine there where it fuses: ``_fused``; where the policy holds queries back for more, once it
   serves them: ``hold.py``), and a lone batch inside it while ``decide.LoneRuns`` says so.
+  Under a configured policy on such engines the ``Watch`` reads the windows too, for whether
+  ``execute`` waits for stage 0 (``execute_waits: auto``, ``decide.EntryWait``), and the pipeline
+  stays the way served.
 - A ``WholeBatch`` (``whole.py``): where ``auto`` steps aside on stages that share the host's
   cores (the stages fused into one engine, ``engines.fusable``) and for ``batching: triton``
   (the stages in turn, as sliced): ``execute`` runs the batch Triton formed and returns every
@@ -163,12 +166,19 @@ def serve(manifest: Manifest, version_dir: Path, config: RuntimeConfig, device: 
     runtime.wait_s = BACKPRESSURE_MAX_S if waited else 0.0
     if lone and all(s.latency is not None for s in manifest.stages):
         runtime.lone = LoneRuns.of(manifest, costs)
-    if choice.switches:
-        if config.policy.holds:
+    # A configured policy's pipeline on engines that overlap has its windows read too, for whether
+    # its ``execute`` waits (the choice at load reads the tables: tables 16x too fast had ``policy:
+    # pass`` wait at 16 in flight, 585 answers/s, where ``auto`` tried returning at once and kept it
+    # at 781; docs/results/trial-verdict-pause).
+    entry_decides = config.execute_waits == "auto" and not on_cores and \
+        all(s.latency is not None for s in manifest.stages)
+    if choice.switches or entry_decides:
+        if choice.switches and config.policy.holds:
             runtime.held = Hold(config.policy, runtime.run_held, runtime.entry.arrived, runtime.entry.steady_rate)
         switch = ModeSwitch([s.latency for s in manifest.stages], costs, cores, statistic, interpreted(manifest),
                             whole=manifest.fused().stages[0].latency if fused else None,
-                            batcher_delay_s=config.queue.delay_us / 1e6, entry_waits=waited)
+                            batcher_delay_s=config.queue.delay_us / 1e6, entry_waits=waited,
+                            pinned=not choice.switches)
         runtime.watch = Watch(runtime, switch, metrics, device, len(manifest.stages),
                               _shared(server_cpu_s, lent.instances), said, alone=lent.instances == 1,
                               cores_busy_s=_cores_busy(lent),
@@ -269,7 +279,8 @@ class Watch(threading.Thread):
     the busy seconds so far of the cores this process has (``host.busy_s``), where what the
     other processes on them spend counts against serving's (``Window.others_s``). ``entry``:
     where ``execute_waits`` is ``auto``, whether a pipelined ``execute`` waits for stage 0,
-    decided again from each window served pipelined (``EntryWait``)."""
+    decided again from each window served pipelined (``EntryWait``); under a configured policy
+    that is all it decides (the switch ``pinned``)."""
 
     def __init__(self, runtime: Runtime, switch: ModeSwitch, metrics: Metrics, device: Device, stages: int,
                  server_cpu_s: Callable[[], float | None] | None, said: Callable[[str], None] | None,

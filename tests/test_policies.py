@@ -1023,6 +1023,22 @@ def test_the_host_the_entry_reads_is_the_switchs_own_utilisation_of_the_window()
     assert switch.host_busy(dataclasses.replace(window, answered=5)) is None
 
 
+def test_a_configured_policys_switch_reads_the_host_and_never_changes_the_way():
+    """Under a configured policy the switch is ``pinned``: a pipeline whose stub costs three
+    times the plain path's, which ``auto`` leaves for plain, stays pipelined window after window,
+    while ``host_busy`` reads each window as the unpinned switch does (``EntryWait`` decides
+    whether its ``execute`` waits from it)."""
+    manifest = timed_manifest([flat(1.0)] * 2)
+    tables, costs = [s.latency for s in manifest.stages], HostCosts(pipeline_request_s=900e-6, plain_request_s=300e-6)
+    window = _window(0.9, (0.125, 0.125), server_s=0.1)
+    assert _decides(ModeSwitch(tables, costs, cores=4), window) is Mode.IN_TURN
+    pinned, free = ModeSwitch(tables, costs, cores=4, pinned=True), ModeSwitch(tables, costs, cores=4)
+    assert all(pinned.observe(window) is None for _ in range(4)) and pinned.mode is Mode.PIPELINE
+    assert pinned.trying is None
+    free.observe(window)
+    assert pinned.host_busy(window) == pytest.approx(free.host_busy(window)) == pytest.approx(0.9)
+
+
 def test_a_pipeline_does_not_shorten_the_round_trip_so_where_it_is_all_the_cycle_plain_stays():
     """Near-zero stages, 64 in flight served plain on a one-core server: 1,750 answers/s in
     batches of 50, ``execute`` busy 8 % of the time, and idle 26 ms before each batch: a round

@@ -535,7 +535,8 @@ def test_auto_measures_the_host_and_starts_pipelined_on_engines_that_overlap(tmp
     hand-offs, costs more than one run inside ``execute``), predicts both ways' capacity from
     that and the tables (in the metrics), starts pipelined (multi-entry), runs lone batches
     inline where the looks allow, and watches serving to switch. A configured policy pipelines
-    and neither watches nor runs lone batches inline, unless ``policy.auto`` asks (``policy:
+    and runs no lone batch inline; its watch decides whether ``execute`` waits and never
+    switches (its switch pinned), unless ``policy.auto`` asks (``policy:
     smdp`` then dispatches whichever way it serves: served plain, with a power weight, by
     holding queries, as its log says: ``hold.py``; and, as it waits for its control limit, it
     runs no lone batch inline)."""
@@ -555,7 +556,7 @@ def test_auto_measures_the_host_and_starts_pipelined_on_engines_that_overlap(tmp
         runtime.close()
     decision, runtime = serve(trt, tmp_path, RuntimeConfig(policy=make_policy("pass", {})), CpuDevice(), Metrics())
     runtime.close()
-    assert decision.mode is Mode.PIPELINE and runtime.watch is None and runtime.lone is None
+    assert decision.mode is Mode.PIPELINE and runtime.watch.switch.pinned and runtime.lone is None
     smdp, said = make_policy("smdp", {"auto": "true", "power_weight": "1"}), []
     decision, runtime = serve(trt, tmp_path, RuntimeConfig(policy=smdp), CpuDevice(), Metrics(), said=said.append)
     runtime.close()
@@ -648,7 +649,8 @@ def test_the_watch_has_a_pipelined_execute_wait_for_stage_0_while_the_host_is_sa
     whether ``execute`` waits for stage 0 (``decide.EntryWait``): two windows with the stub's
     interpreter saturated make it wait, two with room at a lighter load make it return at once; the runtime, the
     mode switch's predictions and the ``dvabatch_execute_waits`` gauge follow. Set by the user,
-    ``execute_waits`` stays as set."""
+    ``execute_waits`` stays as set. Under a configured policy (``pass``) the watch decides the
+    same, and nothing else: its switch is pinned to the pipeline."""
     metrics = Metrics()
     manifest = timed_manifest(tmp_path, 20, 20, 2)
     _, runtime = serve(manifest, tmp_path, RuntimeConfig(policy=make_policy("auto", {})), CpuDevice(), metrics)
@@ -669,6 +671,23 @@ def test_the_watch_has_a_pipelined_execute_wait_for_stage_0_while_the_host_is_sa
     runtime.watch.stop()
     try:
         assert runtime.watch.entry is None and runtime.watch._entry(saturated) is None and runtime.wait_s == 0.0
+    finally:
+        runtime.close()
+    decision, runtime = serve(manifest, tmp_path, RuntimeConfig(policy=make_policy("pass", {})), CpuDevice(),
+                              Metrics())
+    runtime.watch.stop()
+    try:
+        watch = runtime.watch
+        assert not decision.choice.switches and watch.switch.pinned and runtime.wait_s == 0.0
+        assert watch._entry(saturated) is None and watch._entry(saturated) is True
+        assert runtime.wait_s == BACKPRESSURE_MAX_S and watch.switch.observe(saturated) is None
+        assert runtime.mode is Mode.PIPELINE
+    finally:
+        runtime.close()
+    config = RuntimeConfig.from_parameters({"policy": "pass", "execute_waits": "true"})
+    _, runtime = serve(manifest, tmp_path, config, CpuDevice(), Metrics())
+    try:
+        assert runtime.watch is None and runtime.wait_s == BACKPRESSURE_MAX_S
     finally:
         runtime.close()
 

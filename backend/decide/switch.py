@@ -146,6 +146,9 @@ class ModeSwitch:
     # calls then hold Triton's instance one after another as plain serving's do, each with its
     # requests' round trip in series (``_entry_s``).
     entry_waits: bool = False
+    # A configured policy's pipeline (not ``auto``): the windows are read for ``host_busy`` alone
+    # (``EntryWait``) and the way served never changes.
+    pinned: bool = False
     last: str = "nothing seen yet"  # why the mode is what it is: for the log
     measured: HostCosts = field(init=False)  # the costs as loading measured them, which windows correct
     # tritonserver's CPU seconds per request as seen served each way, the latest at each half octave
@@ -227,7 +230,7 @@ class ModeSwitch:
             seen, load = self.server_at.setdefault(self.mode, {}), half_octave(window.answered / window.seconds)
             seen.pop(load, None)
             seen[load] = window.server_s / window.answered
-        if trial:
+        if trial or self.pinned:
             self._before = None
             return None
         rate = window.answered / window.seconds

@@ -100,8 +100,8 @@ class Trial:
 @dataclass
 class EntryWait:
     """Whether a pipelined ``execute`` waits until stage 0 computed its queries, decided again
-    from every window served pipelined (``auto`` on engines that overlap, ``execute_waits:
-    auto``). At load ``waits`` can only weigh the engines' capacity at their best batch, which
+    from every window served pipelined (on engines that overlap, ``execute_waits: auto``, under
+    ``auto`` or a configured policy). At load ``waits`` can only weigh the engines' capacity at their best batch, which
     a lighter load may never reach: there, on three 0.7 ms stages at 16 in flight, waiting held
     the model to 1,630 answers/s where returning at once answered 1,834, the host 70 % busy
     waiting and 83 % at once (stage 0 idles while Triton hands the next call over). But under an
