@@ -918,11 +918,14 @@ def test_returning_at_once_kept_by_a_trial_holds_for_that_load_alone():
     the host unsaturated, it had then stayed so at 0.87x the forced pipeline, which waited. Now
     two windows at a load moved by more than ``SWITCH_GAIN`` from the trial's make the entry wait
     again, free to try at the new load, where returning at once answers less: it waits. A load
-    within ``SWITCH_GAIN`` of the trial's keeps it."""
+    within ``SWITCH_GAIN`` of the trial's keeps it, and so does the same load starting again after
+    a pause: the windows of a load starting are not at one rate."""
     entry = EntryWait(waits=True)
     assert entry.observe(0.14, 136) is None and entry.observe(0.14, 136) is False
     assert entry.observe(0.15, 144) is None and entry.observe(0.15, 146) is False and not entry.waits
     assert entry.observe(0.16, 150) is None and entry.observe(0.16, 155) is None and not entry.waits
+    assert entry.observe(None) is None and entry.observe(0.05, 40) is None and entry.observe(0.09, 90) is None
+    assert entry.observe(0.15, 143) is None and entry.observe(0.15, 146) is None and not entry.waits
     assert entry.observe(0.70, 800) is None and entry.observe(0.72, 810) is True and entry.waits
     assert "kept at 145 answers/s and the load moved to 810" in entry.last
     assert entry.observe(0.75, 950) is None and entry.observe(0.75, 950) is False  # a trial at this load
@@ -1406,6 +1409,24 @@ def test_a_stub_cost_seen_in_runs_of_one_request_is_not_carried_to_runs_of_twent
     switched = [switch.observe(window) for window in full]
     assert switched[-1] is Mode.IN_TURN and switch.trying is not None, switch.last
     assert "a trial, pipelined at capacity" in switch.last
+
+
+def test_a_trial_whose_answers_rise_as_its_requests_are_answered_sooner_is_no_load_that_moved():
+    """Returning at once at 64 in flight on tables 16x too fast, against waiting's 1,150
+    answers/s in 55 ms: a first window still taking hold at 1,200/s, a second at 1,450/s in 43
+    ms. A closed loop answered sooner sends more: the trial goes on, and keeps the way tried.
+    Answers that rise as requests wait longer are an open load that grew, and one that falls a
+    load that stopped: either ends the trial, as does a rise with nothing measured."""
+    trial = Trial(1150.0, 55e-3)
+    assert trial.take(1200.0, 50e-3) is None
+    assert not trial.moved(1450.0, 43e-3) and trial.take(1450.0, 43e-3) is True
+    trial = Trial(1150.0, 55e-3)
+    assert trial.take(1200.0, 50e-3) is None
+    assert trial.moved(1450.0, 60e-3) and trial.moved(900.0, 40e-3) and trial.moved(1450.0)
+    entry = EntryWait(waits=True)
+    assert entry.observe(0.4, 1150, 55e-3) is None and entry.observe(0.4, 1150, 55e-3) is False
+    assert entry.observe(0.45, 1200, 50e-3) is None and entry.observe(0.5, 1450, 43e-3) is False
+    assert not entry.waits and "answered 1325/s where waiting for stage 0 answered 1150" in entry.last
 
 
 def test_a_trial_under_an_open_load_keeps_the_way_that_answers_sooner():

@@ -359,7 +359,7 @@ class ModeSwitch:
         another load (kept plain at 48 rows where the pipeline had run 17, the pipeline was tried
         straight back)."""
         trial = self.trying
-        if trial.moved(rate):
+        if trial.moved(rate, took_s):
             return self._end_trial(f"a trial {way(self.mode)} ended with its load")
         kept = trial.take(rate, took_s)
         if kept is None:
