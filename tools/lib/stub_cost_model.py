@@ -70,7 +70,7 @@ class TritonPythonModel:
         plain = _model(plain_module, **settings["plain"])
         server = ours._server  # how it serves, as the backend decided when it loaded
         if not isinstance(server, WholeBatch):
-            if server.watch is None:
+            if server.watch is None or server.watch.switch.pinned:  # (a configured policy: pipelines always)
                 ours.finalize()
                 raise ValueError(f"{settings['ours']['name']} pipelines here: stub_cost measures a model served "
                                  "inside execute (auto, served plain, or batching: triton)")
