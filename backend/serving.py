@@ -164,15 +164,14 @@ def serve(manifest: Manifest, version_dir: Path, config: RuntimeConfig, device: 
         _measure_energy(config.policy, manifest, device, runtime.plain.run, metrics)
     waited, waits_why = waits(manifest, config.execute_waits, costs)
     runtime.wait_s = BACKPRESSURE_MAX_S if waited else 0.0
-    if lone and all(s.latency is not None for s in manifest.stages):
+    tabled = all(s.latency is not None for s in manifest.stages)
+    if lone and tabled:
         runtime.lone = LoneRuns.of(manifest, costs)
     # A configured policy's pipeline on engines that overlap has its windows read too, for whether
     # its ``execute`` waits (the choice at load reads the tables: tables 16x too fast had ``policy:
     # pass`` wait at 16 in flight, 585 answers/s, where ``auto`` tried returning at once and kept it
     # at 781; docs/results/trial-verdict-pause).
-    entry_decides = config.execute_waits == "auto" and not on_cores and \
-        all(s.latency is not None for s in manifest.stages)
-    if choice.switches or entry_decides:
+    if choice.switches or (config.execute_waits == "auto" and not on_cores and tabled):
         if choice.switches and config.policy.holds:
             runtime.held = Hold(config.policy, runtime.run_held, runtime.entry.arrived, runtime.entry.steady_rate)
         switch = ModeSwitch([s.latency for s in manifest.stages], costs, cores, statistic, interpreted(manifest),
