@@ -1429,6 +1429,25 @@ def test_a_trial_whose_answers_rise_as_its_requests_are_answered_sooner_is_no_lo
     assert not entry.waits and "answered 1325/s where waiting for stage 0 answered 1150" in entry.last
 
 
+def test_a_trial_whose_first_window_answers_fewer_sooner_saw_its_load_fall():
+    """A round of 64 in flight on tables 16x too fast ending within a trial's first window:
+    938 answers/s in 42 ms a request, where waiting answered 1,186 in 53. Fewer requests in the
+    model (answers/s times latency) are a load that fell, not the way tried carrying less: the
+    trial ends with its load (``EntryWait`` waits again, free to try again at that load, where
+    the trial had refused returning at once for the rest of it, as logged). Fewer answered later,
+    or with the latency unmeasured, are the way tried carrying less: not kept."""
+    trial = Trial(1186.0, 52.75e-3)
+    assert trial.moved(938.0, 42.15e-3)
+    assert not trial.moved(938.0, 60e-3) and trial.take(938.0, 60e-3) is False
+    assert not Trial(1186.0, None).moved(938.0, 42.15e-3) and not Trial(1186.0, 52.75e-3).moved(938.0)
+    entry = EntryWait(waits=True)
+    assert entry.observe(0.41, 1178, 52.75e-3) is None and entry.observe(0.41, 1194, 52.75e-3) is False
+    assert entry.observe(0.35, 938, 42.15e-3) is True and "ended with its load" in entry.last
+    assert entry.observe(0.41, 1190, 52e-3) is None and entry.observe(0.41, 1190, 52e-3) is False, entry.last
+    assert entry.observe(0.5, 1440, 43e-3) is None and entry.observe(0.5, 1457, 43e-3) is False
+    assert not entry.waits and "returning at once answered 1448/s" in entry.last
+
+
 def test_a_trial_under_an_open_load_keeps_the_way_that_answers_sooner():
     """The same three stages under Poisson 1,800/s, served plain: calls of 10 rows take 4.85 ms
     (the stages barely grow with their rows) and 0.8 ms of hand-off, the instance held all the
