@@ -1185,7 +1185,7 @@ def test_a_load_at_capacity_is_tried_again_after_a_pause_or_with_a_longer_queue(
     sixteen = _window(0.3, (0.01, 0.01), answered=10000, rows=11.5, server_s=0.71)
     assert _decides(switch, sixteen) is Mode.PIPELINE and switch.trying is not None
     assert switch.observe(_window(0.0, (0.0, 0.0), answered=3)) is Mode.IN_TURN  # the load stopped
-    assert switch.last == "a trial pipelined ended with its load"
+    assert switch.last == "a trial pipelined ended with its load: too few answers to go by"
     sixty_four = dataclasses.replace(sixteen, rows=16.0)
     assert _decides(switch, sixty_four) is Mode.PIPELINE and switch.trying is not None
     short = dict(answered=8000, stub_s=8000 * 27e-6, server_s=8000 * 71e-6)  # as dear a request as predicted
@@ -1442,7 +1442,8 @@ def test_a_trial_whose_first_window_answers_fewer_sooner_saw_its_load_fall():
     assert not Trial(1186.0, None).moved(938.0, 42.15e-3) and not Trial(1186.0, 52.75e-3).moved(938.0)
     entry = EntryWait(waits=True)
     assert entry.observe(0.41, 1178, 52.75e-3) is None and entry.observe(0.41, 1194, 52.75e-3) is False
-    assert entry.observe(0.35, 938, 42.15e-3) is True and "ended with its load" in entry.last
+    assert entry.observe(0.35, 938, 42.15e-3) is True
+    assert entry.last.endswith("ended with its load: 938/s in 42.15 ms a request after 1186/s in 52.75 ms a request")
     assert entry.observe(0.41, 1190, 52e-3) is None and entry.observe(0.41, 1190, 52e-3) is False, entry.last
     assert entry.observe(0.5, 1440, 43e-3) is None and entry.observe(0.5, 1457, 43e-3) is False
     assert not entry.waits and "returning at once answered 1448/s" in entry.last

@@ -218,7 +218,9 @@ class ModeSwitch:
             return None
         if window.answered < MIN_ANSWERS:  # nothing to go by: the load that comes next is likely the last one's
             self._before = None  # ... but not the same one: no window across a pause agrees with one before it
-            return None if self.trying is None else self._end_trial(f"a trial {way(self.mode)} ended with its load")
+            if self.trying is None:
+                return None
+            return self._end_trial(f"a trial {way(self.mode)} ended with its load: too few answers to go by")
         rows, requests = max(window.rows, 1.0), window.requests
         tabled = window.answered / requests * self._tabled_s(Mode.IN_TURN if self.mode is Mode.PIPELINE else self.mode,
                                                              rows)
@@ -360,7 +362,7 @@ class ModeSwitch:
         straight back)."""
         trial = self.trying
         if trial.moved(rate, took_s):
-            return self._end_trial(f"a trial {way(self.mode)} ended with its load")
+            return self._end_trial(f"a trial {way(self.mode)} ended with its load: {trial.ended(rate, took_s)}")
         kept = trial.take(rate, took_s)
         if kept is None:
             return None

@@ -107,6 +107,15 @@ class Trial:
         """Why the way tried was not kept, for the log."""
         return f"{TRIAL_GAIN:.0%} later or more" if self.slower else f"not {TRIAL_GAIN:.0%} more"
 
+    def ended(self, rate: float, took_s: float | None) -> str:
+        """How a window's load moved (``moved``), against the trial's window before or, for its
+        first, the way before, for the log."""
+        since, since_s = (self.rates[-1], self.took_s[-1]) if self.rates else (self.baseline, self.baseline_s)
+
+        def at(answers: float, seconds: float | None) -> str:
+            return f"{answers:.0f}/s" + ("" if seconds is None else f" in {ms(seconds)} a request")
+        return f"{at(rate, took_s)} after {at(since, since_s)}"
+
     def said(self, tried: str, before: str) -> str:
         said = f"{tried} answered {self.answered:.0f}/s where {before} answered {self.baseline:.0f}"
         if self.took_share is None:
@@ -160,7 +169,7 @@ class EntryWait:
         ends, else None."""
         if host is None:
             self._wanted = None
-            return None if self._trial is None else self._abandon()
+            return None if self._trial is None else self._abandon("too few answers to go by")
         if self._trial is not None and host < HOST_SATURATED:
             return self._take(rate, took_s)
         if self.waits:
@@ -202,7 +211,7 @@ class EntryWait:
         """A window of a trial at once: after ``TRIAL_WINDOWS``, keep it (False) or wait again (True)."""
         trial = self._trial
         if trial.moved(rate, took_s):
-            return self._abandon()
+            return self._abandon(trial.ended(rate, took_s))
         kept = trial.take(rate, took_s)
         if kept is None:
             return None
@@ -215,8 +224,8 @@ class EntryWait:
         self.last += f": {trial.refused}"
         return True
 
-    def _abandon(self) -> bool:
-        """A trial whose load stopped or moved says nothing: wait again, free to try once more."""
+    def _abandon(self, why: str) -> bool:
+        """A trial whose load stopped or moved (``why``) says nothing: wait again, free to try once more."""
         self.waits, self._trial, self._wanted = True, None, None
-        self.last = "a trial of returning at once ended with its load"
+        self.last = f"a trial of returning at once ended with its load: {why}"
         return True
