@@ -51,10 +51,11 @@ class Trial:
         the window (938 against 1,186 answers/s, in 42 ms a request against 53) refused
         returning at once for the rest of the load, which answered 1,457/s in the next trial
         (docs/results/entry-wait-configured)."""
-        sooner = took_s is not None and self.baseline_s is not None and took_s <= (1 - TRIAL_GAIN) * self.baseline_s
+        # This window's requests against the way before's (``sooner`` weighs the trial's windows together).
+        quick = took_s is not None and self.baseline_s is not None and took_s <= (1 - TRIAL_GAIN) * self.baseline_s
         if not self.rates:
-            return rate < (1 - SWITCH_GAIN) * self.baseline and sooner
-        return moved(rate, self.rates[-1]) and not (rate > self.rates[-1] and sooner)
+            return rate < (1 - SWITCH_GAIN) * self.baseline and quick
+        return moved(rate, self.rates[-1]) and not (rate > self.rates[-1] and quick)
 
     def take(self, rate: float, took_s: float | None = None) -> bool | None:
         """A window's answers/s and its requests' measured latency (``measured_s``): None while
