@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from tools.lib.check_cell import Cell, Served
+from tools.lib.check_cell import Cell, Served, looks
 from tools.lib.harness import Measured
 from tools.lib.intervals import Ratio, against_margin, across_rounds, pooled, ratio, t_quantile, verdict
 from tools.lib.perf_analyzer import Load, Window
@@ -141,3 +141,33 @@ def test_the_check_says_whether_auto_served_as_the_clearly_better_way():
     measured = Measured(window([1.0]), served={"fused": 2.0, "pipeline": 2.0}, calls={"executes": 200, "inline": 50})
     assert Served.of(measured).inline == pytest.approx(0.5)
     assert Served.of(Measured(window([1.0]), served={"fused": 4.0}, calls={"executes": 200})).inline == 0.0
+
+
+def test_a_cell_is_read_at_looks_spaced_apart_and_leaves_the_clearly_worse_way_out():
+    """``tools.check_auto --max-rounds`` reads a cell after each 1.5 times the rounds of the look
+    before (``looks``), where it had read it after every round: fewer looks, each a narrower
+    interval. Once plain and the pipeline are shown more than the margin apart, the worse runs no
+    more (``Cell.drop_worse``): its later rounds hold no window and write no line, and the verdict,
+    the better way and the choice read on."""
+    assert looks(2, 24) == (2, 3, 5, 8, 12, 18, 24)
+    assert looks(3, 3) == (3,) and looks(2, 3) == (2, 3) and looks(2, 6) == (2, 3, 5, 6)
+    closed = Load(concurrency=1)
+    answers = lambda per_s: window([1.0] * int(per_s), load=closed)  # noqa: E731  one second's answers
+    rounds = {"plain": [answers(a) for a in (103, 104, 102)], "pipeline": [answers(a) for a in (93, 92, 94)],
+              "auto": [answers(a) for a in (97, 104, 96)]}
+    cell = Cell("slow", "1 in flight", True, rounds, wanted=3, served=[Served({"fused": 5.0})] * 3)
+    close = Cell("slow", "1 in flight", True, {**rounds, "pipeline": [answers(a) for a in (103, 102, 101)]}, wanted=3)
+    close.drop_worse(0.05)
+    assert close.dropped == {} and close.running(3) == ("auto", "pipeline", "plain")
+    cell.drop_worse(0.05)
+    assert cell.dropped == {"pipeline": 3}
+    assert cell.running(2) == ("plain", "pipeline", "auto") and cell.running(3) == ("auto", "plain")
+    assert cell.running(4) == ("plain", "auto")
+    for turn, per_s in ((3, (102, 101)), (4, (103, 102))):
+        for model, figure in zip(cell.running(turn), per_s):
+            cell.rounds[model].append(answers(figure))
+        cell.rounds["pipeline"].append(None)
+        cell.served.append(Served({"fused": 5.0}))
+    assert cell.best == "plain" and len(cell.paired()) == 5 and cell.choice(0.05) == "right"
+    lines = cell.windows()
+    assert [(line[2], line[3]) for line in lines[9:]] == [("4", "auto"), ("4", "plain"), ("5", "plain"), ("5", "auto")]

@@ -63,11 +63,15 @@ its serving path beside the peer's.
 One round (``--rounds 1``) gives no interval: its ratio alone says yes or no. Where more were asked
 for, a cell left with fewer rounds that have both windows is unresolved.
 
-With ``--max-rounds`` a cell still unresolved after ``--rounds`` gets more rounds, one at a time,
-until its verdict is read or it has had that many: rounds go where this host's noise needs them.
-Looking after every round would find a wrong verdict more often than one look does, so each look
-reads a wider interval (Bonferroni: 1 - 5 % / looks; ``looked``), and a verdict is still wrong at
-most 5 % of the time, whichever look reads it (the table's "95 %" is that guarantee).
+With ``--max-rounds`` a cell still unresolved after ``--rounds`` gets more rounds until its verdict
+is read or it has had that many: rounds go where this host's noise needs them. It is read again
+after 1.5 times the rounds of the look before (``check_cell.looks``: 2, 3, 5, 8, 12, 18, 24), and
+at ``--max-rounds``. Looking more often would find a wrong verdict more often than one look does,
+so each look reads a wider interval (Bonferroni: 1 - 5 % / looks; ``looked``), and a verdict is
+still wrong at most 5 % of the time, whichever look reads it (the table's "95 %" is that
+guarantee). From a look at which plain and the forced pipeline are shown more than the margin
+apart, the worse of them runs no more (``auto``'s verdict and choice read the better alone): a
+round then takes two windows, ``auto``'s next to the better one's.
 
 ``--out`` keeps the table (summary.md, check.csv) and every window's figure (windows.csv),
 rewritten after each cell, so that a run cut short keeps what it measured. A window that fails
@@ -93,8 +97,8 @@ from rich.table import Table
 from tritonclient.utils import InferenceServerException
 
 from tools.lib.cli import add_fill_argument, add_lengths_argument, add_request_rows_argument, numbers, table_console
-from tools.lib.check_cell import Cell, Served, in_turn
-from tools.lib.harness import Bench
+from tools.lib.check_cell import Cell, Served, in_turn, looks
+from tools.lib.harness import Bench, Measured
 from tools.lib.paths import ROOT
 from tools.lib.peers import Peer, write_ways
 from tools.lib.perf_analyzer import Load, PerfAnalyzerError
@@ -164,34 +168,47 @@ WINDOW_HEADER = ("profile", "load", "round", "model", "answers/s or mean ms", "r
 
 def looked(args: argparse.Namespace) -> float:
     """The confidence of each look at a cell's interval: with ``--max-rounds``, a cell is judged
-    after each round from ``--rounds`` on, and a verdict read at any of those looks must be wrong
-    no more often than one read once at 95 % (Bonferroni over the looks)."""
-    return 1 - 0.05 / (args.max_rounds - args.rounds + 1)
+    at each of ``looks`` from ``--rounds`` to ``--max-rounds``, and a verdict read at any of
+    them must be wrong no more often than one read once at 95 % (Bonferroni over the looks)."""
+    return 1 - 0.05 / len(looks(args.rounds, args.max_rounds))
 
 
 def measure(bench: Bench, profile: str, label: str, load: Load, data: Path, args: argparse.Namespace,
             console: Console) -> Cell:
     """The models' windows in ``--rounds`` rounds, every other round in the reverse order,
-    and then, while the cell's verdict is unresolved, more rounds up to ``--max-rounds``. A window
-    that fails (perf_analyzer hung every time) is None, and its round does not count: the cell
-    stays unresolved until ``--rounds`` rounds have both windows, so a lost window is made up by
-    another round where ``--max-rounds`` allows one."""
+    and then, while the cell's verdict is unresolved, more rounds up to ``--max-rounds``, read
+    at each of ``looks``; from a look on which one of plain and the pipeline is clearly the
+    better, the other is left out (``Cell.drop_worse``). A window that fails (perf_analyzer hung
+    every time) is None, and its round does not count: the cell stays unresolved until
+    ``--rounds`` rounds have both windows, so a lost window is made up by another round where
+    ``--max-rounds`` allows one."""
     cell = Cell(profile, label, load.closed, {m: [] for m in args.models}, looked(args), args.rounds)
+    stops = looks(args.rounds, args.max_rounds)
     for turn in range(args.max_rounds):
-        if turn >= args.rounds and cell.verdict(args.margin) != "unresolved":
-            break
+        if turn in stops:
+            if cell.verdict(args.margin) != "unresolved":
+                break
+            cell.drop_worse(args.margin)
+        running = cell.running(turn)
         for model in in_turn(args.models, turn):
-            try:
-                measured = bench.window(model, load, data, args.seconds, args.warmup)
-            except PerfAnalyzerError as exc:
-                console.print(f"[red]{profile} {model} {load.label}: {exc}[/red]")
-                measured = None
+            measured = window(bench, profile, model, load, data, args, console) if model in running else None
             cell.rounds[model].append(measured and measured.window)
             if model == "auto":
                 cell.served.append(Served.of(measured))
     console.print(f"{profile} {label}: auto {cell.versus()} the {cell.best} one after {len(cell.rounds['auto'])} "
-                  f"rounds: {cell.verdict(args.margin)}; served {cell.served_label()}: {cell.choice(args.margin)}")
+                  f"rounds: {cell.verdict(args.margin)}; served {cell.served_label()}: {cell.choice(args.margin)}"
+                  + "".join(f"; {m} left out from round {turn + 1}" for m, turn in cell.dropped.items()))
     return cell
+
+
+def window(bench: Bench, profile: str, model: str, load: Load, data: Path, args: argparse.Namespace,
+           console: Console) -> Measured | None:
+    """One window of ``model`` at ``load``, or None where perf_analyzer failed it."""
+    try:
+        return bench.window(model, load, data, args.seconds, args.warmup)
+    except PerfAnalyzerError as exc:
+        console.print(f"[red]{profile} {model} {load.label}: {exc}[/red]")
+        return None
 
 
 def row(cell: Cell, margin: float) -> list[str]:

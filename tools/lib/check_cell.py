@@ -14,7 +14,9 @@ from tools.lib.intervals import Ratio, across_rounds, pooled, verdict
 from tools.lib.perf_analyzer import Window
 
 PEER_OF_MODE = {"pipeline": "pipeline", "fused": "plain", "in_turn": "plain"}  # how auto served: the peer serving so
+PEERS = ("plain", "pipeline")
 RIGHT_SHARE = 0.9  # a choice is right (or wrong) where auto served the better way at least (at most 1 -) this share
+LOOK_GROWTH = 1.5  # each look at a cell after the first comes after this many times the rounds of the one before
 
 
 @dataclass(frozen=True)
@@ -38,7 +40,7 @@ class Served:
 
     def as_peers(self) -> dict[str, float]:
         """The seconds served as each peer serves (plain, pipeline)."""
-        peers = dict.fromkeys(("plain", "pipeline"), 0.0)
+        peers = dict.fromkeys(PEERS, 0.0)
         for mode, spent in self.seconds.items():
             moved = spent * self.inline if mode == "pipeline" else 0.0
             peers[PEER_OF_MODE[mode]] += spent - moved
@@ -55,6 +57,19 @@ def in_turn(models: tuple[str, ...], turn: int) -> tuple[str, ...]:
     return models if turn % 2 == 0 else models[::-1]
 
 
+def looks(first: int, last: int) -> tuple[int, ...]:
+    """The round counts after which a cell's verdict is read: ``first``, then each
+    ``LOOK_GROWTH`` times the one before, and ``last``. Each look must read a wider interval for
+    a verdict read at any of them to be wrong no more often than one read once (Bonferroni),
+    so a look after every round (23 looks from 2 to 24 rounds) widens each interval a fifth to a
+    third more than these 7 looks do (Student's t at 1 - 2.5 % / 23 against 1 - 2.5 % / 7, at 20
+    to 5 degrees of freedom), and a cell would need 1.4-1.7x the rounds to be resolved."""
+    counts = [first]
+    while counts[-1] < last:
+        counts.append(min(max(counts[-1] + 1, math.ceil(counts[-1] * LOOK_GROWTH)), last))
+    return tuple(counts)
+
+
 @dataclass(frozen=True)
 class Cell:
     """One load of one profile: each model's window in each round (None where it failed)."""
@@ -66,6 +81,7 @@ class Cell:
     confidence: float = 0.95  # each look's interval (``looked``)
     wanted: int = 1  # rounds with both windows a verdict needs (``--rounds``); a lost window's round does not count
     served: list[Served] = field(default_factory=list)  # how auto served in each round's window
+    dropped: dict[str, int] = field(default_factory=dict)  # a way no longer run: the round it was left out from
 
     @property
     def statistic(self) -> str:
@@ -86,7 +102,7 @@ class Cell:
     @property
     def best(self) -> str:
         figures = self.figures
-        peers = {m: figures[m] for m in ("plain", "pipeline") if not math.isnan(figures[m])} or {"plain": math.nan}
+        peers = {m: figures[m] for m in PEERS if not math.isnan(figures[m])} or {"plain": math.nan}
         return max(peers, key=peers.get) if self.closed else min(peers, key=peers.get)
 
     @property
@@ -110,12 +126,25 @@ class Cell:
         found = [self._figure(w) for w in self._kept(self.best)]
         return max(found) / min(found) - 1 if len(found) > 1 else math.nan
 
+    def running(self, turn: int) -> tuple[str, ...]:
+        """The ways round ``turn`` runs, in their order (``in_turn``), less those ``dropped``."""
+        return tuple(m for m in in_turn(self.models, turn) if turn < self.dropped.get(m, turn + 1))
+
+    def drop_worse(self, margin: float) -> None:
+        """Leave the worse of plain and the pipeline out of the rounds still to run, once the
+        other is ``clearly_better``: ``auto``'s verdict and choice read the better one alone, and
+        its windows then run next to ``auto``'s, a round taking two windows where it took three."""
+        better = self.clearly_better(margin)
+        if better is not None:
+            worse = next(p for p in PEERS if p != better)
+            self.dropped.setdefault(worse, len(self.rounds["auto"]))
+
     def windows(self) -> list[list[str]]:
         """A line per window in the order measured: its round, model, figure, requests and
-        seconds (the figure empty where the window failed)."""
+        seconds (the figure empty where the window failed; none for a way ``dropped``)."""
         lines = []
         for turn in range(len(self.rounds["auto"])):
-            for model in in_turn(self.models, turn):
+            for model in self.running(turn):
                 window = self.rounds[model][turn]
                 lines.append([self.profile, self.load, str(turn + 1), model] + (
                     ["", "", ""] if window is None else
@@ -129,7 +158,7 @@ class Cell:
 
     def served_as(self) -> dict[str, float]:
         """The seconds ``auto`` served as each peer (plain, pipeline) in its windows (``Served``)."""
-        seconds = dict.fromkeys(("plain", "pipeline"), 0.0)
+        seconds = dict.fromkeys(PEERS, 0.0)
         for window in self.served:
             for peer, spent in window.as_peers().items():
                 seconds[peer] += spent
