@@ -90,8 +90,9 @@ class ModeSwitch:
     stage 0 while another runs, or where its ``execute`` waits for stage 0, no less than that call
     with its requests' round trip: ``_entry_s``; the other way's host taken ``SWITCH_GAIN`` busier than predicted,
     the model's error; the wait taken only as often as the requests found a batch ahead, against
-    random arrivals: ``_overlap``). It switches when the other way's prediction
-    is ``SWITCH_GAIN`` below the current one's in two windows in a row at rates within
+    random arrivals: ``_overlap``). The way served is read as its window measured it, the other as
+    late against its prediction as when last served at that load (``_as_measured``). It switches
+    when the other way's latency is ``SWITCH_GAIN`` below the current one's in two windows in a row at rates within
     ``SWITCH_GAIN`` of each other (a window may hold a load starting or stopping, whose rate is
     neither's). At light load both ways predict
     about a batch's own time, unless the hand-offs' latency weighs in it, and the mode stays (the
