@@ -187,10 +187,10 @@ class ModeSwitch:
     engines: dict[Mode, float] = field(init=False, default_factory=dict)
     # Each way's mean latency as measured (``measured_s``) over its prediction (``_latency``), by
     # the half octave of answers/s it was seen at, the latest ``LINE_KEEPS`` windows served that
-    # way there: the model leaves out what it cannot see (a
-    # pipelined request's hand-offs between threads waiting for the interpreter, a plain call's
-    # queue that a request's round trip overstates), so the way served is read as measured and
-    # the other as its prediction was off when last served. Predictions alone once switched
+    # way there: the model leaves out what it cannot see (a pipelined request's hand-offs between
+    # threads waiting for the interpreter, a plain call's queue that a request's round trip
+    # overstates), so the way served is read as measured and the other as its prediction was off
+    # when last served. Predictions alone once switched
     # TensorRT-speed BERT-base under Poisson 1,059/s to a pipeline predicted at 1.80 ms against
     # plain's 2.34, which answered in 3.43 ms where the plain model took 2.25, and kept it for the
     # load's four minutes, the prediction unchanged (docs/results/switch-measured-latency).
