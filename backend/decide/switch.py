@@ -195,7 +195,6 @@ class ModeSwitch:
     # plain's 2.34, which answered in 3.43 ms where the plain model took 2.25, and kept it for the
     # load's four minutes, the prediction unchanged (docs/results/switch-measured-latency).
     late: dict[tuple[Mode, int], list[float]] = field(init=False, default_factory=dict)
-    _measured: float | None = field(init=False, default=None)  # the latest window's, served as now (None: not measured)
     # Served plain, what each request last held the next batch back in series (``round_trip_s``),
     # and the answers/s it was seen at: a load served pipelined at less than ``1 - SWITCH_GAIN``
     # of that rate is taken as another one (a closed loop served faster answers no less), where
@@ -264,18 +263,18 @@ class ModeSwitch:
         # by the model's error: near capacity a few points decide the wait (a near-zero model, plain
         # 100 % busy, switched to a pipeline predicted 98 %, which could not carry the load).
         overlap = self._overlap(window, rows, requests)
-        latency = self._as_measured(window, {
+        took, load = measured_s(window, self.mode is Mode.PIPELINE), half_octave(rate)
+        latency, measured = self._as_measured({
             self.mode: self._latency(self.mode, busy[self.mode], rows, requests, series, overlap),
             other: self._latency(other, max(engines, host * (1 + SWITCH_GAIN)), rows, requests, series, overlap)},
-            busy[self.mode])
-        load = half_octave(rate)
+            took if window.answered >= CORRECT_AFTER and busy[self.mode] < 1 - SWITCH_GAIN else None, load)
         self.last = (f"{rate:.0f} answers/s, {rows:.1f} rows a run"
                      f"{f' ({requests:.1f} requests)' if requests < rows - 0.05 else ''}"
                      f"{f', requests overlapping {overlap:.0%} as often as at random' if overlap < 0.995 else ''}: "
                      f"{ms(latency[Mode.PIPELINE])} pipelined ({busy[Mode.PIPELINE]:.0%} busy"
-                     f"{self._late_text(Mode.PIPELINE, load)}), "
+                     f"{self._late_text(Mode.PIPELINE, load, measured)}), "
                      f"{ms(latency[plain])} plain ({busy[plain]:.0%}, {series * 1e6:.0f} us a request's round trip "
-                     f"in series{self._late_text(plain, load)}) ({self.costs.describe()}, tritonserver "
+                     f"in series{self._late_text(plain, load, measured)}) ({self.costs.describe()}, tritonserver "
                      f"{self._server_text()}{self._engines_text()})")
         # Its answers are its capacity, not the load, where it is overloaded, and where the clients
         # wait on their answers (a round trip in series) and keep the instance busy within the
@@ -283,7 +282,7 @@ class ModeSwitch:
         looped = self.mode is not Mode.PIPELINE and series > 0 and busy[self.mode] >= 1 - SWITCH_GAIN
         if self.trying is not None:
             self._before = None
-            return self._trial(rate, rows, measured_s(window, self.mode is Mode.PIPELINE))
+            return self._trial(rate, rows, took)
         overloaded = math.isinf(latency[self.mode])
         capped = looped or overloaded
         if capped:  # ... and a loop is a guess at the load's kind, which only a trial's answers confirm (``Trial``)
@@ -298,29 +297,27 @@ class ModeSwitch:
         if not (better or tries) or not steady or before.wanted is not other:
             return None  # a window may hold a load starting or stopping: the one before must agree
         if not better:
-            self.trying = Trial((before.rate + rate) / 2, measured_s(window, self.mode is Mode.PIPELINE))
+            self.trying = Trial((before.rate + rate) / 2, took)
             self._tried_at = (self.trying.baseline, rows)
             self.last = f"a trial, {way(self.mode)} at capacity: {self.last}"
         return self._switch(other)
 
-    def _as_measured(self, window: Window, predicted: dict[Mode, float], busy: float) -> dict[Mode, float]:
-        """Each way's mean latency as measured at the window's load: the way served now's as the
-        window measured it (``measured_s``; where it cannot, as predicted), the other's predicted
-        times its ``late`` at this load; a way not seen served at this load is taken to be as late
-        as the way served now, so that the two predictions decide, as before any measure. Only a
-        way ``busy`` short of capacity by the model's error says how late it is: near it, the
-        predicted queue grows without bound, and at capacity the answers say the way's
-        capacity, not the load's latency (both stay the predictions' to weigh)."""
-        now, load = self.mode, half_octave(window.answered / window.seconds)
-        took = measured_s(window, now is Mode.PIPELINE)
-        self._measured = None
-        if took is not None and window.answered >= CORRECT_AFTER and busy < 1 - SWITCH_GAIN:
+    def _as_measured(self, predicted: dict[Mode, float], took: float | None,
+                     load: int) -> tuple[dict[Mode, float], bool]:
+        """Each way's mean latency at ``load`` (a half octave of answers/s), and whether the way
+        served now's was measured: that way's as its window measured it (``took``; None where it
+        cannot, or where the window answered too few, or was within the model's error of
+        capacity, where the predicted queue grows without bound and the answers say the way's
+        capacity, not the load's latency: then as predicted), the other's predicted times its
+        ``late`` at this load; a way not seen served at this load is taken to be as late as the
+        way served now, so that the two predictions decide, as before any measure."""
+        now = self.mode
+        if took is not None:
             kept = self.late.setdefault((now, load), [])
             kept.append(took / predicted[now])
             del kept[:-LINE_KEEPS]
-            self._measured = took
-        return {mode: (self._measured if mode is now and self._measured is not None else
-                       seconds * self._late(mode, load)) for mode, seconds in predicted.items()}
+        return {mode: took if mode is now and took is not None else seconds * self._late(mode, load)
+                for mode, seconds in predicted.items()}, took is not None
 
     def _late(self, mode: Mode, load: int) -> float:
         """How many times its predicted latency ``mode``'s was measured served at ``load`` (a
@@ -329,10 +326,10 @@ class ModeSwitch:
         kept = self.late.get((mode, load)) or self.late.get((self.mode, load))
         return sorted(kept)[(len(kept) - 1) // 2] if kept else 1.0
 
-    def _late_text(self, mode: Mode, load: int) -> str:
+    def _late_text(self, mode: Mode, load: int, measured: bool) -> str:
         """For the log: the latency measured, or how far a prediction was taken off its model."""
         if mode is self.mode:
-            return ", measured" if self._measured is not None else ""
+            return ", measured" if measured else ""
         late = self._late(mode, load)
         return f", {late:.2g}x its model as measured served so at this load" if (mode, load) in self.late else ""
 
