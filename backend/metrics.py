@@ -76,6 +76,10 @@ EXECUTE_TIME = Family("dvabatch_execute_us_total", "counter",
                       "Microseconds spent inside the model's execute (wall time)")
 EXECUTE_IDLE = Family("dvabatch_execute_idle_us_total", "counter",
                       "Microseconds between one call of the model's execute ending and the next beginning")
+RETURNED = Family("dvabatch_returned_answers_total", "counter",
+                  "Queries answered in the list execute returns, run inside it (served plain, a lone batch inline)")
+RETURNED_TIME = Family("dvabatch_returned_answer_us_total", "counter",
+                       "Microseconds of the execute calls that ran and returned their queries, once for each query")
 LONE = Family("dvabatch_lone_batches_total", "counter",
               "Batches that found the pipeline empty, by where they ran (inline: inside execute; pipeline)")
 SERVING = Family("dvabatch_serving", "gauge",
@@ -87,8 +91,8 @@ EXECUTE_WAITS = Family("dvabatch_execute_waits", "gauge",
 CAPACITY = Family("dvabatch_predicted_capacity", "gauge",
                   "Requests/s predicted at load for plain and pipeline serving, from the tables and the host's costs")
 FAMILIES = {f.name: f for f in (META_OPERATIONS, BATCHES, STAGE_BUSY, ENTRY_QUERIES, ENTRY_WAIT, ANSWERS, ANSWER_TIME,
-                                WAITING, IN_FLIGHT, EXECUTES, EXECUTE_TIME, EXECUTE_IDLE, LONE, SERVING, SERVED,
-                                EXECUTE_WAITS, CAPACITY)}
+                                WAITING, IN_FLIGHT, EXECUTES, EXECUTE_TIME, EXECUTE_IDLE, RETURNED, RETURNED_TIME, LONE,
+                                SERVING, SERVED, EXECUTE_WAITS, CAPACITY)}
 
 
 Key = tuple[str, Labels]
@@ -100,6 +104,8 @@ _ANSWER_TIME: Key = (ANSWER_TIME.name, ())
 _EXECUTES: Key = (EXECUTES.name, ())
 _EXECUTE_TIME: Key = (EXECUTE_TIME.name, ())
 _EXECUTE_IDLE: Key = (EXECUTE_IDLE.name, ())
+_RETURNED: Key = (RETURNED.name, ())
+_RETURNED_TIME: Key = (RETURNED_TIME.name, ())
 _INLINE: Key = ("", ())  # a record of ``Metrics.ran_inline``, counted when folded
 _EXECUTED: Key = ("", (("", ""),))  # a record of ``Metrics.executed``, counted when folded
 
@@ -163,9 +169,11 @@ class Metrics:
         """A query answered from the pipeline ``seconds`` after it arrived in ``execute``."""
         self._add((_ANSWERS, 1), (_ANSWER_TIME, seconds * 1e6))
 
-    def executed(self, seconds: float, idle_s: float) -> None:
-        """An ``execute`` call took ``seconds``, ``idle_s`` after the previous one ended."""
-        self._add((_EXECUTED, (seconds * 1e6, idle_s * 1e6)))
+    def executed(self, seconds: float, idle_s: float, returned: int = 0) -> None:
+        """An ``execute`` call took ``seconds``, ``idle_s`` after the previous one ended, and ran
+        and returned ``returned`` queries (0 where it handed them to the pipeline): each of those
+        took the whole call, which the pipeline's answers' time (``answered``) does not see."""
+        self._add((_EXECUTED, (seconds * 1e6, idle_s * 1e6, returned)))
 
     def longest_idle_s(self) -> float:
         """The longest idle before an ``execute`` call (``executed``) since the last time asked:
@@ -226,7 +234,7 @@ class Metrics:
         for 2,000 such calls, counted a record's update at a time, and it shares the stub's
         interpreter with ``execute`` (near-zero compute under Poisson loads, 2-4 us a request)."""
         recorded, counters = self._recorded, self._counters
-        executes = execute_us = idle_us = queries = wait_us = new = 0.0
+        executes = execute_us = idle_us = returned = returned_us = queries = wait_us = new = 0.0
         inline = False
         longest = self._longest_idle_us
         ran: dict[tuple[int, int], list[float]] = {}  # (stage, rows) -> [items, busy us]
@@ -236,6 +244,8 @@ class Metrics:
                 executes += 1
                 execute_us += value[0]
                 idle_us += value[1]
+                returned += value[2]
+                returned_us += value[0] * value[2]
                 if value[1] > longest:
                     longest = value[1]
             elif record is _INLINE:
@@ -254,7 +264,8 @@ class Metrics:
             else:
                 counters[record] = counters.get(record, 0.0) + value
         self._longest_idle_us = longest
-        updates = [(_EXECUTES, executes), (_EXECUTE_TIME, execute_us), (_EXECUTE_IDLE, idle_us)] if executes else []
+        updates = [(_EXECUTES, executes), (_EXECUTE_TIME, execute_us), (_EXECUTE_IDLE, idle_us),
+                   (_RETURNED, returned), (_RETURNED_TIME, returned_us)] if executes else []
         if inline:
             updates += ((_ENTRY_QUERIES, queries), (_ENTRY_WAIT, wait_us), (_meta_key("new"), new))
         for (stage, rows), (items, busy_us) in ran.items():

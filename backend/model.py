@@ -205,23 +205,27 @@ class TritonPythonModel:
 
     def execute(self, requests: list) -> list | None:
         began = time.monotonic()
+        returned = 0
         try:
-            return self._execute(requests, began)
+            responses, returned = self._execute(requests, began)
+            return responses
         finally:
             ended = time.monotonic()
-            self._metrics.executed(ended - began, self._reached.ended(began, ended))
+            self._metrics.executed(ended - began, self._reached.ended(began, ended), returned)
             if self._trace is not None:
                 self._trace.write(f"execute\t{began:.6f}\t{ended:.6f}\t{len(requests)}\n")
 
-    def _execute(self, requests: list, began: float) -> list | None:
+    def _execute(self, requests: list, began: float) -> tuple[list | None, int]:
+        """What ``execute`` returns, and how many queries it ran and returned itself (0 where
+        the pipeline answers them)."""
         if not requests:
-            return None if self._decoupled else []
+            return None if self._decoupled else [], 0
         inputs = [{tensor.name(): tensor.as_numpy() for tensor in request.inputs()} for request in requests]
         inline = self._server.runs_inline(inputs)
         if inline:
             responses = self._straight(requests, inputs, began)
             if responses is not None:
-                return self._returned(requests, responses)
+                return self._returned(requests, responses), len(requests)
         else:  # out of Triton's shared memory: the pipeline runs them after execute() returned
             inputs = [{name: array.copy() for name, array in tensors.items()} for tensors in inputs]
         # Every call moves on when the next one's requests are taken to have reached Triton
@@ -235,13 +239,13 @@ class TritonPythonModel:
             self._server.submit(self._queries(requests, inputs, reached, lambda i: lambda outputs, failure:
                                               handover.deliver(i, self._response_of((outputs, failure)))))
             responses = handover.close()
-            return None if self._decoupled else responses
+            return None if self._decoupled else responses, 0
         # Every query is answered, its reply kept on it, before the engines are done: the
         # responses are built meanwhile, on arrays filled by the time run returns.
         queries = self._queries(requests, inputs, reached)
         responses = []
         self._server.run(queries, lambda: responses.extend([self._response_of(q.reply) for q in queries]))
-        return self._returned(requests, responses)
+        return self._returned(requests, responses), len(requests)
 
     def _returned(self, requests: list, responses: list) -> list | None:
         """What ``execute`` returns of the responses of a call run inside it: the list, or, where the

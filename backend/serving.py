@@ -41,7 +41,7 @@ from .hold import HeldBatch, Hold
 from .host import Cpus, Machine, busy_s, cpus, machine
 from .manifest import Manifest
 from .metrics import (ANSWER_TIME, ANSWERS, BATCHES, ENTRY_QUERIES, EXECUTE_IDLE, EXECUTE_TIME, EXECUTES, LONE_INLINE,
-                      LONE_PIPELINE, STAGE_BUSY, Metrics)
+                      LONE_PIPELINE, RETURNED, RETURNED_TIME, STAGE_BUSY, Metrics)
 from .nvml import NvmlError
 from .padding import Buckets
 from .query import Query, Reply, Tensors
@@ -370,6 +370,8 @@ class Watch(threading.Thread):
         shown = self.alone and now.sent == before.sent
         calls = (delta((EXECUTE_TIME.name, ())) / 1e6, int(delta((EXECUTES.name, ()))),
                  delta((EXECUTE_IDLE.name, ())) / 1e6, now.longest_idle_s) if shown else ()
+        returned = {"returned": int(delta((RETURNED.name, ()))),
+                    "returned_s": delta((RETURNED_TIME.name, ())) / 1e6} if shown else {}
         answered = int(delta((ENTRY_QUERIES.name, ())))
         # A request's rows as stage 0 ran them (a batch that runs again row by row after a failure
         # counts its rows twice: one window's figure, within the switch's error).
@@ -377,7 +379,7 @@ class Watch(threading.Thread):
                       rows / runs if runs else 1.0, *calls, others_s=self.others_s(before, now, server),
                       inline=int(delta(LONE_INLINE)), lone=int(delta(LONE_INLINE) + delta(LONE_PIPELINE)),
                       rows_a_request=rows / answered if answered else 1.0, piped=int(delta((ANSWERS.name, ()))),
-                      piped_s=delta((ANSWER_TIME.name, ())) / 1e6)
+                      piped_s=delta((ANSWER_TIME.name, ())) / 1e6, **returned)
 
     @staticmethod
     def others_s(before: Reading, now: Reading, server_s: float | None) -> float:

@@ -358,7 +358,8 @@ def test_one_request_at_a_time_runs_inside_execute_and_answers_like_the_unsliced
     enter the pipeline): each finds the pipeline empty, so once the first looks saw nothing
     arrive meanwhile most run through every stage inside ``execute`` and go back in its list
     (now and then one enters the pipeline to look again); every answer equals the unsliced
-    model's, and Triton's metrics endpoint says where they ran."""
+    model's, and Triton's metrics endpoint says where they ran: those inline answered in the list
+    ``execute`` returned, the rest from the pipeline."""
     name = "bert_like_lone"
     shutil.copytree(repository / "bert_like", repository / name)
     config = (repository / name / "config.pbtxt").read_text().replace('name: "bert_like"', f'name: "{name}"')
@@ -374,12 +375,16 @@ def test_one_request_at_a_time_runs_inside_execute_and_answers_like_the_unsliced
         answer = infer(client, name, feed, [])
         for out, expected in reference.run(feed).items():
             np.testing.assert_allclose(answer[out], expected, atol=1e-5, rtol=0)
-    deadline, ran = time.monotonic() + 10, {}
-    while time.monotonic() < deadline and sum(ran.values()) < 30:  # exported about once a second
-        time.sleep(0.5)
+    deadline, ran, answered = time.monotonic() + 10, {}, {}
+    while time.monotonic() < deadline and (sum(ran.values()) < 30 or sum(answered.values()) < 30):
+        time.sleep(0.5)  # exported about once a second
+        values = prom.scrape(server.metrics_url)
         ran = {dict(labels)["ran"]: value for labels, value in
-               prom.select(prom.scrape(server.metrics_url), "dvabatch_lone_batches_total", model=name).items()}
+               prom.select(values, "dvabatch_lone_batches_total", model=name).items()}
+        answered = {family: sum(prom.select(values, f"dvabatch_{family}_answers_total", model=name).values())
+                    for family in ("returned", "pipeline")}
     assert ran.get("inline", 0) >= 12 and ran.get("pipeline", 0) >= 1, ran
+    assert answered == {"returned": ran["inline"], "pipeline": ran["pipeline"]}, (answered, ran)
     client.unload_model(name)
 
 

@@ -698,14 +698,17 @@ def test_the_counters_of_calls_served_plain_add_up_with_the_pipelines_own():
     metrics = Metrics()
     metrics.stage_ran(0, 2, 0.001)
     metrics.ran_inline(2, 0.004, 1, [(2, [0.0, 0.003, 0.005])])
-    metrics.executed(0.01, 0.5)
+    metrics.executed(0.01, 0.5, returned=2)
     metrics.ran_inline(1, 0.0, 1, [(1, [1.0, 1.002, 1.003])])
-    metrics.executed(0.02, 0.25)
+    metrics.executed(0.02, 0.25, returned=1)
     metrics.admitted(3, 0.001, "new")
+    metrics.executed(0.001, 0.1)  # handed to the pipeline: its answers are the pipeline's
     counted = metrics.snapshot()
-    assert counted[("dvabatch_executes_total", ())] == 2
-    assert counted[("dvabatch_execute_us_total", ())] == pytest.approx(30_000)
-    assert counted[("dvabatch_execute_idle_us_total", ())] == pytest.approx(750_000)
+    assert counted[("dvabatch_executes_total", ())] == 3
+    assert counted[("dvabatch_execute_us_total", ())] == pytest.approx(31_000)
+    assert counted[("dvabatch_execute_idle_us_total", ())] == pytest.approx(850_000)
+    assert counted[("dvabatch_returned_answers_total", ())] == 3
+    assert counted[("dvabatch_returned_answer_us_total", ())] == pytest.approx(2 * 10_000 + 20_000)
     assert counted[("dvabatch_entry_queries_total", ())] == 6
     assert counted[("dvabatch_entry_wait_us_total", ())] == pytest.approx(5_000)
     assert counted[("dvabatch_meta_operations_total", (("kind", "new"),))] == 3

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field, replace
 from ..manifest import LatencyTable
 from .costs import LEAST_SHARE, HostCosts, Mode, device_s, middle_length, ms, way
 from .trial import Trial
-from .window import (MIN_ANSWERS, MIXED_INLINE, SWITCH_GAIN, Window, engines_off, half_octave, measured_s, moved,
+from .window import (MIN_ANSWERS, SWITCH_GAIN, Window, engines_off, half_octave, measured_s, moved,
                      round_trip_s)
 
 # Answers a window needs for the stub's measured costs to be corrected by it, and for what it shows
@@ -23,6 +23,9 @@ CORRECT_AFTER = 200
 # Windows served one way whose batch sizes lie this far apart (the largest mean rows a run over the
 # least) give that way's stub costs a line of their own (``ServedLine``), which replaces loading's.
 LINE_SPREAD = 2.0
+# A pipelined window in which more than this share of the batches ran inline (``LoneRuns``) shows
+# plain serving's stub costs as much as the pipeline's: it corrects neither.
+MIXED_INLINE = 0.1
 LINE_KEEPS = 3  # windows a line keeps of each half octave of batch sizes (the latest)
 
 
@@ -91,7 +94,8 @@ class ModeSwitch:
     with its requests' round trip: ``_entry_s``; the other way's host taken ``SWITCH_GAIN`` busier than predicted,
     the model's error; the wait taken only as often as the requests found a batch ahead, against
     random arrivals: ``_overlap``). The way served is read as its window measured it, the other as
-    late against its prediction as when last served at that load (``_as_measured``). It switches
+    late against its prediction as when last served at that load, or the nearest it was served at
+    (``_as_measured``). It switches
     when the other way's latency is ``SWITCH_GAIN`` below the current one's in two windows in a row at rates within
     ``SWITCH_GAIN`` of each other (a window may hold a load starting or stopping, whose rate is
     neither's). At light load both ways predict
@@ -309,8 +313,7 @@ class ModeSwitch:
         cannot, or where the window answered too few, or was within the model's error of
         capacity, where the predicted queue grows without bound and the answers say the way's
         capacity, not the load's latency: then as predicted), the other's predicted times its
-        ``late`` at this load; a way not seen served at this load is taken to be as late as the
-        way served now, so that the two predictions decide, as before any measure."""
+        ``late`` at this load, or where it was not served there, as near it as it was (``_late_key``)."""
         now = self.mode
         if took is not None:
             kept = self.late.setdefault((now, load), [])
@@ -321,17 +324,36 @@ class ModeSwitch:
 
     def _late(self, mode: Mode, load: int) -> float:
         """How many times its predicted latency ``mode``'s was measured served at ``load`` (a
-        half octave of answers/s), the median of its latest windows there; a way not seen at that
-        load as the way served now; 1 where neither was."""
-        kept = self.late.get((mode, load)) or self.late.get((self.mode, load))
-        return sorted(kept)[(len(kept) - 1) // 2] if kept else 1.0
+        half octave of answers/s), the median of its latest windows there (``_late_key``); 1
+        where no way was seen served there or so."""
+        key = self._late_key(mode, load)
+        if key is None:
+            return 1.0
+        kept = sorted(self.late[key])
+        return kept[(len(kept) - 1) // 2]
+
+    def _late_key(self, mode: Mode, load: int) -> tuple[Mode, int] | None:
+        """Whose lateness stands for ``mode``'s at ``load``: its own there; a way not seen at that
+        load, its own at the nearest load it was seen at (what the model leaves out belongs to
+        the way: a pipeline's hand-offs, a plain call's queue); a way never seen, the way served
+        now at that load (the two predictions then decide, as before any measure); None where
+        none was. Taken as late as the pipeline, which answered in 2.9 ms under a load that plain
+        had not served, plain was predicted at 3.0 ms, where its own lateness, a half octave up,
+        put it at 0.8 (docs/results/switch-mixed-windows)."""
+        seen = [at for way, at in self.late if way is mode]
+        if seen:
+            return mode, min(seen, key=lambda at: (abs(at - load), at))
+        return (self.mode, load) if (self.mode, load) in self.late else None
 
     def _late_text(self, mode: Mode, load: int, measured: bool) -> str:
         """For the log: the latency measured, or how far a prediction was taken off its model."""
         if mode is self.mode:
             return ", measured" if measured else ""
-        late = self._late(mode, load)
-        return f", {late:.2g}x its model as measured served so at this load" if (mode, load) in self.late else ""
+        key = self._late_key(mode, load)
+        if key is None or key[0] is not mode:
+            return ""
+        at = "this load" if key[1] == load else f"{2 ** (key[1] / 2):.0f} answers/s"
+        return f", {self._late(mode, load):.2g}x its model as measured served so at {at}"
 
     def _batched(self, window: Window, series: float, busy: float) -> bool:
         """Whether plain serving, carrying a pipelined window's answers in batches as large as
