@@ -92,8 +92,8 @@ def measured_s(window: Window, piped: bool) -> float | None:
     the hand-off that returns the call's answers. A pipeline's lone batches run inline are its
     answers too, each in its call and hand-off (``Window.returned_s``): left out, the pipelined
     windows at TensorRT speed under Poisson 1,059/s, a third of their calls inline, could not
-    be measured, and the switch kept a pipeline predicted at 1.80 ms that answered in 3.3-4.2
-    (docs/results/switch-mixed-windows). Served plain under Poisson 1,800/s, BERT-base's
+    be measured, and the pipeline was read as predicted, 1.80 ms, where it answered in 3.3-4.2
+    (docs/results/switch-measured-latency). Served plain under Poisson 1,800/s, BERT-base's
     three FP16 stages read 8.4 ms where the client took 9.6; pipelined 7.3 where it took 7.6
     (docs/results/check-held-out-runs). None where the window cannot tell: its calls not counted
     (several instances, a hold), or pipelined, too few of its answers timed."""
