@@ -1460,11 +1460,13 @@ def test_a_trial_under_an_open_load_keeps_the_way_that_answers_sooner():
     costs = HostCosts(pipeline_batch_s=305e-6, pipeline_request_s=20e-6, plain_batch_s=36e-6,
                       plain_request_s=3e-6, handoff_s=92e-6)
     switch = ModeSwitch([s.latency for s in manifest.stages], costs, cores=1, entry_waits=True, mode=Mode.IN_TURN)
-    plain = [Window(1.0, 1785, 0.0992, 0.16, (0.0017, 0.0009, 0.818), 10.0, 0.863, 178, 0.140, 0.0013),
-             Window(1.0, 1835, 0.0989, 0.15, (0.0017, 0.0008, 0.817), 10.3, 0.863, 178, 0.137, 0.0016)]
+    plain = [Window(1.0, 1785, 0.0992, 0.16, (0.0017, 0.0009, 0.818), 10.0, 0.863, 178, 0.140, 0.0013,
+                    returned=1785, returned_s=1785 * 0.863 / 178),  # every request in its call
+             Window(1.0, 1835, 0.0989, 0.15, (0.0017, 0.0008, 0.817), 10.3, 0.863, 178, 0.137, 0.0016,
+                    returned=1835, returned_s=1835 * 0.863 / 178)]
     switched = [switch.observe(window) for window in plain]
     assert switched[-1] is Mode.PIPELINE and switch.trying is not None, switch.last
-    assert measured_s(plain[-1], piped=False) == pytest.approx(8.4e-3, abs=0.1e-3)
+    assert measured_s(plain[-1]) == pytest.approx(8.4e-3, abs=0.1e-3)
     pipelined = [Window(1.0, 1811, 0.328, 0.27, (0.80, 0.71, 0.70), 4.25, 0.901, 424, 0.099, 0.0016,
                         piped=1809, piped_s=11.02),
                  Window(1.0, 1668, 0.307, 0.27, (0.76, 0.67, 0.66), 4.18, 0.850, 400, 0.152, 0.060,
@@ -1513,9 +1515,10 @@ def test_the_way_served_is_read_as_measured_and_the_other_as_late_as_it_was_serv
     costs = HostCosts(pipeline_batch_s=272e-6, pipeline_request_s=145e-6, plain_batch_s=178e-6,
                       plain_request_s=83e-6, handoff_s=24e-6)
     switch = ModeSwitch([s.latency for s in manifest.stages], costs, cores=1, mode=Mode.FUSED, whole=manifest.whole)
-    plain = Window(1.0, 1026, 0.25, 0.27, (0.55,), 1.5, 0.78, 684, 0.20, 0.002)
+    plain = Window(1.0, 1026, 0.25, 0.27, (0.55,), 1.5, 0.78, 684, 0.20, 0.002, returned=1026,
+                   returned_s=1026 * 0.78 / 684)  # every request in its call
     piped = Window(1.0, 1026, 0.30, 0.27, (0.35, 0.33), 1.5, 0.05, 684, 0.9, 0.002, piped=1026, piped_s=1026 * 3.4e-3)
-    assert measured_s(plain, piped=False) == pytest.approx(1.59e-3, abs=0.01e-3)
+    assert measured_s(plain) == pytest.approx(1.59e-3, abs=0.01e-3)
     assert _decides(switch, plain) is Mode.PIPELINE, switch.last
     assert "1.16 ms pipelined" in switch.last and "1.59 ms plain" in switch.last and "measured" in switch.last
     assert _decides(switch, piped) is Mode.FUSED, switch.last
@@ -1539,15 +1542,16 @@ def test_a_pipelined_window_whose_lone_batches_ran_inline_is_measured_with_them(
     manifest = _profile("bert_base_trt_a100_2stages")
     costs = HostCosts(pipeline_batch_s=272e-6, pipeline_request_s=145e-6, plain_batch_s=178e-6,
                       plain_request_s=83e-6, handoff_s=24e-6)
-    plain = Window(1.0, 1026, 0.25, 0.27, (0.55,), 1.5, 0.78, 684, 0.20, 0.002)
+    plain = Window(1.0, 1026, 0.25, 0.27, (0.55,), 1.5, 0.78, 684, 0.20, 0.002, returned=1026,
+                   returned_s=1026 * 0.78 / 684)  # every request in its call
     mixed = Window(1.0, 1026, 0.30, 0.27, (0.35, 0.33), 1.5, 0.35, 684, 0.6, 0.002, inline=228, lone=300,
                    piped=684, piped_s=684 * 3.6e-3, returned=342, returned_s=342 * 1.3e-3)
-    took = measured_s(mixed, piped=True)
+    took = measured_s(mixed)
     handoff = round_trip_s(mixed) * 1026 / 684
     inside = (684 * 3.6e-3 + 342 * (1.3e-3 + handoff)) / 1026
     assert took == pytest.approx(inside + min(0.35 + 684 * handoff, 1.0) * (0.35 / 684 + handoff) / 2)
     assert 3.0e-3 < took < 3.3e-3, took
-    assert measured_s(dataclasses.replace(mixed, piped=10, returned=9), piped=True) is None  # too few answers timed
+    assert measured_s(dataclasses.replace(mixed, piped=10, returned=9)) is None  # too few answers timed
     for faster in (1.0, 0.71):  # the same window's counts in 1 s, and in 1.41
         window = dataclasses.replace(mixed, seconds=1 / faster)
         switch = ModeSwitch([s.latency for s in manifest.stages], costs, cores=1, mode=Mode.FUSED,

@@ -267,7 +267,7 @@ class ModeSwitch:
         # by the model's error: near capacity a few points decide the wait (a near-zero model, plain
         # 100 % busy, switched to a pipeline predicted 98 %, which could not carry the load).
         overlap = self._overlap(window, rows, requests)
-        took, load = measured_s(window, self.mode is Mode.PIPELINE), half_octave(rate)
+        took, load = measured_s(window), half_octave(rate)
         latency, measured = self._as_measured({
             self.mode: self._latency(self.mode, busy[self.mode], rows, requests, series, overlap),
             other: self._latency(other, max(engines, host * (1 + SWITCH_GAIN)), rows, requests, series, overlap)},

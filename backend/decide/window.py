@@ -82,32 +82,30 @@ def round_trip_s(window: Window, delay_s: float = 0.0) -> float:
     return max(idle - math.exp(-rate * took) / rate - delay_s, 0.0) * window.executes / window.answered
 
 
-def measured_s(window: Window, piped: bool) -> float | None:
+def measured_s(window: Window) -> float | None:
     """A request's mean seconds from Triton's queue to its answer as the window measured them,
     the hand-off to the client left out alike for both ways. Each call holds Triton's instance
     for its time and a hand-off after it (``round_trip_s``: what the idle between calls shows
     beyond what random arrivals leave); a request arriving finds the instance so held as often
-    as it is, for half of that on average, then spends its time inside the model: pipelined,
-    from arriving in ``execute`` to its send returning (``Window.piped_s``); plain, its call and
-    the hand-off that returns the call's answers. A pipeline's lone batches run inline are its
-    answers too, each in its call and hand-off (``Window.returned_s``): left out, the pipelined
-    windows at TensorRT speed under Poisson 1,059/s, a third of their calls inline, could not
-    be measured, and the pipeline was read as predicted, 1.80 ms, where it answered in 3.3-4.2
+    as it is, for half of that on average, then spends its time inside the model: sent from the
+    pipeline, from arriving in ``execute`` to its send returning (``Window.piped_s``); run inside
+    ``execute`` (served plain, a pipeline's lone batch inline), its call and the hand-off that
+    returns the call's answers (``Window.returned_s``: a call counted once for each of its
+    requests, so a large call weighs as its requests do). One measure for both ways and for a
+    pipelined window whose lone batches ran inline: left out, the pipelined windows at
+    TensorRT speed under Poisson 1,059/s, a third of their calls inline, could not be measured,
+    and the pipeline was read as predicted, 1.80 ms, where it answered in 3.3-4.2
     (docs/results/switch-measured-latency). Served plain under Poisson 1,800/s, BERT-base's
     three FP16 stages read 8.4 ms where the client took 9.6; pipelined 7.3 where it took 7.6
     (docs/results/check-held-out-runs). None where the window cannot tell: its calls not counted
-    (several instances, a hold), or pipelined, too few of its answers timed."""
-    if window.executes < 2 or window.seconds <= 0 or not window.answered:
+    (several instances, a hold), or too few of its answers timed."""
+    timed = window.piped + window.returned
+    if window.executes < 2 or window.seconds <= 0 or not window.answered or timed < MIN_ANSWERS:
         return None
     call = window.execute_s / window.executes
     handoff = round_trip_s(window) * window.answered / window.executes
     held = min((window.execute_s + window.executes * handoff) / window.seconds, 1.0)
-    if not piped:
-        inside = call + handoff
-    elif window.piped + window.returned < MIN_ANSWERS:
-        return None
-    else:
-        inside = (window.piped_s + window.returned_s + window.returned * handoff) / (window.piped + window.returned)
+    inside = (window.piped_s + window.returned_s + window.returned * handoff) / timed
     return held * (call + handoff) / 2 + inside
 
 
