@@ -25,7 +25,7 @@ from tools.lib.workload import interface_of, synthetic
 import tools.lib.perf_analyzer as perf_analyzer
 from tools.lib.perf_analyzer import (ATTEMPTS, HANG_AFTER_S, HANG_FACTOR, Answered, ExportError, Load,
                                      PerfAnalyzerError, WindowLost, check_ended, command, measure, open_counts,
-                                     read_csv, read_export, run_once, transport, until_kept)
+                                     read_csv, read_export, run_once, transport, until_kept, write_bursts)
 from tools.lib.perf_analyzer import VERSION as PA_VERSION
 from tools.lib.perf_analyzer import installed_version
 from tools.lib.perf_analyzer_install import _deb_member, install
@@ -117,6 +117,27 @@ def test_windows_of_each_load(server, rte, tmp_path):
     intervals.write_text("\n".join(["1000"] * 7 + ["200000"]) + "\n")
     burst = measure("bert_like", server.url, Load(intervals=intervals), rte, seconds=1.0, warmup_s=0.3)
     assert burst.load.offered() == pytest.approx(8 / 0.207) and burst.requests >= 16
+    coming_and_going = Load(intervals=write_bursts(tmp_path / "bursts.txt", (20, 200), 0.25, 1.3))
+    bursts = measure("bert_like", server.url, coming_and_going, rte, seconds=1.0, warmup_s=0.3)
+    assert bursts.requests == open_counts(coming_and_going, 1.0, 0.3)[1] and (np.diff(bursts.sent_s) >= 0).all()
+
+
+def test_bursts_step_their_rate_from_a_fixed_seed_and_start_over_without_a_seam(tmp_path):
+    """``write_bursts`` (``tools.check_auto --bursts``): Poisson arrivals at each rate in turn for
+    its phase, whole cycles covering the seconds asked for; the same file every time (every model
+    of a comparison is sent the same arrivals), and its gaps add up to whole cycles, so that
+    perf_analyzer, starting the file over, keeps each phase's rate."""
+    path = write_bursts(tmp_path / "a.txt", (100, 1000), 0.5, 2.5)
+    gaps = np.array([int(v) for v in path.read_text().split()]) / 1e6
+    assert (gaps > 0).all() and gaps.sum() == pytest.approx(3.0, abs=1e-3)  # three cycles of 1 s cover 2.5 s
+    at = np.cumsum(gaps) % 1.0
+    low, high = (at < 0.5).sum(), (at >= 0.5).sum()
+    assert 100 < low < 200 and 1300 < high < 1700, (low, high)  # 150 and 1,500 expected
+    assert write_bursts(tmp_path / "b.txt", (100, 1000), 0.5, 2.5).read_text() == path.read_text()
+    assert write_bursts(tmp_path / "c.txt", (100, 1000), 0.5, 2.5, seed=1).read_text() != path.read_text()
+    for rates, phase in (((100, 0), 0.5), ((100,), 0.0), ((), 1.0), ((0.1,), 0.001)):
+        with pytest.raises(ValueError, match="bursts"):
+            write_bursts(tmp_path / "d.txt", rates, phase, 1.0)
 
 
 def _served(repository, server, tmp_path, name: str, nodes: list, inputs: list, outputs: list, weights: list):

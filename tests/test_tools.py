@@ -3,6 +3,7 @@ real runs are benchmarks (README); these check what the tools write and that it 
 
 from __future__ import annotations
 
+import argparse
 import ast
 import csv
 import json
@@ -25,7 +26,7 @@ from slicer import triton_config
 from slicer.slicing import VERSION
 from tools.lib import prometheus as prom
 from tools.lib.peers import Peer, link_version, write_variant, write_ways
-from tools.lib.cli import names, numbers
+from tools.lib.cli import names, numbers, pairs
 from tools.lib.client import infer
 from tools.lib.real_models import MODELS
 from tools.lib.harness import bisect_peak
@@ -169,8 +170,9 @@ def test_a_bad_list_option_is_a_usage_error_that_names_it(run):
     one is needed or a parameter not written KEY=VALUE is argparse's usage error naming the
     option and what it takes (exit 2), before any server starts; an empty list where none is
     allowed (``check_auto --loads ""``: no Poisson cells) parses. So is ``check_auto
-    --max-rounds`` after one round, which no interval can leave unresolved, and requests of no
-    rows, or of rows of several lengths (``--request-rows``)."""
+    --max-rounds`` after one round, which no interval can leave unresolved, ``--bursts`` that are
+    not pairs of fractions or last no time, and requests of no rows, or of rows of several
+    lengths (``--request-rows``)."""
     for command, option, text, says in [("tools.check_auto", "--loads", "0.1,x", "takes comma-separated numbers"),
                                        ("tools.check_auto", "--concurrency", "", "takes at least one"),
                                        ("tools.bench_cost", "--models", "plain,foo", "'foo' unknown; it takes some of"),
@@ -179,6 +181,14 @@ def test_a_bad_list_option_is_a_usage_error_that_names_it(run):
                                        ("tools.bench_versions", "--parameter", "policy", "takes KEY=VALUE")]:
         done = run(command, f"{option}={text}")
         assert done.returncode == 2 and f"argument {option}: {says}" in done.stderr, (command, done.stderr)
+    done = run("tools.check_auto", "--bursts=0.1/x")
+    assert done.returncode == 2 and "argument --bursts: takes comma-separated LOW/HIGH pairs" in done.stderr
+    for text in ("0.1", "0.1/0.8/0.9", "0/0.8"):
+        with pytest.raises(argparse.ArgumentTypeError, match="LOW/HIGH pairs of numbers above 0"):
+            pairs(text)
+    assert pairs("") == () and pairs("0.1/0.8, 0.2/0.6") == ((0.1, 0.8), (0.2, 0.6))
+    done = run("tools.check_auto", "--bursts", "0.1/0.8", "--burst-seconds", "0")
+    assert done.returncode == 2 and "--burst-seconds 0: a rate must last some time" in done.stderr, done.stderr
     done = run("tools.check_auto", "--rounds", "1", "--max-rounds", "4")  # one round has no interval to resolve
     assert done.returncode == 2 and "--max-rounds needs --rounds 2 or more" in done.stderr, done.stderr
     zero = "docs/profiles/zero_2stages.json"

@@ -2,7 +2,7 @@
 
     python -m tools.check_auto [PROFILE.json | MODEL_DIR ...] [--concurrency 1,16,64]
                                [--loads 0.3,0.6,0.9] [--qos-ms 200] [--percentile 99] [--seconds 3]
-                               [--rounds 1] [--max-rounds N]
+                               [--bursts 0.1/0.8] [--burst-seconds 2] [--rounds 1] [--max-rounds N]
                                [--margin 0.05] [--length 64 | 32,64,128] [--request-rows 1] [--ensemble]
                                [--source SRC.onnx ...]
                                [--out docs/results/RUN]
@@ -25,7 +25,12 @@ rows. Each cell runs the three side by side:
 - Poisson loads at each ``--loads`` fraction of the better one's peak (the higher of the two
   Poisson peaks, each the highest rate whose p``--percentile`` stays within ``--qos-ms``, found
   by bisection from the last closed loop's figure: ``better_peak``): mean latency; ``auto``
-  passes where its mean is at most ``1 + margin`` of the lower of the other two.
+  passes where its mean is at most ``1 + margin`` of the lower of the other two;
+- loads that come and go, with ``--bursts LOW/HIGH``: Poisson arrivals at ``LOW`` of that peak
+  for ``--burst-seconds``, then at ``HIGH`` as long, over and over (``perf_analyzer.write_bursts``,
+  the same arrivals for each model): mean latency, as for a Poisson load. A stationary load lets
+  a model that decides while it serves settle; one that moves every few seconds asks it to
+  follow, or to hold a way that serves both rates.
 
 Every window starts with ``--warmup`` seconds unmeasured, in which ``auto`` sees the load (its
 mode switch looks each second). The rounds run the three in turn, every other round in the
@@ -96,12 +101,13 @@ from rich.console import Console
 from rich.table import Table
 from tritonclient.utils import InferenceServerException
 
-from tools.lib.cli import add_fill_argument, add_lengths_argument, add_request_rows_argument, numbers, table_console
+from tools.lib.cli import (add_fill_argument, add_lengths_argument, add_request_rows_argument, numbers, pairs,
+                           table_console)
 from tools.lib.check_cell import Cell, Served, in_turn, looks
 from tools.lib.harness import Bench, Measured
 from tools.lib.paths import ROOT
 from tools.lib.peers import Peer, write_ways
-from tools.lib.perf_analyzer import Load, PerfAnalyzerError
+from tools.lib.perf_analyzer import Load, PerfAnalyzerError, write_bursts
 from tools.lib.workload import WorkloadError, interface_of, synthetic, write_input_data
 
 PROFILES = ROOT / "docs" / "profiles"
@@ -131,12 +137,18 @@ def run_profile(profile: Path, args: argparse.Namespace, console: Console) -> It
                 top = measure(bench, profile.stem, f"{concurrency} in flight{of}",
                               Load(concurrency=concurrency, rows=args.request_rows), data, args, console)
                 yield top
-            if not args.loads:
+            if not args.loads and not args.bursts:
                 return
             peak = better_peak(bench, data, max(top.figures["plain"], top.figures["pipeline"]), args, console)
             for fraction in args.loads:
                 yield measure(bench, profile.stem, f"Poisson {fraction:g} x {peak:.0f}/s{of}",
                               Load(rate=fraction * peak, rows=args.request_rows), data, args, console)
+            for low, high in args.bursts:
+                intervals = write_bursts(folder / f"bursts-{low:g}-{high:g}.txt", (low * peak, high * peak),
+                                         args.burst_seconds, args.warmup + args.seconds)
+                yield measure(bench, profile.stem, f"bursts {low:g} / {high:g} x {peak:.0f}/s, "
+                              f"{args.burst_seconds:g} s each{of}",
+                              Load(intervals=intervals, rows=args.request_rows), data, args, console)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 
@@ -237,6 +249,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--loads", type=numbers(float, empty=True), default="0.3,0.6,0.9",
                         help="Poisson rates as fractions of the better model's Poisson peak "
                              "(default 0.3,0.6,0.9; empty: closed loops alone)")
+    parser.add_argument("--bursts", type=pairs, default="",
+                        help="loads that alternate between two Poisson rates, as fractions of the better model's "
+                             "Poisson peak, LOW/HIGH[,LOW/HIGH...] (e.g. 0.1/0.8; default: none)")
+    parser.add_argument("--burst-seconds", type=float, default=2.0,
+                        help="how long each rate of --bursts lasts (default 2)")
     parser.add_argument("--qos-ms", type=float, default=200,
                         help="the latency target of a Poisson peak, which the loads are fractions of (default 200)")
     parser.add_argument("--percentile", type=int, default=99,
@@ -258,6 +275,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.max_rounds > args.rounds < 2:
         parser.error("--max-rounds needs --rounds 2 or more: one round has no interval to leave a cell unresolved")
+    if args.burst_seconds <= 0:
+        parser.error(f"--burst-seconds {args.burst_seconds:g}: a rate must last some time")
     if args.request_rows > 1 and len(args.length) > 1:
         parser.error(f"--request-rows {args.request_rows} with --length {','.join(map(str, args.length))}: "
                      "a request's rows share one length")

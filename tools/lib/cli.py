@@ -39,6 +39,18 @@ def numbers(kind: type[int] | type[float], empty: bool = False) -> Callable[[str
     return parse
 
 
+def pairs(text: str) -> tuple[tuple[float, float], ...]:
+    """A parser of ``0.1/0.8,0.2/0.6`` into pairs of numbers above zero (``check_auto
+    --bursts``: LOW/HIGH); ``""`` is none."""
+    try:
+        found = tuple(tuple(float(v) for v in pair.split("/")) for pair in text.split(",") if pair.strip())
+    except ValueError:
+        found = ((),)
+    if any(len(pair) != 2 or min(pair) <= 0 for pair in found):
+        raise argparse.ArgumentTypeError(f"takes comma-separated LOW/HIGH pairs of numbers above 0, got {text!r}")
+    return found
+
+
 def names(known: Sequence[str], empty: bool = False) -> Callable[[str], tuple[str, ...]]:
     """A parser of ``a,b`` into a tuple of names, each one of ``known``, at least one unless
     ``empty``."""

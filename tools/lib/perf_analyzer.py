@@ -148,6 +148,32 @@ class Load:
         return ["--request-intervals", str(self.intervals), *rows]
 
 
+def write_bursts(path: Path, rates: Sequence[float], phase_s: float, seconds: float, seed: int = 0) -> Path:
+    """An intervals file (``Load.intervals``) of Poisson arrivals whose rate steps through
+    ``rates``, each held for ``phase_s``: a load that comes and goes, the paper's load diversity
+    over time, where a stationary rate never moves a model that decides while it serves. The file
+    holds whole cycles, enough to cover ``seconds``, from a fixed seed, so that every model of a
+    comparison is sent the same arrivals. perf_analyzer starts the file over once it reaches its
+    end: the first gap also carries the last cycle's quiet after its last arrival, so the cycles
+    follow each other without a seam."""
+    if phase_s <= 0 or not rates or min(rates) <= 0:
+        raise ValueError(f"bursts need rates above 0 and phases of some length, not {list(rates)} for {phase_s} s")
+    rng = np.random.default_rng(seed)
+    cycle_s = phase_s * len(rates)
+    cycles = max(1, math.ceil(seconds / cycle_s))
+    arrivals: list[float] = []
+    for start in np.arange(cycles) * cycle_s:
+        for phase, rate in enumerate(rates):
+            at, end = start + phase * phase_s, start + (phase + 1) * phase_s
+            while (at := at + rng.exponential(1 / rate)) < end:  # memoryless: each phase starts afresh
+                arrivals.append(at)
+    if not arrivals:
+        raise ValueError(f"bursts of {list(rates)}/s for {phase_s} s a phase send no request")
+    gaps = np.diff(arrivals, prepend=arrivals[-1] - cycles * cycle_s)
+    path.write_text("\n".join(str(max(1, round(gap * 1e6))) for gap in gaps) + "\n")
+    return path
+
+
 @dataclass(frozen=True)
 class Window:
     """One measured window: every request's latency, in the order they were sent."""
