@@ -149,6 +149,17 @@ def _trace_file(model: str):
     return open(f"{prefix}-{model}-{os.getpid()}.tsv", "w", buffering=1) if prefix else None
 
 
+def _windows_log(model: str) -> Callable[[str], None] | None:
+    """With ``DVABATCH_LOG_WINDOWS=1`` in tritonserver's environment, the log gets a line for each
+    window the mode switch read (each second a model under ``auto`` serves): what it measured and
+    how it read each way, so that a choice can be followed back to its figures on the host that
+    made it. Off by default: a line a second is noise in a server's log. (Triton's own
+    ``--log-verbose`` would also log every request.)"""
+    if os.environ.get("DVABATCH_LOG_WINDOWS", "0") in ("", "0"):
+        return None
+    return lambda line: pb_utils.Logger.log_info(f"{model}: {line}")
+
+
 class TritonPythonModel:
     def initialize(self, args: dict) -> None:
         refuse_numpy_this_stub_cannot_pass()
@@ -173,7 +184,8 @@ class TritonPythonModel:
                                  trace=stage_ran, round_trip=_round_trip(),
                                  server_cpu_s=lambda: process_cpu_s(os.getppid()),
                                  said=lambda line: pb_utils.Logger.log_info(f"{args['model_name']}: {line}"),
-                                 instances=instances_of(config), decoupled=self._decoupled)
+                                 instances=instances_of(config), decoupled=self._decoupled,
+                                 windows=_windows_log(args["model_name"]))
         pb_utils.Logger.log_info(f"{args['model_name']}: {decision.describe()} (backend/decide/)")
         if decision.moved:
             pb_utils.Logger.log_warn(f"{args['model_name']}: {decision.moved}")

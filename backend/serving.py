@@ -98,10 +98,11 @@ def serve(manifest: Manifest, version_dir: Path, config: RuntimeConfig, device: 
           on_death: Callable[[str], None] | None = None, trace: Trace | None = None,
           round_trip: Callable[[], None] | None = None, server_cpu_s: Callable[[], float | None] | None = None,
           said: Callable[[str], None] | None = None, instances: int = 1,
-          decoupled: bool = False) -> tuple[Decision, Server]:
+          decoupled: bool = False, windows: Callable[[str], None] | None = None) -> tuple[Decision, Server]:
     """The model's engines loaded and its server built. ``round_trip``: one call to Triton's
     process (timed for a ``send()``); ``server_cpu_s``: tritonserver's CPU seconds so far;
     ``said``: where the switch's changes of mind and the policy's decisions are logged;
+    ``windows``: where each window the switch read is logged with its reading (None: nowhere);
     ``instances``: the model's instances, which share the host's cores; ``decoupled``: every
     response is a ``send()``, served plain too."""
     graphs = config.graphs(manifest, not isinstance(device, CpuDevice))
@@ -181,7 +182,8 @@ def serve(manifest: Manifest, version_dir: Path, config: RuntimeConfig, device: 
         runtime.watch = Watch(runtime, switch, metrics, device, len(manifest.stages),
                               _shared(server_cpu_s, lent.instances), said, alone=lent.instances == 1,
                               cores_busy_s=_cores_busy(lent),
-                              entry=EntryWait(waited) if config.execute_waits == "auto" else None)
+                              entry=EntryWait(waited) if config.execute_waits == "auto" else None,
+                              windows=windows)
         runtime.watch.start()
     return replace(decision, waits=waited, waits_why=waits_why, costs=costs), runtime
 
@@ -284,10 +286,10 @@ class Watch(threading.Thread):
     def __init__(self, runtime: Runtime, switch: ModeSwitch, metrics: Metrics, device: Device, stages: int,
                  server_cpu_s: Callable[[], float | None] | None, said: Callable[[str], None] | None,
                  alone: bool = True, cores_busy_s: Callable[[], float | None] | None = None,
-                 entry: EntryWait | None = None):
+                 entry: EntryWait | None = None, windows: Callable[[str], None] | None = None):
         super().__init__(name="dvabatch-mode-switch", daemon=True)
         self.runtime, self.switch, self.metrics, self.stages = runtime, switch, metrics, stages
-        self.device, self.alone, self.entry = device, alone, entry
+        self.device, self.alone, self.entry, self._windows = device, alone, entry, windows
         self._server_cpu_s, self._said = server_cpu_s or (lambda: None), said or log.info
         self._cores_busy_s = cores_busy_s or (lambda: None)
         self._stopping = threading.Event()
@@ -313,6 +315,8 @@ class Watch(threading.Thread):
                 log.exception("the mode switch failed")
                 changed = waits = None
             before = now
+            if self._windows is not None and window.answered:  # (an idle model logs nothing)
+                self._windows(f"window served {way(served)}: {window.describe()}; read: {self.switch.last}")
             if changed is not None:
                 self.runtime.mode = changed
                 self.metrics.serving(changed.value, {})

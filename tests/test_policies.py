@@ -1561,3 +1561,60 @@ def test_a_pipelined_window_whose_lone_batches_ran_inline_is_measured_with_them(
         assert "pipelined (57% busy, measured)" in switch.last or faster < 1, switch.last
         at = "this load" if faster == 1 else "1024 answers/s"
         assert f"x its model as measured served so at {at})" in switch.last, switch.last
+
+
+def _fresh_start(stub_us: float = 252) -> tuple[ModeSwitch, Window]:
+    """A fresh server's first load, 64 in flight at TensorRT speed, as a lent H200 host's 12 server
+    cores served it (docs/results/h200-cpu-fresh-start, run 2, the costs as logged): pipelined at
+    3,577 answers/s in runs of 11.9 rows, the stub at ``stub_us`` a request beyond its 427 a batch,
+    tritonserver 270 us a request, ``execute`` waiting for stage 0."""
+    manifest = _profile("bert_base_trt_a100_2stages")
+    costs = HostCosts(pipeline_batch_s=427e-6, pipeline_request_s=76e-6, plain_batch_s=31e-6, plain_request_s=6e-6,
+                      handoff_s=142e-6, send_s=19e-6, how="measured at load")
+    switch = ModeSwitch([s.latency for s in manifest.stages], costs, cores=12, entry_waits=True,
+                        whole=manifest.fused().stages[0].latency)
+    rate, rows, seconds = 3577, 11.9, 1.5
+    answered = round(rate * seconds)
+    runs = answered / rows
+    busy = tuple(runs * s.latency.predict(12, None) / 1000 for s in manifest.stages)
+    return switch, Window(seconds, answered, answered * (427e-6 / rows + stub_us * 1e-6), answered * 270e-6, busy,
+                          rows, runs * 1.5e-3, round(runs), 0.1, 0.001, piped=answered, piped_s=answered * 12e-3)
+
+
+def _served_plain(rate: float, rows: float, stub_us: float, seconds: float = 1.5) -> Window:
+    answered = round(rate * seconds)
+    runs = answered / rows
+    busy = (runs * _profile("bert_base_trt_a100_2stages").fused().stages[0].latency.predict(round(rows), None) / 1000,)
+    return Window(seconds, answered, answered * stub_us * 1e-6, answered * 200e-6, busy, rows, runs * 2.5e-3,
+                  round(runs), 0.05, 0.001, returned=answered, returned_s=answered * 3e-3)
+
+
+def test_a_trial_cut_by_its_loads_end_teaches_nothing_and_is_tried_again_at_that_load():
+    """The fresh server above: plain, never served, is costed with the pipeline's excess over
+    loading's (+176 us a request where loading measured 6), 102 % busy against the pipeline's
+    103 %, and tried. The trial's first window served 3,585 answers/s; in its second the load
+    stopped (796/s in runs of 5 rows, the stub's second's work on a fifth of the answers): the
+    trial ended with its load, and `auto` went back to the pipeline. That window held two loads
+    and neither way's costs. Learnt, plain's line through it and the first window made plain's
+    calls dear, kept plain from being tried again, and the rest of the load was served pipelined
+    at 0.66x the plain model (docs/results/h200-cpu-fresh-start). Now it teaches nothing, and the
+    next steady load at capacity serves plain again."""
+    switch, window = _fresh_start()
+    assert _decides(switch, window) is Mode.FUSED
+    assert switch.last.startswith("a trial, pipelined at capacity"), switch.last
+    assert "overloaded pipelined (103% busy), overloaded plain (102%" in switch.last, switch.last
+    assert switch.observe(_served_plain(3585, 40, 120)) is None
+    lines, excess = {m: dict(line._kept) for m, line in switch.lines.items()}, dict(switch.excess)
+    assert switch.observe(_served_plain(796, 5, 400)) is Mode.PIPELINE
+    assert "ended with its load" in switch.last, switch.last
+    assert _decides(switch, window) is Mode.FUSED, switch.last
+    assert {m: dict(line._kept) for m, line in switch.lines.items()} == lines and switch.excess == excess
+
+
+def test_a_window_describes_what_it_measured_for_the_log():
+    """``DVABATCH_LOG_WINDOWS``'s line: a request's share of each CPU time and the figures the switch reads."""
+    _, window = _fresh_start()
+    said = window.describe()
+    assert said.startswith("5366 answers in 1.50 s, 11.9 rows a run; stub 288 us a request, tritonserver 270 us"), said
+    assert "stages busy 0.15, 0.15 s" in said and "lone 0, inline 0" in said and "measured 12." in said, said
+    assert "tritonserver not read" in dataclasses.replace(window, server_s=None).describe()

@@ -237,20 +237,24 @@ class ModeSwitch:
                 return None
             return self._end_trial(f"a trial {way(self.mode)} ended with its load: too few answers to go by")
         rows, requests = max(window.rows, 1.0), window.requests
+        rate, took = window.answered / window.seconds, measured_s(window)
+        # A window in which a trial's load ended holds two loads, neither the trial's: it teaches nothing.
+        ending = self.trying is not None and self.trying.moved(rate, took)
         tabled = window.answered / requests * self._tabled_s(Mode.IN_TURN if self.mode is Mode.PIPELINE else self.mode,
                                                              rows)
-        self.engines[self.mode] = engines_off(window, tabled)
-        if window.answered >= CORRECT_AFTER and window.inline <= MIXED_INLINE * window.answered / requests:
-            # Over enough answers that the stub's per-second work, the metrics' export, weighs little in them.
-            self._learn(window.stub_s / window.answered, requests, window.answered / window.seconds)
-        if window.server_s is not None and window.answered >= CORRECT_AFTER:
-            seen, load = self.server_at.setdefault(self.mode, {}), half_octave(window.answered / window.seconds)
+        if not ending:
+            self.engines[self.mode] = engines_off(window, tabled)
+        # Over enough answers that the stub's per-second work, the metrics' export, weighs little in them.
+        learns = not ending and window.answered >= CORRECT_AFTER
+        if learns and window.inline <= MIXED_INLINE * window.answered / requests:
+            self._learn(window.stub_s / window.answered, requests, rate)
+        if learns and window.server_s is not None:
+            seen, load = self.server_at.setdefault(self.mode, {}), half_octave(rate)
             seen.pop(load, None)
             seen[load] = window.server_s / window.answered
         if trial or self.pinned:
             self._before = None
             return None
-        rate = window.answered / window.seconds
         before = self._before
         steady = before is not None and not moved(rate, before.rate)
         trip = round_trip_s(window, self.batcher_delay_s) if self.mode is not Mode.PIPELINE and window.executes \
@@ -267,7 +271,7 @@ class ModeSwitch:
         # by the model's error: near capacity a few points decide the wait (a near-zero model, plain
         # 100 % busy, switched to a pipeline predicted 98 %, which could not carry the load).
         overlap = self._overlap(window, rows, requests)
-        took, load = measured_s(window), half_octave(rate)
+        load = half_octave(rate)
         latency, measured = self._as_measured({
             self.mode: self._latency(self.mode, busy[self.mode], rows, requests, series, overlap),
             other: self._latency(other, max(engines, host * (1 + SWITCH_GAIN)), rows, requests, series, overlap)},

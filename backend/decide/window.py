@@ -57,6 +57,21 @@ class Window:
         plain and pipelined in turn every 2.5 s, each predicting the other sooner."""
         return max(max(self.rows, 1.0) / max(self.rows_a_request, 1.0), 1.0)
 
+    def describe(self) -> str:
+        """What the window measured, for the log (``DVABATCH_LOG_WINDOWS``): the figures the
+        switch reads, a request's share of each CPU time, so that a choice can be followed back
+        to what it was made from."""
+        each = 1e6 / max(self.answered, 1)
+        server = "not read" if self.server_s is None else f"{self.server_s * each:.0f} us a request"
+        took = measured_s(self)
+        return (f"{self.answered} answers in {self.seconds:.2f} s, {self.rows:.1f} rows a run"
+                f"{f' ({self.requests:.1f} requests)' if self.requests < self.rows - 0.05 else ''}; "
+                f"stub {self.stub_s * each:.0f} us a request, tritonserver {server}, other processes "
+                f"{self.others_s * each:.0f}; stages busy {', '.join(f'{b:.2f}' for b in self.busy_s)} s; "
+                f"{self.executes} calls ({self.execute_s:.2f} s, idle {self.idle_s:.2f} s, longest "
+                f"{self.longest_idle_s * 1e3:.1f} ms); lone {self.lone}, inline {self.inline}; "
+                f"measured {'-' if took is None else f'{took * 1e3:.2f} ms'} a request")
+
 
 def round_trip_s(window: Window, delay_s: float = 0.0) -> float:
     """Served plain, the seconds each request held the next batch back beyond what arrivals that
