@@ -8,7 +8,7 @@ import math
 from dataclasses import dataclass, field
 
 from .costs import ms
-from .window import SWITCH_GAIN, moved
+from .window import SWITCH_GAIN, load_moved, moved
 
 # A pipelined ``execute`` that returns at once starts waiting for stage 0 once the host is this
 # busy in two windows in a row: its CPU then caps the pipeline (``EntryWait``).
@@ -145,7 +145,8 @@ class EntryWait:
     again and tries no more until the load moves by ``SWITCH_GAIN``. Returning
     at once, it waits again once the host is ``HOST_SATURATED`` busy, and tries no more at that
     load or a heavier one; and where a trial kept returning at once, once the load moves by more
-    than ``SWITCH_GAIN`` from the trial's, in two windows at one rate: a trial speaks for its load alone (six timed 1 ms
+    than ``SWITCH_GAIN`` from the trial's (``load_moved``: its answers/s and the requests in the
+    model), in two windows at one rate: a trial speaks for its load alone (six timed 1 ms
     stages kept returning at once from a trial at 1 in flight, 145 answers/s against 136, and at
     16 in flight, the host unsaturated, answered 0.87x the forced pipeline, which waited). A
     change needs two windows in a row agreeing (a window may hold a
@@ -163,7 +164,8 @@ class EntryWait:
     _saturated_at: float = field(default=math.inf, init=False)  # answers/s at which returning at once saturated
     _refused_at: float = field(default=-math.inf, init=False)  # answers/s a trial at once did not raise
     _trial: Trial | None = field(default=None, init=False)  # of returning at once, against waiting
-    _kept_at: float | None = field(default=None, init=False)  # answers/s of the trial that kept returning at once
+    # The answers/s and measured latency of the trial that kept returning at once (``load_moved``).
+    _kept_at: tuple[float, float | None] | None = field(default=None, init=False)
 
     def observe(self, host: float | None, rate: float = 0.0, took_s: float | None = None) -> bool | None:
         """Take a window; whether the entry waits from now on where that changes or a trial
@@ -178,7 +180,7 @@ class EntryWait:
                            and moved(rate, self._refused_at))
         else:
             kept = self._kept_at
-            wanted = host >= HOST_SATURATED or (kept is not None and moved(rate, kept))
+            wanted = host >= HOST_SATURATED or (kept is not None and load_moved(rate, took_s, *kept))
         before, self._wanted = self._wanted, (wanted, rate)
         if wanted is self.waits or before is None or before[0] is not wanted:
             return None
@@ -194,7 +196,7 @@ class EntryWait:
             self.last = (f"the host {host:.0%} busy returning at once at {rate:.0f} answers/s, at or past "
                          f"{HOST_SATURATED:.0%}")
         elif wanted:
-            self.last = (f"returning at once was kept at {self._kept_at:.0f} answers/s and the load moved to "
+            self.last = (f"returning at once was kept at {self._kept_at[0]:.0f} answers/s and the load moved to "
                          f"{rate:.0f}: a trial speaks for its load alone")
             self._kept_at = None
         else:
@@ -219,7 +221,7 @@ class EntryWait:
         self._trial, self._wanted = None, None
         self.last = trial.said("returning at once", "waiting for stage 0")
         if kept:
-            self._kept_at = trial.answered
+            self._kept_at = (trial.answered, trial.took)
             return False
         self.waits, self._refused_at = True, trial.baseline
         self.last += f": {trial.refused}"
