@@ -290,7 +290,7 @@ class ModeSwitch:
         looped = self.mode is not Mode.PIPELINE and series > 0 and busy[self.mode] >= 1 - SWITCH_GAIN
         if self.trying is not None:
             self._before = None
-            return self._trial(rate, rows, took)
+            return self._trial(rate, rows, took, ending)
         overloaded = math.isinf(latency[self.mode])
         capped = looped or overloaded
         if capped:  # ... and a loop is a guess at the load's kind, which only a trial's answers confirm (``Trial``)
@@ -426,14 +426,14 @@ class ModeSwitch:
         self.costs = replace(costs, how=f"{self.measured.how}; {' and '.join(lined)} as served (decide.ServedLine)") \
             if lined else costs
 
-    def _trial(self, rate: float, rows: float, took_s: float | None) -> Mode | None:
+    def _trial(self, rate: float, rows: float, took_s: float | None, ending: bool) -> Mode | None:
         """A window of a trial, with its requests' measured latency (``measured_s``): after
         ``TRIAL_WINDOWS``, the way tried is kept (returned, as a switch to it) or left. A way kept
         runs its own rows a run at the load tried, which ``_another_load`` must not take for
         another load (kept plain at 48 rows where the pipeline had run 17, the pipeline was tried
-        straight back)."""
+        straight back). ``ending``: the window's load moved from the trial's (``Trial.moved``)."""
         trial = self.trying
-        if trial.moved(rate, took_s):
+        if ending:
             return self._end_trial(f"a trial {way(self.mode)} ended with its load: {trial.ended(rate, took_s)}")
         kept = trial.take(rate, took_s)
         if kept is None:
