@@ -57,14 +57,18 @@ class Entry:
         self._admitted_at = 0  # ``_computed`` when stage 0 last took waiting queries
         self._windowing = False  # stage 0 waits in its batch window for more queries
 
-    def put(self, queries: Sequence[Query]) -> None:
+    def put(self, queries: Sequence[Query], whole: bool = False) -> None:
         """Queue the queries; those beyond ``max_queue`` are refused at once, as Triton's queue
-        policy refuses them."""
+        policy refuses them. ``whole``: they enter as one batch, not as the policy would form them
+        (the calibration's, which times a batch of one and one of many: ``calibrate.measure``)."""
         with self._changed:
             limit = self._queue.max_queue_size
             room = limit - len(self._waiting) if limit > 0 else len(queries)
             accepted, refused = queries[:max(room, 0)], queries[max(room, 0):]
-            self._waiting.extend(accepted)
+            if whole and accepted:
+                self._formed.append((list(accepted), BatchShape.of(accepted)))
+            else:
+                self._waiting.extend(accepted)
             if self._counting:
                 self._arrivals.add(query.arrived for query in accepted)
             self._changed.notify_all()

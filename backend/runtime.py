@@ -110,10 +110,11 @@ class Runtime:
         self.wait_s = 0.0  # ``submit`` returns once stage 0 has computed its queries, at most after this long
         self._drained = False  # nothing submitted since the pipeline was last seen empty
 
-    def submit(self, queries: Sequence[Query]) -> None:
+    def submit(self, queries: Sequence[Query], whole: bool = False) -> None:
         """Validate and hand over; never waits for inference. With ``wait_s``, return once stage 0
         has computed them (``Entry.wait_ready``), at most after that long. Served plain with a
-        hold (``held``), they are held, and run here once the policy serves."""
+        hold (``held``), they are held, and run here once the policy serves. ``whole``: they
+        enter as one batch (``Entry.put``)."""
         if self.dead:
             for query in queries:
                 query.answer(failure=Failure(self.dead, Code.UNAVAILABLE))
@@ -126,7 +127,7 @@ class Runtime:
             if len(self.held):  # held while the model served plain: they enter first
                 valid = self.held.take() + valid
         self._drained = False
-        self.entry.put(valid)
+        self.entry.put(valid, whole)
         if self.wait_s > 0:
             self.entry.wait_ready(self.wait_s)
 

@@ -153,8 +153,8 @@ def serve(manifest: Manifest, version_dir: Path, config: RuntimeConfig, device: 
     costs = HostCosts()
     if not on_cores or lone:  # (on the host's cores the CPU time measured would be the engines')
         with runtime.entry.unseen():
-            costs = calibrate.measure(manifest, device, runtime.submit, runtime.plain.run, round_trip,
-                                      plain_sends=decoupled)
+            costs = calibrate.measure(manifest, device, lambda queries: runtime.submit(queries, whole=True),
+                                      runtime.plain.run, round_trip, plain_sends=decoupled)
         metrics.clear()  # the calibration's batches are not the model's
         config.policy.measured(costs, len(manifest.stages))
         if choice.switches:

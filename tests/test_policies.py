@@ -1292,6 +1292,33 @@ def test_loading_measures_the_latency_the_pipelines_hand_offs_add_beyond_their_c
     assert sends[1].plain_request_s > 0.8e-3, sends[1]
 
 
+def test_loading_times_a_batch_of_many_as_one_where_the_policy_would_cut_it():
+    """Policy I cuts a crowd of one length into pieces where the pipeline is idle (here two
+    stages whose time grows with the rows: 8 one-row queries run as several batches). Timed that
+    way at load, the pieces' fixed cost went on the requests (three 0.7 ms stages: 80 us a
+    request pipelined under ``auto``, 30 under ``policy: pass``), so loading hands its batches
+    over whole (``Runtime.submit(whole=True)``, as ``serving.serve`` does): every batch it runs
+    at stage 0 is one of 1 or of the many it times."""
+    from backend import calibrate
+    from backend.device import make_device
+
+    growing = {"batch_sizes": BATCH_SIZES, "axis": "sequence", "lengths": [8],
+               "mean": [[0.2 * rows for rows in BATCH_SIZES]]}
+    manifest = timed_manifest([growing] * 2)
+    crowd = Clock(manifest, policy("input"))
+    crowd.submit(*[crowd.query(k) for k in range(8)])
+    crowd.wait(8)
+    assert len(split_runs(crowd, 0)) > 1, "the policy cuts a crowd handed over as queries"
+    clock = Clock(manifest, policy("input"))
+    runtime = clock.runtime
+    try:
+        calibrate.measure(manifest, make_device("CPU"), lambda queries: runtime.submit(queries, whole=True),
+                          runtime.plain.run, budget_s=0.05)
+    finally:
+        runtime.close()
+    assert set(split_runs(clock, 0)) == {1, 8}
+
+
 def test_a_lone_batch_is_judged_at_its_own_rows_and_by_the_arrivals_its_looks_imply():
     """Two stages of 0.3 ms at one row and 0.7 ms at 8 (TensorRT-speed BERT-base at 128 tokens),
     0.2 ms saved inline. An arrival waits 0.225 ms more behind a lone row run inline, 0.525 ms
