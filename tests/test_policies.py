@@ -1217,6 +1217,52 @@ def test_a_load_at_capacity_is_tried_again_after_a_pause_or_with_a_longer_queue(
     assert _decides(switch, dataclasses.replace(sixteen, rows=5.0)) is Mode.PIPELINE  # ... but another load is
 
 
+def test_a_load_at_capacity_is_another_where_the_requests_in_the_model_move_not_its_rows_a_run():
+    """Served plain at capacity under an open load, the rows a run move with the host's speed:
+    TensorRT speed under Poisson 2,208/s, plain 94-98 % busy in runs of 3.2 to 4.8 rows, each
+    answered in 2.1-3.3 ms, tried the pipeline five times in six rounds, each refused (8 ms a
+    request pipelined; docs/results/calibration-whole-batches). The requests in the model
+    (Little's law: answers/s times their measured latency) moved 1.5x at most: not another load.
+    A closed loop four times as deep at the same answers/s is (16 to 64 in flight)."""
+    manifest = timed_manifest([flat(0.01)] * 2)
+    costs = HostCosts(pipeline_request_s=27e-6, plain_request_s=30e-6)
+    switch = ModeSwitch([s.latency for s in manifest.stages], costs, cores=1, mode=Mode.IN_TURN)
+
+    def plain(rows: float, took_ms: float) -> Window:
+        return Window(1.0, 10000, 0.3, 0.71, (0.01, 0.01), rows, 0.99, round(10000 / rows), 0.01, 0.001,
+                      returned=10000, returned_s=10000 * took_ms / 1000)
+
+    first, faster, deeper = plain(3.3, 2.1), plain(4.8, 3.2), plain(4.8, 8.4)
+    assert 1.4 < measured_s(faster) / measured_s(first) < 1.6 and measured_s(deeper) / measured_s(first) > 3
+    assert _decides(switch, first) is Mode.PIPELINE and switch.trying is not None
+    later = Window(1.0, 8000, 8000 * 27e-6, 0.57, (0.01, 0.01), 3.3)  # the pipeline carries less
+    assert switch.observe(later) is Mode.IN_TURN and switch.last.endswith("not 5% more"), switch.last
+    assert _decides(switch, faster) is None and switch.trying is None, "rows a run 45 % more: the same load"
+    assert _decides(switch, deeper) is Mode.PIPELINE and switch.trying is not None, switch.last
+
+
+def test_a_trial_cut_by_its_load_moving_is_tried_again_after_a_pause_not_while_the_load_goes_on():
+    """TensorRT speed at 64 in flight on this project's 2-core host: plain at capacity, 3,696
+    answers/s in 17.43 ms a request (64 in the model), tried the pipeline, whose first window
+    answered 2,780/s in 15.14 ms (42 in the model as measured: the rest waited on the host's cores
+    for the pipelined answers' sends). That reads as a load that fell, and the trial ends saying
+    nothing; but the load went on, and was tried again every 4 s (docs/results/calibration-whole-
+    batches). Now it is tried again once a pause shows the load stopped."""
+    manifest = timed_manifest([flat(0.01)] * 2)
+    costs = HostCosts(pipeline_request_s=27e-6, plain_request_s=30e-6)
+    switch = ModeSwitch([s.latency for s in manifest.stages], costs, cores=1, mode=Mode.IN_TURN)
+    plain = Window(1.0, 10000, 0.3, 0.71, (0.01, 0.01), 40.0, 0.99, 250, 0.01, 0.001,
+                   returned=10000, returned_s=10000 * 6.4e-3)
+    assert _decides(switch, plain) is Mode.PIPELINE and switch.trying is not None
+    cut = Window(1.0, 7500, 7500 * 27e-6, 0.53, (0.01, 0.01), 10.0, 0.5, 750, 0.5, 0.001,
+                 piped=7500, piped_s=7500 * 4e-3)
+    assert measured_s(cut) < 0.95 * measured_s(plain)
+    assert switch.observe(cut) is Mode.IN_TURN and "ended with its load" in switch.last, switch.last
+    assert _decides(switch, plain) is None and switch.trying is None, "the same load goes on"
+    switch.observe(Window(1.0, 3, 0.0, None, (0.0, 0.0), 1.0))  # a pause: the load stopped
+    assert _decides(switch, plain) is Mode.PIPELINE and switch.trying is not None, switch.last
+
+
 def test_a_plain_instance_busy_all_the_time_is_tried_against_the_pipeline_not_left_for_it():
     """MiniLM's six FP16 stages from an H100 (a profile no check had run), served plain on a
     one-core server under a Poisson load of about 1,000 answers/s: 4 rows a call, the instance

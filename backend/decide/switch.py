@@ -10,8 +10,8 @@ from dataclasses import dataclass, field, replace
 from ..manifest import LatencyTable
 from .costs import LEAST_SHARE, HostCosts, Mode, device_s, middle_length, ms, way
 from .trial import Trial
-from .window import (MIN_ANSWERS, SWITCH_GAIN, Window, engines_off, half_octave, measured_s, moved,
-                     round_trip_s)
+from .window import (MIN_ANSWERS, SWITCH_GAIN, Window, engines_off, half_octave, in_model, measured_s,
+                     moved, round_trip_s)
 
 # Answers a window needs for the stub's measured costs to be corrected by it, and for what it shows
 # tritonserver's CPU cost a request to be kept: over fewer, work that is not this model's
@@ -27,6 +27,9 @@ LINE_SPREAD = 2.0
 # plain serving's stub costs as much as the pipeline's: it corrects neither.
 MIXED_INLINE = 0.1
 LINE_KEEPS = 3  # windows a line keeps of each half octave of batch sizes (the latest)
+# A load at capacity with this many times (or a this-th of) the requests in the model of the one
+# last tried is another (``ModeSwitch._another_load``).
+LOAD_STEP = 2.0
 
 
 @dataclass(frozen=True)
@@ -209,9 +212,13 @@ class ModeSwitch:
     _seen: tuple[Mode, float] = field(init=False, default=(Mode.PIPELINE, 0.0))  # the last window's way, how busy
     _before: Seen | None = field(init=False, default=None)  # the window before, since the last switch
     trying: Trial | None = field(init=False, default=None)  # the way served now on trial, against the other
-    # The answers/s and rows a run at which the last trial that ran its course began, or a kept one
-    # ended; a pause keeps it, a trial whose load ended within it clears it (``_another_load``).
-    _tried_at: tuple[float, float] | None = field(init=False, default=None)
+    # The answers/s, rows a run and requests in the model (None where the latency went unmeasured)
+    # at which the last trial that ran its course began, or a kept one ended; a pause keeps it, a
+    # trial whose load ended within it clears it (``_another_load``).
+    _tried_at: tuple[float, float, float | None] | None = field(init=False, default=None)
+    # The last trial ended as its load moved within it: its load is free to be tried again after a
+    # pause (a load that stopped), not while it goes on (``_trial``).
+    _cut: bool = field(init=False, default=False)
 
     def __post_init__(self):
         self.measured = self.costs
@@ -234,8 +241,11 @@ class ModeSwitch:
         if window.answered < MIN_ANSWERS:  # nothing to go by: the load that comes next is likely the last one's
             self._before = None  # ... but not the same one: no window across a pause agrees with one before it
             if self.trying is None:
+                if self._cut:
+                    self._tried_at, self._cut = None, False
                 return None
-            return self._end_trial(f"a trial {way(self.mode)} ended with its load: too few answers to go by")
+            return self._end_trial(f"a trial {way(self.mode)} ended with its load: too few answers to go by",
+                                   forget=True)
         rows, requests = max(window.rows, 1.0), window.requests
         rate, took = window.answered / window.seconds, measured_s(window)
         # A window in which a trial's load ended holds two loads, neither the trial's: it teaches nothing.
@@ -299,14 +309,14 @@ class ModeSwitch:
             better = latency[other] < latency[self.mode] * (1 - SWITCH_GAIN)
         # Pipelined within the model's error of capacity, plain is tried where its batches would carry more.
         near = capped or (self.mode is Mode.PIPELINE and busy[self.mode] >= 1 - SWITCH_GAIN)
-        tries = near and not better and self._another_load(rate, rows) and (busy[other] < busy[self.mode] or (
+        tries = near and not better and self._another_load(rate, rows, took) and (busy[other] < busy[self.mode] or (
             other is not Mode.PIPELINE and self._batched(window, series, busy[self.mode])))
         self._before = Seen(rate, trip, other if better or tries else None)
         if not (better or tries) or not steady or before.wanted is not other:
             return None  # a window may hold a load starting or stopping: the one before must agree
         if not better:
             self.trying = Trial((before.rate + rate) / 2, took)
-            self._tried_at = (self.trying.baseline, rows)
+            self._tried_at, self._cut = (self.trying.baseline, rows, in_model(self.trying.baseline, took)), False
             self.last = f"a trial, {way(self.mode)} at capacity: {self.last}"
         return self._switch(other)
 
@@ -380,23 +390,34 @@ class ModeSwitch:
         plain = max(self._predicted(self.plain, window, series, rows=rows))
         return plain < busy and plain < max(self._predicted(Mode.PIPELINE, window, series, rows=rows))
 
-    def _another_load(self, rate: float, rows: float) -> bool:
+    def _another_load(self, rate: float, rows: float, took_s: float | None) -> bool:
         """Whether a load at capacity is another than the one last tried (``Trial``): none tried,
-        or the last trial's load ended within it, or its answers/s moved by ``SWITCH_GAIN``, or its
-        rows a run by twice that. At capacity the answers/s stay where the load grows, and the rows
-        a run, the queue Triton gathers behind the instance, show it: ResNet-50's stages from an
-        H200 on a one-core server, served plain at capacity, tried the pipeline at 16 in flight (12
-        rows a run) and that load ended within the trial; at 64 in flight (16 rows a run) plain
-        answered 930/s again and the pipeline was not tried, at 0.87x the forced pipeline's answers
-        (docs/results/trial-another-load). A trial that ran its course is a verdict on its load,
-        which a pause does not undo: the same load after it is not tried again (MiniLM's one stage
-        from an H100 under Poisson 3,216/s, plain 100 % busy in calls of 20.6 rows that take as
-        long as one row's, tried the pipeline after every pause between a check's rounds, each
-        time refused, each time two windows served the later way: docs/results/check-held-out-rest)."""
+        or the last trial's load ended within it, or its answers/s moved by ``SWITCH_GAIN``, or the
+        requests in the model (Little's law: answers/s times their measured latency, ``took_s``)
+        by ``LOAD_STEP`` times, or where either latency went unmeasured its rows a run by twice
+        ``SWITCH_GAIN``. At capacity the answers/s stay where the load grows, and the requests
+        in the model show it: ResNet-50's stages from an H200 on a one-core server, served plain
+        at capacity, tried the pipeline at 16 in flight (12 rows a run) and that load ended within
+        the trial; at 64 in flight (16 rows a run) plain answered 930/s again and the pipeline was
+        not tried, at 0.87x the forced pipeline's answers (docs/results/trial-another-load). Rows
+        a run alone move with the host's speed where an open load keeps plain busy: TensorRT
+        speed under Poisson 2,208/s, plain 94-98 % busy in runs of 3.2 to 4.8 rows, each answered
+        in 2.1-3.3 ms, tried the pipeline five times in six rounds, each time refused, 8 ms a
+        request pipelined (docs/results/calibration-whole-batches). A trial that ran its course
+        is a verdict on its load, which a pause does not undo: the same load after it is not
+        tried again (MiniLM's one stage from an H100 under Poisson 3,216/s, plain 100 % busy in
+        calls of 20.6 rows that take as long as one row's, tried the pipeline after every pause
+        between a check's rounds, each time refused, each time two windows served the later way:
+        docs/results/check-held-out-rest)."""
         if self._tried_at is None:
             return True
-        at, rows_at = self._tried_at
-        return moved(rate, at) or moved(rows, rows_at, 2 * SWITCH_GAIN)
+        at, rows_at, held_at = self._tried_at
+        if moved(rate, at):
+            return True
+        held = in_model(rate, took_s)
+        if held is None or held_at is None:
+            return moved(rows, rows_at, 2 * SWITCH_GAIN)
+        return max(held, held_at) > LOAD_STEP * min(held, held_at)
 
     def _learn(self, per_request_s: float, requests: float, rate: float) -> None:
         """The stub's seconds a request served as now at ``requests`` a run and ``rate`` answers/s,
@@ -431,27 +452,35 @@ class ModeSwitch:
         ``TRIAL_WINDOWS``, the way tried is kept (returned, as a switch to it) or left. A way kept
         runs its own rows a run at the load tried, which ``_another_load`` must not take for
         another load (kept plain at 48 rows where the pipeline had run 17, the pipeline was tried
-        straight back). ``ending``: the window's load moved from the trial's (``Trial.moved``)."""
+        straight back). ``ending``: the window's load moved from the trial's (``Trial.moved``);
+        then the trial says nothing, and its load is tried again once a pause shows it stopped,
+        not while it goes on: a window's answers and latency can read as a load that fell where
+        the way tried carried less (TensorRT speed at 64 in flight on this project's 2-core host,
+        plain at 3,696 answers/s in 17.43 ms a request, 64 in the model, then pipelined 2,780/s in
+        15.14 ms, 42 in the model as measured: the rest waited on the host's cores for the
+        pipelined answers' sends; tried again every 4 s: docs/results/calibration-whole-batches)."""
         trial = self.trying
         if ending:
+            self._cut = True
             return self._end_trial(f"a trial {way(self.mode)} ended with its load: {trial.ended(rate, took_s)}")
         kept = trial.take(rate, took_s)
         if kept is None:
             return None
         said = trial.said(f"a trial {way(self.mode)}", way(self._other))
         if kept:
-            self.trying, self.last, self._tried_at = None, f"{said}: kept", (trial.answered, rows)
+            self.trying, self.last = None, f"{said}: kept"
+            self._tried_at = (trial.answered, rows, in_model(trial.answered, trial.took))
             return self.mode
-        return self._end_trial(f"{said}: {trial.refused}", ran=True)
+        return self._end_trial(f"{said}: {trial.refused}")
 
     @property
     def _other(self) -> Mode:
         return self.plain if self.mode is Mode.PIPELINE else Mode.PIPELINE
 
-    def _end_trial(self, why: str, ran: bool = False) -> Mode | None:
-        """Back to the way served before the trial; one that did not run its course (``ran``: its
-        load ended within it) says nothing of its load, which is then free to be tried again."""
-        if not ran:
+    def _end_trial(self, why: str, forget: bool = False) -> Mode | None:
+        """Back to the way served before the trial; one whose load stopped within it (``forget``)
+        says nothing of its load, which is then free to be tried again."""
+        if forget:
             self._tried_at = None
         self.trying, self.last = None, why
         return self._switch(self._other)

@@ -151,6 +151,12 @@ def moved(value: float, since: float, share: float = SWITCH_GAIN) -> bool:
     return abs(value - since) > share * since
 
 
+def in_model(rate: float, took_s: float | None) -> float | None:
+    """The requests in the model at ``rate`` answers/s, each taking ``took_s`` (Little's law);
+    None where the latency went unmeasured."""
+    return None if took_s is None else rate * took_s
+
+
 def load_moved(rate: float, took_s: float | None, since: float, since_s: float | None) -> bool:
     """Whether a load at ``rate`` answers/s, its requests taking ``took_s`` (``measured_s``), is
     another than one seen at ``since`` in ``since_s``: its answers/s moved, and so did the
@@ -162,7 +168,8 @@ def load_moved(rate: float, took_s: float | None, since: float, since_s: float |
     docs/results/entry-wait-kept-load.)"""
     if not moved(rate, since):
         return False
-    return took_s is None or since_s is None or moved(rate * took_s, since * since_s)
+    held, held_since = in_model(rate, took_s), in_model(since, since_s)
+    return held is None or held_since is None or moved(held, held_since)
 
 
 def half_octave(value: float) -> int:
