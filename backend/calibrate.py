@@ -63,10 +63,10 @@ def measure(manifest: Manifest, device: Device, pipeline: Callable[[Sequence[Que
     threads: a policy that cut the batch of many in pieces would have their fixed cost put on
     the requests, as Policy I, cutting a crowd of one length into four to fill an idle pipeline,
     had three 0.7 ms stages measure 80 us a request pipelined where ``policy: pass`` measured
-    30, and the slower engine 130 against 33: docs/results/calibration-whole-batches); ``plain`` runs and answers them before it
-    returns; both on ``device``. ``plain_sends``: a plain
-    request is answered by a ``send()`` too (a decoupled model: no response goes in the list
-    ``execute`` returns)."""
+    30, and the slower engine 130 against 33: docs/results/calibration-whole-batches);
+    ``plain`` runs and answers them before it returns; both on ``device``. ``plain_sends``: a
+    plain request is answered by a ``send()`` too (a decoupled model: no response goes in the
+    list ``execute`` returns)."""
     tables = [s.latency for s in manifest.stages]
     length, feed = _typical(manifest)
     many = max(2, min(manifest.max_batch_size, 32))

@@ -214,7 +214,8 @@ class ModeSwitch:
     trying: Trial | None = field(init=False, default=None)  # the way served now on trial, against the other
     # The answers/s, rows a run and requests in the model (None where the latency went unmeasured)
     # at which the last trial that ran its course began, or a kept one ended; a pause keeps it, a
-    # trial whose load ended within it clears it (``_another_load``).
+    # trial whose load stopped within it clears it, as does a pause after one cut as its load moved
+    # (``_another_load``).
     _tried_at: tuple[float, float, float | None] | None = field(init=False, default=None)
     # The last trial ended as its load moved within it: its load is free to be tried again after a
     # pause (a load that stopped), not while it goes on (``_trial``).
