@@ -393,7 +393,8 @@ class ModeSwitch:
 
     def _another_load(self, rate: float, rows: float, took_s: float | None) -> bool:
         """Whether a load at capacity is another than the one last tried (``Trial``): none tried,
-        or the last trial's load ended within it, or its answers/s moved by ``SWITCH_GAIN``, or the
+        or the last trial's load stopped within it (or moved within it, and a pause followed:
+        ``_trial``), or its answers/s moved by ``SWITCH_GAIN``, or the
         requests in the model (Little's law: answers/s times their measured latency, ``took_s``)
         by ``LOAD_STEP`` times, or where either latency went unmeasured its rows a run by twice
         ``SWITCH_GAIN``. At capacity the answers/s stay where the load grows, and the requests
