@@ -13,7 +13,7 @@ it, ``--parameter`` on top) and ``auto_base`` (the same model on the backend of 
 another checkout, say a git worktree of the commit before, loaded as a second backend,
 ``dvabatch_base``). Each load (closed
 loops at each ``--concurrency``, then Poisson loads at each of ``--rates`` requests/s) runs the
-three in turn, every other round in the reverse order; with ``--request-rows`` each request
+three in turn, each round starting one further along (``check_cell.in_turn``); with ``--request-rows`` each request
 carries that many rows, as a client that batches its own. Per model: its figure (answers/s in a
 closed loop, the mean latency under Poisson; the mean over the rounds), Triton's
 ``compute_infer`` per request (the time its instance spent in ``execute``) and the CPU its stub
@@ -40,6 +40,7 @@ from rich.table import Table
 
 from backend.calibrate import process_cpu_s
 
+from tools.lib.check_cell import in_turn
 from tools.lib.cli import (add_fill_argument, add_lengths_argument, add_parameter_argument, add_request_rows_argument,
                            numbers, table_console)
 from tools.lib.harness import Bench
@@ -116,7 +117,7 @@ def main(argv: list[str] | None = None) -> None:
                 bench.load(model)
             for load in loads(args):
                 for round_ in range(args.rounds):
-                    for model in MODELS if round_ % 2 == 0 else MODELS[::-1]:
+                    for model in in_turn(MODELS, round_):
                         ns, count, cpu, calls = spent(bench, model)
                         window = measure(model, bench.url, load, data, args.seconds, args.warmup)
                         ns_after, count_after, cpu_after, calls_after = spent(bench, model)

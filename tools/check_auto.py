@@ -33,8 +33,9 @@ rows. Each cell runs the three side by side:
   follow, or to hold a way that serves both rates.
 
 Every window starts with ``--warmup`` seconds unmeasured, in which ``auto`` sees the load (its
-mode switch looks each second). The rounds run the three in turn, every other round in the
-reverse order, so that a host slowing down or speeding up over a cell weighs on each alike. Per
+mode switch looks each second). The rounds run the three in turn, each round starting one further
+along (``check_cell.in_turn``), so that a host slowing down or speeding up over a cell, and a
+window's place in its round, weigh on each alike. Per
 cell the table says the three figures (each pooled over its rounds), ``auto`` over the better
 one (the geometric mean of the rounds' ratios, each round's windows side by side) with its 95 %
 t interval over the rounds (``tools.lib.intervals.across_rounds``: it widens as rounds get
@@ -103,7 +104,7 @@ from tritonclient.utils import InferenceServerException
 
 from tools.lib.cli import (add_fill_argument, add_lengths_argument, add_request_rows_argument, numbers, pairs,
                            table_console)
-from tools.lib.check_cell import Cell, Served, in_turn, looks
+from tools.lib.check_cell import Cell, Served, looks
 from tools.lib.harness import Bench, Measured
 from tools.lib.paths import ROOT
 from tools.lib.peers import Peer, write_ways
@@ -187,7 +188,7 @@ def looked(args: argparse.Namespace) -> float:
 
 def measure(bench: Bench, profile: str, label: str, load: Load, data: Path, args: argparse.Namespace,
             console: Console) -> Cell:
-    """The models' windows in ``--rounds`` rounds, every other round in the reverse order,
+    """The models' windows in ``--rounds`` rounds, each starting one further along (``in_turn``),
     and then, while the cell's verdict is unresolved, more rounds up to ``--max-rounds``, read
     at each of ``looks``; from a look on which one of plain and the pipeline is clearly the
     better, the other is left out (``Cell.drop_worse``). A window that fails (perf_analyzer hung
@@ -202,11 +203,13 @@ def measure(bench: Bench, profile: str, label: str, load: Load, data: Path, args
                 break
             cell.drop_worse(args.margin)
         running = cell.running(turn)
-        for model in in_turn(args.models, turn):
-            measured = window(bench, profile, model, load, data, args, console) if model in running else None
+        for model in running:
+            measured = window(bench, profile, model, load, data, args, console)
             cell.rounds[model].append(measured and measured.window)
             if model == "auto":
                 cell.served.append(Served.of(measured))
+        for model in set(args.models) - set(running):
+            cell.rounds[model].append(None)
     console.print(f"{profile} {label}: auto {cell.versus()} the {cell.best} one after {len(cell.rounds['auto'])} "
                   f"rounds: {cell.verdict(args.margin)}; served {cell.served_label()}: {cell.choice(args.margin)}"
                   + "".join(f"; {m} left out from round {turn + 1}" for m, turn in cell.dropped.items()))
