@@ -62,7 +62,7 @@ def in_turn(models: tuple[str, ...], turn: int) -> tuple[str, ...]:
     ``check_auto`` gives the pipeline and ``auto``. Rotated, two copies read 0.93x / 0.95x the
     model copied in one run: identical models read that far apart at six rounds here
     (docs/results/check-trt-whole-batches)."""
-    start = turn % len(models) if models else 0
+    start = turn % len(models)
     return models[start:] + models[:start]
 
 

@@ -16,15 +16,9 @@ from pathlib import Path
 
 from tools.lib.check_cell import in_turn
 from tools.lib.harness import Bench
-from tools.lib.peers import write_ways
+from tools.lib.peers import write_variant, write_ways
 from tools.lib.perf_analyzer import Load
 from tools.lib.workload import interface_of, synthetic, write_input_data
-
-
-def copy(repository: Path, way: str, name: str) -> None:
-    shutil.copytree(repository / way, repository / name, symlinks=True)
-    config = repository / name / "config.pbtxt"
-    config.write_text(config.read_text().replace(f'name: "{way}"', f'name: "{name}"'))
 
 
 def main() -> None:
@@ -35,7 +29,7 @@ def main() -> None:
     repository = folder / "repository"
     write_ways(profile, repository)
     for name in set(load_order) - {way}:
-        copy(repository, way, name)
+        write_variant(repository / way, repository, name, {})
     data = write_input_data(synthetic(interface_of(repository / "auto"), 1, {}, lengths=(64,)), folder / "data.json")
     got: dict[str, list[float]] = {m: [] for m in run_order}
     reverse = sys.argv[7:] == ["reversed"]
@@ -56,4 +50,5 @@ def main() -> None:
     shutil.rmtree(folder, ignore_errors=True)
 
 
-main()
+if __name__ == "__main__":
+    main()
