@@ -9,7 +9,7 @@ import pytest
 
 from tools.lib.check_cell import Cell, Served, in_turn, looks
 from tools.lib.harness import Measured
-from tools.lib.intervals import Ratio, against_margin, across_rounds, pooled, ratio, t_quantile, verdict
+from tools.lib.intervals import Ratio, against_margin, across_rounds, pooled, ratio, t_quantile
 from tools.lib.perf_analyzer import Load, Window
 
 RATE = Load(rate=100)
@@ -86,10 +86,36 @@ def test_a_cell_with_fewer_paired_rounds_than_asked_for_is_unresolved():
     """A round that lost a window (perf_analyzer hung every time) has no ratio: where three rounds
     were asked for and one is left, its ratio alone says nothing (``tools.check_auto`` then runs
     more rounds, up to ``--max-rounds``); with the rounds asked for, the interval decides."""
-    assert verdict([1.13], lower_is_better=True, margin=0.05, wanted=3) == "unresolved"
-    assert verdict([1.13], lower_is_better=True, margin=0.05) == "NO"  # one round asked for: its ratio says
-    assert verdict([1.13, 1.14, 1.12], lower_is_better=True, margin=0.05, wanted=3) == "NO"
-    assert verdict([], lower_is_better=True, margin=0.05, wanted=3) == "NO"  # nothing measured: no ratio at all
+    def cell(autos: list[float | None], wanted: int) -> Cell:
+        answers = lambda per_s: window([1.0] * int(per_s), load=Load(concurrency=1))  # noqa: E731
+        return Cell("slow", "1 in flight", True, {"plain": [answers(100)] * len(autos), "pipeline": [None] * len(autos),
+                                                   "auto": [a and answers(a) for a in autos]}, wanted=wanted)
+
+    assert cell([None, None, 87], 3).verdict(0.05) == "unresolved"
+    assert cell([87], 1).verdict(0.05) == "NO"  # one round asked for: its ratio says
+    assert cell([87, 86, 88], 3).verdict(0.05) == "NO"
+    assert cell([None, None, None], 3).verdict(0.05) == "NO"  # nothing measured: no ratio at all
+
+
+def test_a_verdict_reads_the_models_lives_not_their_rounds():
+    """A model's process keeps a speed of its own while it lives, so ``tools.check_auto`` loads
+    the models afresh every few rounds (``--reload-every``) and reads a cell over these lives:
+    each life's rounds make one ratio (their geometric mean), and the interval is over lives.
+    Six rounds that agree within one life show nothing (the next process may read otherwise);
+    where two or more rounds were asked for, a cell needs two lives. Loaded once (``lives``
+    None), each round is read as a life of its own."""
+    answers = lambda per_s: window([1.0] * int(per_s), load=Load(concurrency=1))  # noqa: E731
+    rounds = {"plain": [answers(100)] * 6, "pipeline": [answers(80)] * 6,
+              "auto": [answers(a) for a in (97, 98, 97, 99, 98, 99)]}
+    once = Cell("slow", "1 in flight", True, rounds, wanted=3, lives=[0])
+    assert len(once.by_life()) == 1 and once.verdict(0.05) == "unresolved" and math.isnan(once.versus().low)
+    halves = Cell("slow", "1 in flight", True, rounds, wanted=3, lives=[0, 3])
+    assert halves.by_life() == pytest.approx([(0.97 * 0.98 * 0.97) ** (1 / 3), (0.99 * 0.98 * 0.99) ** (1 / 3)])
+    assert halves.verdict(0.05) == "unresolved"  # two lives: one degree of freedom, a wide interval
+    lived = Cell("slow", "1 in flight", True, rounds, wanted=3, lives=[0, 2, 4])
+    assert lived.verdict(0.05) == "yes" and lived.paired() == pytest.approx([0.97, 0.98, 0.97, 0.99, 0.98, 0.99])
+    assert lived.clearly_better(0.05) == "plain"  # the pipeline 0.8x plain in each life
+    assert Cell("slow", "1 in flight", True, rounds, wanted=3).by_life() == pytest.approx(lived.paired())
 
 
 def test_across_rounds_is_the_geometric_mean_with_a_t_interval_that_widens_as_rounds_get_fewer():

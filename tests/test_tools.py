@@ -191,6 +191,8 @@ def test_a_bad_list_option_is_a_usage_error_that_names_it(run):
     assert done.returncode == 2 and "--burst-seconds 0: a rate must last some time" in done.stderr, done.stderr
     done = run("tools.check_auto", "--rounds", "1", "--max-rounds", "4")  # one round has no interval to resolve
     assert done.returncode == 2 and "--max-rounds needs --rounds 2 or more" in done.stderr, done.stderr
+    done = run("tools.check_auto", "--reload-every", "-1")
+    assert done.returncode == 2 and "--reload-every -1: a number of rounds, or 0" in done.stderr, done.stderr
     zero = "docs/profiles/zero_2stages.json"
     for command, rows, says in (("tools.check_auto", ("--request-rows", "4", "--length", "32,64"),
                                  "a request's rows share one length"),
@@ -681,14 +683,15 @@ def test_the_auto_check_sets_auto_beside_the_better_way_and_keeps_each_profile_a
     against the better way with its interval and a verdict, ``auto`` against the better way in
     each round and that way's own spread, written to ``--out`` as soon as each cell is measured
     (on a lent GPU machine a run cut short by its lease kept nothing), with every window's figure.
-    Two rounds, and a third for a cell they leave unresolved (``--max-rounds``). With
+    Two rounds, and a third for a cell they leave unresolved (``--max-rounds``), each round with
+    every model loaded afresh (``--reload-every 1``: its own life). With
     ``--ensemble`` each round runs the ensemble of the stages too, and each cell sets ``auto``
     beside it. Queries of two lengths in turn: the plain model pads a batch to its longest (the
     ensemble's steps batch equal lengths, as Triton's batcher does)."""
     out = tmp_path / "check"
     done = run("tools.check_auto", str(ROOT / "docs" / "profiles" / "zero_2stages.json"), "--concurrency", "2",
                "--loads", "0.5", "--seconds", "1", "--warmup", "0.5", "--rounds", "2", "--max-rounds", "3",
-               "--length", "32,64", "--ensemble", "--out", str(out))
+               "--length", "32,64", "--ensemble", "--reload-every", "1", "--out", str(out))
     assert done.returncode in (0, 1), done.stdout[-2000:] + done.stderr[-2000:]  # 1: a cell outside the margin
     rows = list(csv.DictReader((out / "check.csv").read_text().splitlines()))
     assert [r["load"] for r in rows] == ["2 in flight", rows[1]["load"]] and rows[1]["load"].startswith("Poisson 0.5")

@@ -3,6 +3,7 @@
     python -m tools.check_auto [PROFILE.json | MODEL_DIR ...] [--concurrency 1,16,64]
                                [--loads 0.3,0.6,0.9] [--qos-ms 200] [--percentile 99] [--seconds 3]
                                [--bursts 0.1/0.8] [--burst-seconds 2] [--rounds 1] [--max-rounds N]
+                               [--reload-every 3]
                                [--margin 0.05] [--length 64 | 32,64,128] [--request-rows 1] [--ensemble]
                                [--source SRC.onnx ...]
                                [--out docs/results/RUN]
@@ -35,13 +36,24 @@ rows. Each cell runs the three side by side:
 Every window starts with ``--warmup`` seconds unmeasured, in which ``auto`` sees the load (its
 mode switch looks each second). The rounds run the three in turn, each round starting one further
 along (``check_cell.in_turn``), so that a host slowing down or speeding up over a cell, and a
-window's place in its round, weigh on each alike. Per
-cell the table says the three figures (each pooled over its rounds), ``auto`` over the better
-one (the geometric mean of the rounds' ratios, each round's windows side by side) with its 95 %
-t interval over the rounds (``tools.lib.intervals.across_rounds``: it widens as rounds get
+window's place in its round, weigh on each alike.
+
+A model's process keeps a speed of its own while it lives: exact copies of one forced pipeline,
+loaded once, read 0.91x-1.02x it over 10-26 rounds, outside those rounds' intervals, where loaded
+afresh every few rounds they read level. So every ``--reload-every`` rounds (3 by default) each
+model of a cell is unloaded and loaded afresh, its stubs new processes, and runs ``--warmup``
+seconds at the cell's load unmeasured before the next round (``auto`` learns anew from loading
+on, as on a server just started); each such life's rounds make one ratio, and the interval is
+over lives, which a verdict needs two of where ``--rounds`` asks for two or more rounds
+(``check_cell.Cell.by_life``). ``--reload-every 0`` loads each model once and reads each round
+as a life (the reading before; its processes' own speeds then go unseen).
+
+Per cell the table says the three figures (each pooled over its rounds), ``auto`` over the
+better one (the geometric mean of the lives' ratios, each round's windows side by side) with its
+95 % t interval over the lives (``tools.lib.intervals.across_rounds``: it widens as they get
 fewer, as it must on a host whose windows move from round to round), ``auto`` over the better
 one in each round, how far the better one's own rounds lie apart, and a verdict
-(``intervals.verdict``):
+(``Cell.verdict``):
 
 - ``yes``: the whole interval is within the margin (``auto`` shown within 5 %);
 - ``NO``: the whole interval is outside it (shown outside);
@@ -104,7 +116,7 @@ from tritonclient.utils import InferenceServerException
 
 from tools.lib.cli import (add_fill_argument, add_lengths_argument, add_request_rows_argument, numbers, pairs,
                            table_console)
-from tools.lib.check_cell import Cell, Served, looks
+from tools.lib.check_cell import Cell, Served, in_turn, looks
 from tools.lib.harness import Bench, Measured
 from tools.lib.paths import ROOT
 from tools.lib.peers import Peer, write_ways
@@ -195,7 +207,8 @@ def measure(bench: Bench, profile: str, label: str, load: Load, data: Path, args
     every time) is None, and its round does not count: the cell stays unresolved until
     ``--rounds`` rounds have both windows, so a lost window is made up by another round where
     ``--max-rounds`` allows one."""
-    cell = Cell(profile, label, load.closed, {m: [] for m in args.models}, looked(args), args.rounds)
+    cell = Cell(profile, label, load.closed, {m: [] for m in args.models}, looked(args), args.rounds,
+                lives=[0] if args.reload_every else None)
     stops = looks(args.rounds, args.max_rounds)
     for turn in range(args.max_rounds):
         if turn in stops:
@@ -203,6 +216,9 @@ def measure(bench: Bench, profile: str, label: str, load: Load, data: Path, args
                 break
             cell.drop_worse(args.margin)
         running = cell.running(turn)
+        if cell.lives is not None and turn and turn % args.reload_every == 0:
+            reload(bench, running, load, data, args, len(cell.lives))
+            cell.lives.append(turn)
         for model in running:
             measured = window(bench, profile, model, load, data, args, console)
             cell.rounds[model].append(measured and measured.window)
@@ -214,6 +230,23 @@ def measure(bench: Bench, profile: str, label: str, load: Load, data: Path, args
                   f"rounds: {cell.verdict(args.margin)}; served {cell.served_label()}: {cell.choice(args.margin)}"
                   + "".join(f"; {m} left out from round {turn + 1}" for m, turn in cell.dropped.items()))
     return cell
+
+
+def reload(bench: Bench, models: tuple[str, ...], load: Load, data: Path, args: argparse.Namespace,
+           life: int) -> None:
+    """A new life of ``models``: each unloaded, then loaded afresh (its stub a new process, in
+    an order that rotates with ``life``) and run unmeasured at ``load`` for ``--warmup``
+    seconds, as the rounds' windows start, so that ``auto`` has seen the load again before its
+    next window (it learns afresh from loading on)."""
+    order = in_turn(models, life)
+    for model in order:
+        bench.unload(model)
+    for model in order:
+        bench.load(model)
+        try:
+            bench.warm(model, load, data, args.warmup)
+        except PerfAnalyzerError:  # a warm-up perf_analyzer lost: the round's own warm-up follows
+            pass
 
 
 def window(bench: Bench, profile: str, model: str, load: Load, data: Path, args: argparse.Namespace,
@@ -266,6 +299,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--max-rounds", type=int, default=0,
                         help="more rounds, up to this many, for a cell still unresolved after --rounds (default: none)")
+    parser.add_argument("--reload-every", type=int, default=3, metavar="N",
+                        help="load every model of a cell afresh after each N rounds, and read the verdict over "
+                             "these lives (default 3; 0: load once)")
     parser.add_argument("--margin", type=float, default=0.05)
     add_lengths_argument(parser)
     add_fill_argument(parser)
@@ -278,6 +314,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.max_rounds > args.rounds < 2:
         parser.error("--max-rounds needs --rounds 2 or more: one round has no interval to leave a cell unresolved")
+    if args.reload_every < 0:
+        parser.error(f"--reload-every {args.reload_every}: a number of rounds, or 0 to load each model once")
     if args.burst_seconds <= 0:
         parser.error(f"--burst-seconds {args.burst_seconds:g}: a rate must last some time")
     if args.request_rows > 1 and len(args.length) > 1:

@@ -10,7 +10,7 @@ import math
 from dataclasses import dataclass, field
 
 from tools.lib.harness import Measured
-from tools.lib.intervals import Ratio, across_rounds, pooled, verdict
+from tools.lib.intervals import Ratio, against_margin, across_rounds, pooled
 from tools.lib.perf_analyzer import Window
 
 PEER_OF_MODE = {"pipeline": "pipeline", "fused": "plain", "in_turn": "plain"}  # how auto served: the peer serving so
@@ -91,6 +91,8 @@ class Cell:
     wanted: int = 1  # rounds with both windows a verdict needs (``--rounds``); a lost window's round does not count
     served: list[Served] = field(default_factory=list)  # how auto served in each round's window
     dropped: dict[str, int] = field(default_factory=dict)  # a way no longer run: the round it was left out from
+    # the round from which each life of the models ran (``by_life``); None: loaded once, each round read as a life
+    lives: list[int] | None = None
 
     @property
     def statistic(self) -> str:
@@ -118,16 +120,30 @@ class Cell:
     def models(self) -> tuple[str, ...]:
         return tuple(self.rounds)
 
-    def paired(self, peer: str | None = None, model: str = "auto") -> list[float]:
-        """``model`` over ``peer`` (by default the better way) in each round, where both windows
-        ran: side by side, so that what the host's load does to one round does it to both."""
-        return [self._figure(a) / self._figure(b) for a, b in zip(self.rounds[model], self.rounds[peer or self.best])
-                if a is not None and b is not None]
+    def paired(self, peer: str | None = None, model: str = "auto", turns: slice = slice(None)) -> list[float]:
+        """``model`` over ``peer`` (by default the better way) in each round (of ``turns``, by
+        default all), where both windows ran: side by side, so that what the host's load does to
+        one round does it to both."""
+        pairs = list(zip(self.rounds[model], self.rounds[peer or self.best]))[turns]
+        return [self._figure(a) / self._figure(b) for a, b in pairs if a is not None and b is not None]
+
+    def by_life(self, peer: str | None = None, model: str = "auto") -> list[float]:
+        """``paired``'s ratios, one a life of the models (``lives``): the geometric mean of its
+        rounds'. A model's process keeps a speed of its own while it lives: exact copies of one
+        forced pipeline, loaded once, read 0.91x-1.02x it over 10-26 rounds, well outside those
+        rounds' intervals, and about level loaded afresh every few rounds; so a verdict is read
+        over lives, and rounds within one life do not count as independent
+        (docs/results/check-process-lives). Where the models were loaded once (``lives`` None),
+        each round is read as a life of its own, and their processes' own speeds go unseen."""
+        count = len(self.rounds[model])
+        bounds = [*(range(count) if self.lives is None else self.lives), count]
+        lives = [self.paired(peer, model, slice(a, b)) for a, b in zip(bounds, bounds[1:])]
+        return [math.exp(math.fsum(map(math.log, ratios)) / len(ratios)) for ratios in lives if ratios]
 
     def versus(self, peer: str | None = None) -> Ratio:
-        """``auto`` over ``peer`` (by default the better way): the rounds' ratios' geometric mean
-        and its t interval at ``confidence`` (none from one round; NaN where no round has both)."""
-        return across_rounds(self.paired(peer), not self.closed, self.confidence)
+        """``auto`` over ``peer`` (by default the better way): its lives' ratios' geometric mean
+        and its t interval at ``confidence`` (none from one life; NaN where no round has both)."""
+        return across_rounds(self.by_life(peer), not self.closed, self.confidence)
 
     def spread(self) -> float:
         """How far the better way's own rounds lie apart (largest over smallest, less one): a
@@ -161,9 +177,16 @@ class Cell:
                     + [str(self.served[turn]) if model == "auto" else ""])
         return lines
 
-    def verdict(self, margin: float) -> str:
-        """``yes``, ``NO`` or ``unresolved`` over the rounds with both windows (``intervals.verdict``)."""
-        return verdict(self.paired(), not self.closed, margin, self.confidence, self.wanted)
+    def verdict(self, margin: float, model: str = "auto", peer: str | None = None) -> str:
+        """``yes``, ``NO`` or ``unresolved``: ``model`` against ``peer`` (by default ``auto`` against
+        the better way), ``intervals.against_margin`` over their lives (``by_life``);
+        ``unresolved`` with fewer than the ``wanted`` rounds with both windows (a lost window's
+        round does not count), or where two or more were wanted, fewer than two lives: one
+        life's ratio alone would say yes or no, with no interval of its own."""
+        rounds, lives = self.paired(peer, model), self.by_life(peer, model)
+        if rounds and (len(rounds) < self.wanted or (self.wanted > 1 and len(lives) < 2)):
+            return "unresolved"
+        return against_margin(across_rounds(lives, not self.closed, self.confidence), margin)
 
     def served_as(self) -> dict[str, float]:
         """The seconds ``auto`` served as each peer (plain, pipeline) in its windows (``Served``)."""
@@ -177,8 +200,7 @@ class Cell:
         """The better way where the other is shown outside ``margin`` of it (by the test ``auto``'s
         verdict takes), else None: either way would do, or the rounds cannot tell."""
         worse = "pipeline" if self.best == "plain" else "plain"
-        shown = verdict(self.paired(self.best, worse), not self.closed, margin, self.confidence, self.wanted)
-        return self.best if shown == "NO" else None
+        return self.best if self.verdict(margin, worse, self.best) == "NO" else None
 
     def choice(self, margin: float) -> str:
         """``right``, ``wrong`` or ``mixed``: whether ``auto`` served as the clearly better way

@@ -152,6 +152,11 @@ class Bench:
         grown = [{key: value - then.get(key, 0.0) for key, value in now.items()} for then, now in zip(before, after)]
         return Measured(window, *({key: value for key, value in g.items() if value > 0} for g in grown))
 
+    def warm(self, model: str, load: Load, data: str | Path, seconds: float) -> None:
+        """``load`` on ``model`` for ``seconds``, unmeasured: a model loaded afresh sees the load
+        before its next window does."""
+        measure(model, self.url, load, data, seconds, warmup_s=0.5)
+
     def capacity(self, model: str, data: str | Path, concurrency: int, seconds: float, rows: int = 1) -> float:
         """Answers per second of a closed loop of ``concurrency`` (requests of ``rows``)."""
         load = Load(concurrency=concurrency, rows=rows)

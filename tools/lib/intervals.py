@@ -150,16 +150,6 @@ def _beta(a: float, b: float, x: float) -> float:
     return front * fraction / a
 
 
-def verdict(ratios: Sequence[float], lower_is_better: bool, margin: float, confidence: float = 0.95,
-            wanted: int = 1) -> str:
-    """``against_margin`` of the rounds' paired ``ratios`` (``across_rounds``), or ``unresolved``
-    where there are some but fewer than the ``wanted`` rounds: a round that lost a window is no
-    round, and one ratio alone would say yes or no where two or more were asked for."""
-    if 0 < len(ratios) < wanted:
-        return "unresolved"
-    return against_margin(across_rounds(ratios, lower_is_better, confidence), margin)
-
-
 def against_margin(r: Ratio, margin: float) -> str:
     """Whether ``r`` is shown within ``margin`` of 1 on its worse side: ``yes`` where its whole
     interval is (a lower-is-better ratio at most ``1 + margin``, a higher-is-better one at least
