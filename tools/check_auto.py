@@ -39,14 +39,16 @@ along (``check_cell.in_turn``), so that a host slowing down or speeding up over 
 window's place in its round, weigh on each alike.
 
 A model's process keeps a speed of its own while it lives: exact copies of one forced pipeline,
-loaded once, read 0.91x-1.02x it over 10-26 rounds, outside those rounds' intervals, where loaded
-afresh every few rounds they read level. So every ``--reload-every`` rounds (3 by default) each
-model of a cell is unloaded and loaded afresh, its stubs new processes, and runs ``--warmup``
-seconds at the cell's load unmeasured before the next round (``auto`` learns anew from loading
-on, as on a server just started); each such life's rounds make one ratio, and the interval is
+loaded once, read 0.90x [0.88, 0.93] and 0.92x [0.86, 0.98] it over 20 and 12 rounds, where loaded
+afresh every few rounds they read 0.97x-1.00x (docs/results/check-process-lives). So every
+``--reload-every`` rounds (3 by default) each model of a cell is unloaded and loaded afresh, its
+stubs new processes, and runs ``--warmup`` seconds at the cell's load unmeasured before the next
+round (``auto`` learns anew from loading on, as on a server just started); each such life's
+rounds make one ratio, and the interval is
 over lives, which a verdict needs two of where ``--rounds`` asks for two or more rounds
-(``check_cell.Cell.by_life``). ``--reload-every 0`` loads each model once and reads each round
-as a life (the reading before; its processes' own speeds then go unseen).
+(``check_cell.Cell.by_life``; ``--max-rounds`` must then allow two lives). ``--reload-every 0``
+loads each model once and reads each round as a life (the reading before; its processes' own
+speeds then go unseen).
 
 Per cell the table says the three figures (each pooled over its rounds), ``auto`` over the
 better one (the geometric mean of the lives' ratios, each round's windows side by side) with its
@@ -322,6 +324,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--request-rows {args.request_rows} with --length {','.join(map(str, args.length))}: "
                      "a request's rows share one length")
     args.max_rounds = max(args.max_rounds, args.rounds)  # without it, --rounds and no more
+    if args.rounds > 1 and args.reload_every and args.max_rounds < 2 * args.reload_every:
+        parser.error(f"{args.max_rounds} rounds make one life of --reload-every {args.reload_every}, and a verdict "
+                     f"reads two or more: ask for --max-rounds {2 * args.reload_every} or a smaller --reload-every")
     args.models = MODELS + ((ENSEMBLE,) if args.ensemble else ())
     console = table_console()
     cells: list[Cell] = []

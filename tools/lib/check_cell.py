@@ -130,8 +130,8 @@ class Cell:
     def by_life(self, peer: str | None = None, model: str = "auto") -> list[float]:
         """``paired``'s ratios, one a life of the models (``lives``): the geometric mean of its
         rounds'. A model's process keeps a speed of its own while it lives: exact copies of one
-        forced pipeline, loaded once, read 0.91x-1.02x it over 10-26 rounds, well outside those
-        rounds' intervals, and about level loaded afresh every few rounds; so a verdict is read
+        forced pipeline, loaded once, read 0.90x [0.88, 0.93] and 0.92x [0.86, 0.98] it over 20
+        and 12 rounds, and 0.97x-1.00x loaded afresh every few rounds; so a verdict is read
         over lives, and rounds within one life do not count as independent
         (docs/results/check-process-lives). Where the models were loaded once (``lives`` None),
         each round is read as a life of its own, and their processes' own speeds go unseen."""

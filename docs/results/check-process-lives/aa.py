@@ -1,0 +1,71 @@
+"""A/A: exact copies of the forced pipeline beside it in one tritonserver, loaded once or loaded
+afresh every few rounds (``tools.check_auto --reload-every``), each round rotated as the check's.
+
+    DVABATCH_CLIENT_CPUS=0 PYTHONPATH=. python docs/results/check-process-lives/aa.py PROFILE \
+        [--copies a1,zz] [--rounds 20] [--reload-every 0] [--seconds 2] [--warmup 1.5]
+
+Prints each round's answers/s (16 in flight) and each copy over the pipeline: by rounds, and
+where reloaded, by lives (``check_cell.Cell.by_life``'s reading).
+"""
+import argparse
+import math
+import shutil
+import tempfile
+from pathlib import Path
+
+from tools.lib.check_cell import in_turn
+from tools.lib.harness import Bench
+from tools.lib.intervals import across_rounds
+from tools.lib.peers import write_variant, write_ways
+from tools.lib.perf_analyzer import Load
+from tools.lib.workload import interface_of, synthetic, write_input_data
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("profile", type=Path)
+    parser.add_argument("--copies", default="a1,zz")
+    parser.add_argument("--rounds", type=int, default=20)
+    parser.add_argument("--reload-every", type=int, default=0)
+    parser.add_argument("--seconds", type=float, default=2.0)
+    parser.add_argument("--warmup", type=float, default=1.5)
+    args = parser.parse_args()
+    folder = Path(tempfile.mkdtemp(prefix="aa-"))
+    write_ways(args.profile, folder)
+    copies = args.copies.split(",")
+    for name in copies:
+        write_variant(folder / "pipeline", folder, name, {})
+    models = ("pipeline", *copies)
+    data = write_input_data(synthetic(interface_of(folder / "auto"), 1, {}, lengths=(64,)), folder / "data.json")
+    load = Load(concurrency=16)
+    got: dict[str, list[float]] = {m: [] for m in models}
+    lives = [0]
+    with Bench(folder, log=folder / "tritonserver.log") as bench:
+        for model in models:
+            bench.load(model)
+            bench.capacity(model, data, 64, 1.0)
+        for turn in range(args.rounds):
+            if args.reload_every and turn and turn % args.reload_every == 0:
+                order = in_turn(models, len(lives))
+                for model in order:
+                    bench.unload(model)
+                for model in order:
+                    bench.load(model)
+                    bench.warm(model, load, data, args.warmup)
+                lives.append(turn)
+            for model in in_turn(models, turn):
+                got[model].append(bench.window(model, load, data, args.seconds, args.warmup).window.throughput)
+            print(turn, len(lives) - 1, {m: round(v[-1]) for m, v in got.items()}, flush=True)
+    bounds = [*lives, args.rounds]
+    for name in copies:
+        ratios = [a / b for a, b in zip(got[name], got["pipeline"])]
+        line = f"{name} / pipeline: by rounds {across_rounds(ratios, False)} over {len(ratios)}"
+        if args.reload_every:
+            by_life = [math.exp(sum(map(math.log, ratios[a:b])) / (b - a)) for a, b in zip(bounds, bounds[1:])]
+            line += f"; by lives {across_rounds(by_life, False)} over {len(by_life)}"
+        print(line, flush=True)
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
