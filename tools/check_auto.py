@@ -44,9 +44,9 @@ afresh every few rounds they read 0.97x-1.00x (docs/results/check-process-lives)
 ``--reload-every`` rounds (3 by default) each model of a cell is unloaded and loaded afresh, its
 stubs new processes, and runs ``--warmup`` seconds at the cell's load unmeasured before the next
 round (``auto`` learns anew from loading on, as on a server just started); each such life's
-rounds make one ratio, and the interval is
-over lives, which a verdict needs two of where ``--rounds`` asks for two or more rounds
-(``check_cell.Cell.by_life``; ``--max-rounds`` must then allow two lives). ``--reload-every 0``
+rounds make one ratio, and the interval is over lives, which a verdict needs two of where
+``--rounds`` asks for two or more rounds (``check_cell.Cell.by_life``; ``--max-rounds`` must then
+allow two lives). ``--reload-every 0``
 loads each model once and reads each round as a life (the reading before; its processes' own
 speeds then go unseen).
 
