@@ -4,6 +4,8 @@ afresh every few rounds (``tools.check_auto --reload-every``), each round rotate
     DVABATCH_CLIENT_CPUS=0 PYTHONPATH=. python docs/results/check-process-lives/aa.py PROFILE \
         [--copies a1,zz] [--rounds 20] [--reload-every 0] [--seconds 2] [--warmup 1.5]
 
+A copy may change its config.pbtxt parameters: ``--copies vwait=policy:auto+execute_waits:true``.
+
 Prints each round's answers/s (16 in flight) and each copy over the pipeline: by rounds, and
 where reloaded, by lives (``check_cell.Cell.by_life``'s reading).
 """
@@ -32,9 +34,11 @@ def main() -> None:
     args = parser.parse_args()
     folder = Path(tempfile.mkdtemp(prefix="aa-"))
     write_ways(args.profile, folder)
-    copies = args.copies.split(",")
-    for name in copies:
-        write_variant(folder / "pipeline", folder, name, {})
+    copies = []
+    for spec in args.copies.split(","):  # NAME, or NAME=KEY:VALUE+KEY:VALUE (config.pbtxt parameters changed)
+        name, _, changed = spec.partition("=")
+        write_variant(folder / "pipeline", folder, name, dict(kv.split(":") for kv in changed.split("+") if kv))
+        copies.append(name)
     models = ("pipeline", *copies)
     data = write_input_data(synthetic(interface_of(folder / "auto"), 1, {}, lengths=(64,)), folder / "data.json")
     load = Load(concurrency=16)
