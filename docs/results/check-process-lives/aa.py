@@ -10,12 +10,12 @@ Prints each round's answers/s (16 in flight) and each copy over the pipeline: by
 where reloaded, by lives (``check_cell.Cell.by_life``'s reading).
 """
 import argparse
-import math
 import shutil
 import tempfile
 from pathlib import Path
 
-from tools.lib.check_cell import in_turn
+from tools.check_auto import reload
+from tools.lib.check_cell import Cell, in_turn
 from tools.lib.harness import Bench
 from tools.lib.intervals import across_rounds
 from tools.lib.peers import write_variant, write_ways
@@ -42,32 +42,24 @@ def main() -> None:
     models = ("pipeline", *copies)
     data = write_input_data(synthetic(interface_of(folder / "auto"), 1, {}, lengths=(64,)), folder / "data.json")
     load = Load(concurrency=16)
-    got: dict[str, list[float]] = {m: [] for m in models}
-    lives = [0]
+    cell = Cell(args.profile.stem, load.label, True, {m: [] for m in models}, lives=[0] if args.reload_every else None)
     with Bench(folder, log=folder / "tritonserver.log") as bench:
         for model in models:
             bench.load(model)
             bench.capacity(model, data, 64, 1.0)
         for turn in range(args.rounds):
-            if args.reload_every and turn and turn % args.reload_every == 0:
-                order = in_turn(models, len(lives))
-                for model in order:
-                    bench.unload(model)
-                for model in order:
-                    bench.load(model)
-                    bench.warm(model, load, data, args.warmup)
-                lives.append(turn)
+            if cell.lives is not None and turn and turn % args.reload_every == 0:
+                reload(bench, models, load, data, args, len(cell.lives))
+                cell.lives.append(turn)
             for model in in_turn(models, turn):
-                got[model].append(bench.window(model, load, data, args.seconds, args.warmup).window.throughput)
-            print(turn, len(lives) - 1, {m: round(v[-1]) for m, v in got.items()}, flush=True)
-    bounds = [*lives, args.rounds]
+                cell.rounds[model].append(bench.window(model, load, data, args.seconds, args.warmup).window)
+            print(turn, len(cell.lives or [0]) - 1, {m: round(v[-1].throughput) for m, v in cell.rounds.items()},
+                  flush=True)
     for name in copies:
-        ratios = [a / b for a, b in zip(got[name], got["pipeline"])]
-        line = f"{name} / pipeline: by rounds {across_rounds(ratios, False)} over {len(ratios)}"
-        if args.reload_every:
-            by_life = [math.exp(sum(map(math.log, ratios[a:b])) / (b - a)) for a, b in zip(bounds, bounds[1:])]
-            line += f"; by lives {across_rounds(by_life, False)} over {len(by_life)}"
-        print(line, flush=True)
+        line = f"{name} / pipeline: by rounds {across_rounds(cell.paired('pipeline', name), False)}"
+        if cell.lives is not None:
+            line += f"; by lives {across_rounds(cell.by_life('pipeline', name), False)} over {len(cell.lives)}"
+        print(line + f" ({args.rounds} rounds)", flush=True)
     shutil.rmtree(folder, ignore_errors=True)
 
 
