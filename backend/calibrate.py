@@ -35,6 +35,7 @@ log = logging.getLogger(__name__)
 BUDGET_S = 1.5  # the engines' own time the measurement may take, at most (it takes 2 runs a way and size at least)
 ROUNDS = 30  # runs a size at most
 TRIPS = 50  # round trips timed
+TURN = 5  # runs of one way and size in a row (``_per_batch``)
 ENERGY_RUN_S = 0.25  # each batch size's runs last this long at least: NVML's counter moves in steps of 10-100 ms
 
 
@@ -70,13 +71,13 @@ def measure(manifest: Manifest, device: Device, pipeline: Callable[[Sequence[Que
     tables = [s.latency for s in manifest.stages]
     length, feed = _typical(manifest)
     many = max(2, min(manifest.max_batch_size, 32))
-    costs: dict[tuple[str, int], float] = {}
-    walls: dict[tuple[str, int], float] = {}
+    serves = {"pipeline": lambda qs: _through(pipeline, qs), "plain": plain}
+    rounds = {}
     for rows in (1, many):
         took = sum(t.predict(rows, length) for t in tables) / 1000 if all(tables) else 0.0
-        rounds = int(max(1, min(ROUNDS, budget_s / 4 / took))) if took > 0 else ROUNDS
-        for way, serve in (("pipeline", lambda qs: _through(pipeline, qs)), ("plain", plain)):
-            costs[way, rows], walls[way, rows] = _per_batch(serve, device, feed, rows, rounds)
+        for way in serves:
+            rounds[way, rows] = int(max(1, min(ROUNDS, budget_s / 4 / took))) if took > 0 else ROUNDS
+    costs, walls = _per_batch(serves, device, feed, rounds)
     trip = _round_trip_s(round_trip)
     handoff = max(0.0, walls["pipeline", 1] - walls["plain", 1] - (costs["pipeline", 1] - costs["plain", 1]))
 
@@ -120,20 +121,32 @@ def _typical(manifest: Manifest) -> tuple[int | None, dict]:
     return length, feed_at(manifest.inputs, 1, length, manifest.length_axis if length else None, {})
 
 
-def _per_batch(serve: Callable[[Sequence[Query]], None], device: Device, feed: dict, rows: int,
-               rounds: int) -> tuple[float, float]:
-    """This process's CPU seconds and the wall seconds per batch of ``rows`` one-row queries (after
-    one run to warm up); the wall time is the median run's (a run the scheduler delayed says
-    nothing of the way)."""
-    spent, walls = 0.0, []
-    for round_ in range(rounds + 1):
-        queries = [Query({k: v.copy() for k, v in feed.items()}, _ignore) for _ in range(rows)]
-        began, started = host_cpu_s(device), time.perf_counter()
-        serve(queries)
-        if round_:
-            spent += host_cpu_s(device) - began
-            walls.append(time.perf_counter() - started)
-    return spent / rounds, statistics.median(walls)
+def _per_batch(serves: dict[str, Callable[[Sequence[Query]], None]], device: Device, feed: dict,
+               rounds: dict[tuple[str, int], int]) -> tuple[dict[tuple[str, int], float], dict[tuple[str, int], float]]:
+    """This process's CPU seconds and the wall seconds per batch of ``rows`` one-row queries
+    served each way, for every (way, rows) in ``rounds``, each the median run's: a run the
+    scheduler delayed or another process slowed says nothing of the way, and a mean takes it
+    in. The ways and sizes take turns, ``TURN`` runs each after one unmeasured (what the turn
+    before left to do, and the pipeline's threads to wake, would land in it), so that a CPU
+    slowed for a while (this host's dip up to 30 % for seconds: docs/results/check-process-lives)
+    slows every way and size alike, not the one measured then: a request's cost is the
+    difference of two sizes' (three 0.7 ms stages loaded forty times, each way and size measured
+    in one turn and a mean taken, measured 33-66 us a request pipelined, and 9 of the loads had
+    ``execute`` wait for stage 0 at 50-65 % of the stub's interpreter where the rest read
+    35-50 %: docs/results/calibration-medians)."""
+    spent: dict[tuple[str, int], list[float]] = {key: [] for key in rounds}
+    walls: dict[tuple[str, int], list[float]] = {key: [] for key in rounds}
+    while due := {key: min(TURN, runs - len(spent[key])) for key, runs in rounds.items() if len(spent[key]) < runs}:
+        for (way, rows), turn in due.items():
+            for run in range(turn + 1):
+                queries = [Query({k: v.copy() for k, v in feed.items()}, _ignore) for _ in range(rows)]
+                began, started = host_cpu_s(device), time.perf_counter()
+                serves[way](queries)
+                if run:
+                    spent[way, rows].append(host_cpu_s(device) - began)
+                    walls[way, rows].append(time.perf_counter() - started)
+    return ({key: statistics.median(values) for key, values in spent.items()},
+            {key: statistics.median(values) for key, values in walls.items()})
 
 
 def _through(pipeline: Callable[[Sequence[Query]], None], queries: Sequence[Query]) -> None:
