@@ -72,6 +72,12 @@ class Trial:
             return None
         return (self.answered >= (1 + TRIAL_GAIN) * self.baseline and not self.slower) or self.sooner
 
+    def restart(self) -> None:
+        """Forget the trial's windows, not its baseline: a trial's windows run together, and a
+        pause between them breaks the run."""
+        self.rates.clear()
+        self.took_s.clear()
+
     @property
     def answered(self) -> float:
         return sum(self.rates) / len(self.rates)
@@ -152,8 +158,16 @@ class EntryWait:
     change needs two windows in a row agreeing (a window may hold a
     load starting or stopping), and a trial two at rates within ``SWITCH_GAIN`` of each other
     (where a load started, a first window's answers once made the trial's 657/s look like more
-    than waiting's 381 under an open load of 700/s); a trial whose load stops or moves (its
-    windows' rates apart by more) is abandoned, waiting again, free to try again. ``host``: the
+    than waiting's 381 under an open load of 700/s); a trial whose load moves (its windows'
+    rates apart by more, and the window after still answering) is abandoned, waiting again,
+    free to try again. A trial whose load stops (a window with too few answers, after one that
+    moved or not) is paused: the entry goes on returning at once, and the trial's windows start
+    again against the same baseline once the load is back, its first window (a load starting)
+    skipped. Abandoned instead, a trial of loads shorter than it takes to start and run one
+    never ends: three 0.7 ms stages at 16 in flight in rounds of 3.5 s, waiting from loading,
+    tried returning at once 2 s into each round and was cut by the round's end each time,
+    0.86x-0.95x the forced pipeline for the model's life (docs/results/check-process-lives).
+    ``host``: the
     host's utilisation as ``ModeSwitch.host_busy`` reads it, ``rate`` the window's answers/s,
     ``took_s`` its requests' latency as measured (``measured_s``; None where it cannot be); None
     for a window not served pipelined or with too few answers to go by."""
@@ -166,15 +180,20 @@ class EntryWait:
     _trial: Trial | None = field(default=None, init=False)  # of returning at once, against waiting
     # The answers/s and measured latency of the trial that kept returning at once (``load_moved``).
     _kept_at: tuple[float, float | None] | None = field(default=None, init=False)
+    _cut: str = field(default="", init=False)  # how the trial's last window moved: abandoned unless the load stops
+    _paused: bool = field(default=False, init=False)  # the trial's load stopped: it resumes with the next one
 
     def observe(self, host: float | None, rate: float = 0.0, took_s: float | None = None) -> bool | None:
         """Take a window; whether the entry waits from now on where that changes or a trial
         ends, else None."""
         if host is None:
             self._wanted = None
-            return None if self._trial is None else self._abandon("too few answers to go by")
+            if self._trial is not None and not self._paused:
+                self._pause()
+            return None
         if self._trial is not None and host < HOST_SATURATED:
             return self._take(rate, took_s)
+        self._cut, self._paused = "", False
         if self.waits:
             wanted = not (host < 1 - SWITCH_GAIN and rate < (1 - SWITCH_GAIN) * self._saturated_at
                            and moved(rate, self._refused_at))
@@ -213,8 +232,15 @@ class EntryWait:
     def _take(self, rate: float, took_s: float | None) -> bool | None:
         """A window of a trial at once: after ``TRIAL_WINDOWS``, keep it (False) or wait again (True)."""
         trial = self._trial
+        if self._paused:  # the load back after a pause: its first window holds it starting
+            self._paused = False
+            return None
+        if self._cut:  # the window after one that moved still answers: the load moved, not stopped
+            return self._abandon(self._cut)
         if trial.moved(rate, took_s):
-            return self._abandon(trial.ended(rate, took_s))
+            self._cut = trial.ended(rate, took_s)
+            trial.restart()
+            return None
         kept = trial.take(rate, took_s)
         if kept is None:
             return None
@@ -227,8 +253,16 @@ class EntryWait:
         self.last += f": {trial.refused}"
         return True
 
+    def _pause(self) -> None:
+        """The trial's load stopped (after ``_cut``, where a window saw it end): go on returning at
+        once, and run the trial's windows again once the load is back."""
+        self._trial.restart()
+        ended = f": {self._cut}" if self._cut else ""
+        self._cut, self._paused = "", True
+        self.last = f"a trial of returning at once paused with its load{ended}, until the next one"
+
     def _abandon(self, why: str) -> bool:
-        """A trial whose load stopped or moved (``why``) says nothing: wait again, free to try once more."""
-        self.waits, self._trial, self._wanted = True, None, None
+        """A trial whose load moved (``why``) says nothing: wait again, free to try once more."""
+        self.waits, self._trial, self._wanted, self._cut, self._paused = True, None, None, "", False
         self.last = f"a trial of returning at once ended with its load: {why}"
         return True
