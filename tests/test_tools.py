@@ -191,11 +191,12 @@ def test_a_bad_list_option_is_a_usage_error_that_names_it(run):
     assert done.returncode == 2 and "--burst-seconds 0: a rate must last some time" in done.stderr, done.stderr
     done = run("tools.check_auto", "--rounds", "1", "--max-rounds", "4")  # one round has no interval to resolve
     assert done.returncode == 2 and "--max-rounds needs --rounds 2 or more" in done.stderr, done.stderr
-    done = run("tools.check_auto", "--reload-every", "-1")
-    assert done.returncode == 2 and "--reload-every -1: a number of rounds, or 0" in done.stderr, done.stderr
+    zero = "docs/profiles/zero_2stages.json"
+    for command, rest in (("tools.check_auto", ()), ("tools.bench_versions", (zero, "--base", "."))):
+        done = run(command, *rest, "--reload-every", "-1")
+        assert done.returncode == 2 and "--reload-every: -1: a number of rounds, or 0" in done.stderr, done.stderr
     done = run("tools.check_auto", "--rounds", "2", "--max-rounds", "5")  # lives of 3 rounds: one life in five
     assert done.returncode == 2 and "ask for --max-rounds 6 or a smaller --reload-every" in done.stderr, done.stderr
-    zero = "docs/profiles/zero_2stages.json"
     for command, rows, says in (("tools.check_auto", ("--request-rows", "4", "--length", "32,64"),
                                  "a request's rows share one length"),
                                 ("tools.bench_versions", (zero, "--base", ".", "--request-rows", "0"),
@@ -766,16 +767,17 @@ def test_two_versions_of_the_backend_serve_side_by_side_in_one_server(run, tmp_p
     time and its stub's CPU per request (each version also with the share of its calls that ran a
     lone batch inline), and each version is set against the plain model (answers/s in the closed
     loop, mean latency under Poisson); tritonserver's log, with what each model said, is kept
-    beside them."""
+    beside them. With ``--reload-every 1`` every model is loaded afresh before each round after
+    the first, and the interval is read over these lives."""
     out = tmp_path / "versions"
     done = run("tools.bench_versions", str(ROOT / "docs" / "profiles" / "zero_2stages.json"), "--base", str(ROOT),
-               "--rates", "200", "--rounds", "2", "--seconds", "1", "--warmup", "0.5", "--length", "32,64",
-               "--out", str(out))
+               "--rates", "200", "--rounds", "2", "--reload-every", "1", "--seconds", "1", "--warmup", "0.5",
+               "--length", "32,64", "--out", str(out))
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     rounds = list(csv.DictReader((out / "rounds.csv").read_text().splitlines()))
-    assert sorted((r["load"], r["round"], r["model"]) for r in rounds) == sorted(
-        (load, str(i), m) for load in ("concurrency 1", "200/s Poisson") for i in range(2)
-        for m in ("plain", "auto", "auto_base"))
+    assert sorted((r["load"], r["round"], r["life"], r["model"]) for r in rounds) == sorted(
+        (load, str(i), str(i), m) for load in ("concurrency 1", "200/s Poisson") for i in range(2)
+        for m in ("plain", "auto", "auto_base"))  # each round a life of its own: every model loaded afresh
     assert all(float(r[k]) > 0 for r in rounds for k in ("figure", "compute_us", "stub_us"))
     # the share of calls that ran a lone batch inline, for each version of the backend
     assert all((r["inline"] == "") == (r["model"] == "plain") for r in rounds), rounds

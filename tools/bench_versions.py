@@ -1,8 +1,8 @@
 """python -m tools.bench_versions: this checkout's backend against another's, side by side (not a test).
 
     python -m tools.bench_versions PROFILE.json --base DIR [--concurrency 1] [--rates 800,...]
-                                   [--rounds 8] [--seconds 3] [--warmup 2] [--length 64,...] [--request-rows 1]
-                                   [--parameter KEY=VALUE ...] [--out docs/results/RUN]
+                                   [--rounds 8] [--reload-every 2] [--seconds 3] [--warmup 2] [--length 64,...]
+                                   [--request-rows 1] [--parameter KEY=VALUE ...] [--out docs/results/RUN]
 
 A change to the path a request takes through our stub moves its cost by a few microseconds,
 while perf_analyzer's windows on a shared host move by 10-25 % from one run to the next: two
@@ -22,8 +22,12 @@ steadiest of the three, within a few per cent from round to round where the figu
 10-25 % (both medians over the rounds); and for each version the share of its ``execute`` calls
 in which a lone batch ran inline while it pipelined (``decide.LoneRuns``; the median over the
 rounds, warm-up included). Per version, its figure over the plain model's, round by
-round, as a geometric mean with a 95 % t interval over the rounds
-(``intervals.across_rounds``). Both versions run the model directory this checkout writes, so
+round, as a geometric mean with a 95 % t interval over the models' lives: every
+``--reload-every`` rounds each model is loaded afresh (``Bench.reload``), since a model's process
+keeps a speed of its own while it lives (exact copies of one model, loaded once, read 0.90x and
+0.92x it: docs/results/check-process-lives), and a life's rounds count once, as their geometric
+mean (``check_cell.geometric_lives``; ``--reload-every 0``: loaded once, each round a life, as
+before). Both versions run the model directory this checkout writes, so
 ``--base`` must read the same manifest format.
 """
 
@@ -40,8 +44,9 @@ from rich.table import Table
 
 from backend.calibrate import process_cpu_s
 
-from tools.lib.check_cell import in_turn
-from tools.lib.cli import (add_fill_argument, add_lengths_argument, add_parameter_argument, add_request_rows_argument,
+from tools.lib.check_cell import geometric_lives, in_turn
+from tools.lib.cli import (add_fill_argument, add_lengths_argument, add_parameter_argument, add_reload_argument,
+                           add_request_rows_argument,
                            numbers, table_console)
 from tools.lib.harness import Bench
 from tools.lib.intervals import across_rounds
@@ -85,6 +90,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rates", type=numbers(float, empty=True), default="",
                         help="Poisson loads, requests/s (default: none)")
     parser.add_argument("--rounds", type=int, default=8)
+    add_reload_argument(parser, 2, "each version against the plain model")
     parser.add_argument("--seconds", type=float, default=3.0, help="measured seconds per window (default 3)")
     parser.add_argument("--warmup", type=float, default=2.0, help="unmeasured seconds before each window (default 2)")
     add_lengths_argument(parser)
@@ -117,6 +123,9 @@ def main(argv: list[str] | None = None) -> None:
                 bench.load(model)
             for load in loads(args):
                 for round_ in range(args.rounds):
+                    life = round_ // args.reload_every if args.reload_every else round_
+                    if args.reload_every and round_ and round_ % args.reload_every == 0:
+                        bench.reload(in_turn(MODELS, life), load, data, args.warmup)
                     for model in in_turn(MODELS, round_):
                         ns, count, cpu, calls = spent(bench, model)
                         window = measure(model, bench.url, load, data, args.seconds, args.warmup)
@@ -124,7 +133,7 @@ def main(argv: list[str] | None = None) -> None:
                         answered = max(count_after - count, 1)
                         executes = calls_after.get("executes", 0) - calls.get("executes", 0)
                         inline = calls_after.get("inline", 0) - calls.get("inline", 0)
-                        rows.append({"load": load.label, "round": round_, "model": model,
+                        rows.append({"load": load.label, "round": round_, "life": life, "model": model,
                                      "figure": window.throughput if load.closed else window.mean_ms,
                                      "compute_us": (ns_after - ns) / answered / 1000,
                                      "stub_us": (cpu_after - cpu) / answered * 1e6,
@@ -142,7 +151,7 @@ def loads(args: argparse.Namespace) -> list[Load]:
 def report(args: argparse.Namespace, rows: list[dict]) -> None:
     table = Table(title=f"{args.profile.stem}: this checkout against {args.base}, {args.rounds} rounds")
     header = ("load", "model", "answers/s or mean ms", "compute_infer µs/req", "stub CPU µs/req",
-              "lone inline", "figure / plain [95 %]", "each round")
+              "lone inline", "figure / plain [95 % over lives]", "each round")
     for column in header:
         table.add_column(column, justify="left" if column in ("load", "model", "each round") else "right")
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
@@ -154,7 +163,9 @@ def report(args: argparse.Namespace, rows: list[dict]) -> None:
             stub = statistics.median(r["stub_us"] for r in mine[model])
             inline = [r["inline"] for r in mine[model] if r["inline"] is not None]
             ratios = [r["figure"] / p["figure"] for r, p in zip(mine[model], mine["plain"])]
-            versus = "" if model == "plain" else str(across_rounds(ratios, lower_is_better=not load.closed))
+            starts = [i for i, r in enumerate(mine[model]) if not i or r["life"] != mine[model][i - 1]["life"]]
+            lives = geometric_lives(ratios, starts)
+            versus = "" if model == "plain" else str(across_rounds(lives, lower_is_better=not load.closed))
             each = "" if model == "plain" else " / ".join(f"{x:.2f}" for x in ratios)
             cells = (load.label, model, f"{figure:.0f}" if load.closed else f"{figure:.2f} ms", f"{compute:.0f}",
                      f"{stub:.0f}", f"{statistics.median(inline):.0%}" if inline else "", versus, each)

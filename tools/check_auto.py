@@ -116,8 +116,8 @@ from rich.console import Console
 from rich.table import Table
 from tritonclient.utils import InferenceServerException
 
-from tools.lib.cli import (add_fill_argument, add_lengths_argument, add_request_rows_argument, numbers, pairs,
-                           table_console)
+from tools.lib.cli import (add_fill_argument, add_lengths_argument, add_reload_argument, add_request_rows_argument,
+                           numbers, pairs, table_console)
 from tools.lib.check_cell import Cell, Served, in_turn, looks
 from tools.lib.harness import Bench, Measured
 from tools.lib.paths import ROOT
@@ -219,7 +219,7 @@ def measure(bench: Bench, profile: str, label: str, load: Load, data: Path, args
             cell.drop_worse(args.margin)
         running = cell.running(turn)
         if cell.lives is not None and turn and turn % args.reload_every == 0:
-            reload(bench, running, load, data, args, len(cell.lives))
+            bench.reload(in_turn(running, len(cell.lives)), load, data, args.warmup)
             cell.lives.append(turn)
         for model in running:
             measured = window(bench, profile, model, load, data, args, console)
@@ -232,23 +232,6 @@ def measure(bench: Bench, profile: str, label: str, load: Load, data: Path, args
                   f"rounds: {cell.verdict(args.margin)}; served {cell.served_label()}: {cell.choice(args.margin)}"
                   + "".join(f"; {m} left out from round {turn + 1}" for m, turn in cell.dropped.items()))
     return cell
-
-
-def reload(bench: Bench, models: tuple[str, ...], load: Load, data: Path, args: argparse.Namespace,
-           life: int) -> None:
-    """A new life of ``models``: each unloaded, then loaded afresh (its stub a new process, in
-    an order that rotates with ``life``) and run unmeasured at ``load`` for ``--warmup``
-    seconds, as the rounds' windows start, so that ``auto`` has seen the load again before its
-    next window (it learns afresh from loading on)."""
-    order = in_turn(models, life)
-    for model in order:
-        bench.unload(model)
-    for model in order:
-        bench.load(model)
-        try:
-            bench.warm(model, load, data, args.warmup)
-        except PerfAnalyzerError:  # a warm-up perf_analyzer lost: the round's own warm-up follows
-            pass
 
 
 def window(bench: Bench, profile: str, model: str, load: Load, data: Path, args: argparse.Namespace,
@@ -301,9 +284,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--max-rounds", type=int, default=0,
                         help="more rounds, up to this many, for a cell still unresolved after --rounds (default: none)")
-    parser.add_argument("--reload-every", type=int, default=3, metavar="N",
-                        help="load every model of a cell afresh after each N rounds, and read the verdict over "
-                             "these lives (default 3; 0: load once)")
+    add_reload_argument(parser, 3, "a cell's verdict")
     parser.add_argument("--margin", type=float, default=0.05)
     add_lengths_argument(parser)
     add_fill_argument(parser)
@@ -316,8 +297,6 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.max_rounds > args.rounds < 2:
         parser.error("--max-rounds needs --rounds 2 or more: one round has no interval to leave a cell unresolved")
-    if args.reload_every < 0:
-        parser.error(f"--reload-every {args.reload_every}: a number of rounds, or 0 to load each model once")
     if args.burst_seconds <= 0:
         parser.error(f"--burst-seconds {args.burst_seconds:g}: a rate must last some time")
     if args.request_rows > 1 and len(args.length) > 1:

@@ -7,6 +7,7 @@ verdict and choice without a server."""
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from tools.lib.harness import Measured
@@ -79,6 +80,16 @@ def looks(first: int, last: int) -> tuple[int, ...]:
     return tuple(counts)
 
 
+def geometric_lives(ratios: Sequence[float | None], lives: Sequence[int] | None) -> list[float]:
+    """One ratio a life: the geometric mean of its rounds' (``ratios``, None where a round lost
+    a window), each life running from the round ``lives`` gives to the next one's; where the
+    models were loaded once (``lives`` None) each round is a life of its own. A life with no
+    round is left out (``Cell.by_life``, ``tools.bench_versions``)."""
+    bounds = [*(range(len(ratios)) if lives is None else lives), len(ratios)]
+    kept = [[r for r in ratios[a:b] if r is not None] for a, b in zip(bounds, bounds[1:])]
+    return [math.exp(math.fsum(map(math.log, life)) / len(life)) for life in kept if life]
+
+
 @dataclass(frozen=True)
 class Cell:
     """One load of one profile: each model's window in each round (None where it failed)."""
@@ -120,12 +131,15 @@ class Cell:
     def models(self) -> tuple[str, ...]:
         return tuple(self.rounds)
 
-    def paired(self, peer: str | None = None, model: str = "auto", turns: slice = slice(None)) -> list[float]:
-        """``model`` over ``peer`` (by default the better way) in each round (of ``turns``, by
-        default all), where both windows ran: side by side, so that what the host's load does to
-        one round does it to both."""
-        pairs = list(zip(self.rounds[model], self.rounds[peer or self.best]))[turns]
-        return [self._figure(a) / self._figure(b) for a, b in pairs if a is not None and b is not None]
+    def paired(self, peer: str | None = None, model: str = "auto") -> list[float]:
+        """``model`` over ``peer`` (by default the better way) in each round where both windows
+        ran: side by side, so that what the host's load does to one round does it to both."""
+        return [r for r in self._ratios(peer, model) if r is not None]
+
+    def _ratios(self, peer: str | None, model: str) -> list[float | None]:
+        """``paired``'s ratios, None for a round that lost a window."""
+        pairs = zip(self.rounds[model], self.rounds[peer or self.best])
+        return [self._figure(a) / self._figure(b) if a is not None and b is not None else None for a, b in pairs]
 
     def by_life(self, peer: str | None = None, model: str = "auto") -> list[float]:
         """``paired``'s ratios, one a life of the models (``lives``): the geometric mean of its
@@ -135,10 +149,7 @@ class Cell:
         over lives, and rounds within one life do not count as independent
         (docs/results/check-process-lives). Where the models were loaded once (``lives`` None),
         each round is read as a life of its own, and their processes' own speeds go unseen."""
-        count = len(self.rounds[model])
-        bounds = [*(range(count) if self.lives is None else self.lives), count]
-        lives = [self.paired(peer, model, slice(a, b)) for a, b in zip(bounds, bounds[1:])]
-        return [math.exp(math.fsum(map(math.log, ratios)) / len(ratios)) for ratios in lives if ratios]
+        return geometric_lives(self._ratios(peer, model), self.lives)
 
     def versus(self, peer: str | None = None) -> Ratio:
         """``auto`` over ``peer`` (by default the better way): its lives' ratios' geometric mean

@@ -93,6 +93,22 @@ def add_fill_argument(parser: argparse.ArgumentParser) -> None:
                              "work=16: each batch takes 16x its tables' time); repeatable")
 
 
+def add_reload_argument(parser: argparse.ArgumentParser, default: int, what: str) -> None:
+    """``--reload-every N``: load every model afresh after each N rounds and read ``what`` over
+    these lives (``args.reload_every``; 0 loads once); a negative count is a usage error."""
+    def count(text: str) -> int:
+        try:
+            rounds = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"takes an integer, got {text!r}") from None
+        if rounds < 0:
+            raise argparse.ArgumentTypeError(f"{text}: a number of rounds, or 0 to load each model once")
+        return rounds
+    parser.add_argument("--reload-every", type=count, default=default, metavar="N",
+                        help=f"load every model afresh after each N rounds, and read {what} over these lives "
+                             f"(default {default}; 0: load once)")
+
+
 def add_request_rows_argument(parser: argparse.ArgumentParser) -> None:
     """``--request-rows N``: the rows each request carries, as a client that batches its own
     (perf_analyzer's ``-b``; ``args.request_rows``, 1 by default); a count of 0 is a usage error."""

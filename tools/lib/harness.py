@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tools.lib import prometheus as prom
-from tools.lib.perf_analyzer import Load, Window, WindowLost, measure
+from tools.lib.perf_analyzer import Load, PerfAnalyzerError, Window, WindowLost, measure
 from tools.lib.processes import free_port
 from tools.lib.triton import Server
 
@@ -156,6 +156,21 @@ class Bench:
         """``load`` on ``model`` for ``seconds``, unmeasured: a model loaded afresh sees the load
         before its next window does."""
         measure(model, self.url, load, data, seconds, warmup_s=0.5)
+
+    def reload(self, models: Sequence[str], load: Load, data: str | Path, warmup_s: float) -> None:
+        """A new life of ``models``: each unloaded, then in this order loaded afresh (its stub a
+        new process: a model's process keeps a speed of its own while it lives,
+        docs/results/check-process-lives) and run unmeasured at ``load`` for ``warmup_s``, so that
+        ``auto`` has seen the load again before its next window (it learns afresh from loading
+        on). Callers rotate the order from one life to the next (``check_cell.in_turn``)."""
+        for model in models:
+            self.unload(model)
+        for model in models:
+            self.load(model)
+            try:
+                self.warm(model, load, data, warmup_s)
+            except PerfAnalyzerError:  # a warm-up perf_analyzer lost: the window's own warm-up follows
+                pass
 
     def capacity(self, model: str, data: str | Path, concurrency: int, seconds: float, rows: int = 1) -> float:
         """Answers per second of a closed loop of ``concurrency`` (requests of ``rows``)."""

@@ -1,5 +1,5 @@
 """A/A: exact copies of the forced pipeline beside it in one tritonserver, loaded once or loaded
-afresh every few rounds (``tools.check_auto --reload-every``), each round rotated as the check's.
+afresh every few rounds (``Bench.reload``, as ``tools.check_auto --reload-every``), each round rotated as the check's.
 
     DVABATCH_CLIENT_CPUS=0 PYTHONPATH=. python docs/results/check-process-lives/aa.py PROFILE \
         [--copies a1,zz] [--rounds 20] [--reload-every 0] [--seconds 2] [--warmup 1.5]
@@ -14,7 +14,6 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from tools.check_auto import reload
 from tools.lib.check_cell import Cell, in_turn
 from tools.lib.harness import Bench
 from tools.lib.intervals import across_rounds
@@ -49,7 +48,7 @@ def main() -> None:
             bench.capacity(model, data, 64, 1.0)
         for turn in range(args.rounds):
             if cell.lives is not None and turn and turn % args.reload_every == 0:
-                reload(bench, models, load, data, args, len(cell.lives))
+                bench.reload(in_turn(models, len(cell.lives)), load, data, args.warmup)
                 cell.lives.append(turn)
             for model in in_turn(models, turn):
                 cell.rounds[model].append(bench.window(model, load, data, args.seconds, args.warmup).window)
