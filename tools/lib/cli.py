@@ -93,18 +93,25 @@ def add_fill_argument(parser: argparse.ArgumentParser) -> None:
                              "work=16: each batch takes 16x its tables' time); repeatable")
 
 
+def count(least: int, refusal: str) -> Callable[[str], int]:
+    """An argparse type: an integer of ``least`` or more, else a usage error saying ``refusal``
+    (formatted with ``text``, what was given)."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"takes an integer, got {text!r}") from None
+        if value < least:
+            raise argparse.ArgumentTypeError(refusal.format(text=text))
+        return value
+    return parse
+
+
 def add_reload_argument(parser: argparse.ArgumentParser, default: int, what: str) -> None:
     """``--reload-every N``: load every model afresh after each N rounds and read ``what`` over
     these lives (``args.reload_every``; 0 loads once); a negative count is a usage error."""
-    def count(text: str) -> int:
-        try:
-            rounds = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"takes an integer, got {text!r}") from None
-        if rounds < 0:
-            raise argparse.ArgumentTypeError(f"{text}: a number of rounds, or 0 to load each model once")
-        return rounds
-    parser.add_argument("--reload-every", type=count, default=default, metavar="N",
+    parser.add_argument("--reload-every", type=count(0, "{text}: a number of rounds, or 0 to load each model once"),
+                        default=default, metavar="N",
                         help=f"load every model afresh after each N rounds, and read {what} over these lives "
                              f"(default {default}; 0: load once)")
 
@@ -112,15 +119,8 @@ def add_reload_argument(parser: argparse.ArgumentParser, default: int, what: str
 def add_request_rows_argument(parser: argparse.ArgumentParser) -> None:
     """``--request-rows N``: the rows each request carries, as a client that batches its own
     (perf_analyzer's ``-b``; ``args.request_rows``, 1 by default); a count of 0 is a usage error."""
-    def count(text: str) -> int:
-        try:
-            rows = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"takes an integer, got {text!r}") from None
-        if rows < 1:
-            raise argparse.ArgumentTypeError(f"takes an integer above 0: a request has one row at least, got {text!r}")
-        return rows
-    parser.add_argument("--request-rows", type=count, default=1, metavar="N",
+    rows = count(1, "takes an integer above 0: a request has one row at least, got {text!r}")
+    parser.add_argument("--request-rows", type=rows, default=1, metavar="N",
                         help="rows each request carries, as a client that batches its own (perf_analyzer's -b; "
                              "default 1); the figures count requests")
 
