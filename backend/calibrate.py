@@ -72,12 +72,11 @@ def measure(manifest: Manifest, device: Device, pipeline: Callable[[Sequence[Que
     length, feed = _typical(manifest)
     many = max(2, min(manifest.max_batch_size, 32))
     serves = {"pipeline": lambda qs: _through(pipeline, qs), "plain": plain}
-    rounds = {}
-    for rows in (1, many):
+
+    def runs(rows: int) -> int:
         took = sum(t.predict(rows, length) for t in tables) / 1000 if all(tables) else 0.0
-        for way in serves:
-            rounds[way, rows] = int(max(1, min(ROUNDS, budget_s / 4 / took))) if took > 0 else ROUNDS
-    costs, walls = _per_batch(serves, device, feed, rounds)
+        return int(max(1, min(ROUNDS, budget_s / 4 / took))) if took > 0 else ROUNDS
+    costs, walls = _per_batch(serves, device, feed, {(way, rows): runs(rows) for rows in (1, many) for way in serves})
     trip = _round_trip_s(round_trip)
     handoff = max(0.0, walls["pipeline", 1] - walls["plain", 1] - (costs["pipeline", 1] - costs["plain", 1]))
 

@@ -163,8 +163,7 @@ def report(args: argparse.Namespace, rows: list[dict]) -> None:
             stub = statistics.median(r["stub_us"] for r in mine[model])
             inline = [r["inline"] for r in mine[model] if r["inline"] is not None]
             ratios = [r["figure"] / p["figure"] for r, p in zip(mine[model], mine["plain"])]
-            starts = [i for i, r in enumerate(mine[model]) if not i or r["life"] != mine[model][i - 1]["life"]]
-            lives = geometric_lives(ratios, starts)
+            lives = geometric_lives(ratios, range(0, args.rounds, args.reload_every) if args.reload_every else None)
             versus = "" if model == "plain" else str(across_rounds(lives, lower_is_better=not load.closed))
             each = "" if model == "plain" else " / ".join(f"{x:.2f}" for x in ratios)
             cells = (load.label, model, f"{figure:.0f}" if load.closed else f"{figure:.2f} ms", f"{compute:.0f}",
