@@ -195,7 +195,7 @@ def test_a_bad_list_option_is_a_usage_error_that_names_it(run):
     for command, rest in (("tools.check_auto", ()), ("tools.bench_versions", (zero, "--base", "."))):
         done = run(command, *rest, "--reload-every", "-1")
         assert done.returncode == 2 and "--reload-every: -1: a number of rounds, or 0" in done.stderr, done.stderr
-    done = run("tools.check_auto", "--rounds", "2", "--max-rounds", "5")  # lives of 3 rounds: one life in five
+    done = run("tools.check_auto", "--rounds", "2", "--max-rounds", "5", "--reload-every", "3")  # one life in five
     assert done.returncode == 2 and "ask for --max-rounds 6 or a smaller --reload-every" in done.stderr, done.stderr
     for command, rows, says in (("tools.check_auto", ("--request-rows", "4", "--length", "32,64"),
                                  "a request's rows share one length"),

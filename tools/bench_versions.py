@@ -1,7 +1,7 @@
 """python -m tools.bench_versions: this checkout's backend against another's, side by side (not a test).
 
     python -m tools.bench_versions PROFILE.json --base DIR [--concurrency 1] [--rates 800,...]
-                                   [--rounds 8] [--reload-every 2] [--seconds 3] [--warmup 2] [--length 64,...]
+                                   [--rounds 8] [--reload-every 1] [--seconds 3] [--warmup 2] [--length 64,...]
                                    [--request-rows 1] [--parameter KEY=VALUE ...] [--out docs/results/RUN]
 
 A change to the path a request takes through our stub moves its cost by a few microseconds,
@@ -90,7 +90,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rates", type=numbers(float, empty=True), default="",
                         help="Poisson loads, requests/s (default: none)")
     parser.add_argument("--rounds", type=int, default=8)
-    add_reload_argument(parser, 2, "each version against the plain model")
+    add_reload_argument(parser, "each version against the plain model")
     parser.add_argument("--seconds", type=float, default=3.0, help="measured seconds per window (default 3)")
     parser.add_argument("--warmup", type=float, default=2.0, help="unmeasured seconds before each window (default 2)")
     add_lengths_argument(parser)

@@ -3,7 +3,7 @@
     python -m tools.check_auto [PROFILE.json | MODEL_DIR ...] [--concurrency 1,16,64]
                                [--loads 0.3,0.6,0.9] [--qos-ms 200] [--percentile 99] [--seconds 3]
                                [--bursts 0.1/0.8] [--burst-seconds 2] [--rounds 1] [--max-rounds N]
-                               [--reload-every 3]
+                               [--reload-every 1]
                                [--margin 0.05] [--length 64 | 32,64,128] [--request-rows 1] [--ensemble]
                                [--source SRC.onnx ...]
                                [--out docs/results/RUN]
@@ -41,14 +41,13 @@ window's place in its round, weigh on each alike.
 A model's process keeps a speed of its own while it lives: exact copies of one forced pipeline,
 loaded once, read 0.90x [0.88, 0.93] and 0.92x [0.86, 0.98] it over 20 and 12 rounds, where loaded
 afresh every few rounds they read 0.97x-1.00x (docs/results/check-process-lives). So every
-``--reload-every`` rounds (3 by default) each model of a cell is unloaded and loaded afresh, its
-stubs new processes, and runs ``--warmup`` seconds at the cell's load unmeasured before the next
-round (``auto`` learns anew from loading on, as on a server just started); each such life's
-rounds make one ratio, and the interval is over lives, which a verdict needs two of where
-``--rounds`` asks for two or more rounds (``check_cell.Cell.by_life``; ``--max-rounds`` must then
-allow two lives). ``--reload-every 0``
-loads each model once and reads each round as a life (the reading before; its processes' own
-speeds then go unseen).
+``--reload-every`` rounds (every round by default, ``cli.RELOAD_EVERY``) each model of a cell is
+unloaded and loaded afresh, its stubs new processes, and runs ``--warmup`` seconds at the cell's
+load unmeasured before the next round (``auto`` learns anew from loading on, as on a server just
+started); each such life's rounds make one ratio, and the interval is over lives, which a
+verdict needs two of where ``--rounds`` asks for two or more rounds (``check_cell.Cell.by_life``;
+``--max-rounds`` must then allow two lives). ``--reload-every 0`` loads each model once and reads
+each round as a life (the reading before; its processes' own speeds then go unseen).
 
 Per cell the table says the three figures (each pooled over its rounds), ``auto`` over the
 better one (the geometric mean of the lives' ratios, each round's windows side by side) with its
@@ -284,7 +283,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--max-rounds", type=int, default=0,
                         help="more rounds, up to this many, for a cell still unresolved after --rounds (default: none)")
-    add_reload_argument(parser, 3, "a cell's verdict")
+    add_reload_argument(parser, "a cell's verdict")
     parser.add_argument("--margin", type=float, default=0.05)
     add_lengths_argument(parser)
     add_fill_argument(parser)
