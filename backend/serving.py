@@ -31,8 +31,8 @@ from typing import Protocol
 
 from . import calibrate
 from .config import RuntimeConfig
-from .decide import (Choice, EntryWait, HostCosts, LoneRuns, Mode, ModeSwitch, Window, capacities, choose, fuses,
-                     interpreted, measured_s, waits, way)
+from .decide import (MIN_ANSWERS, Choice, EntryWait, HostCosts, LoneRuns, Mode, ModeSwitch, Window, capacities,
+                     choose, fuses, interpreted, measured_s, waits, way)
 from .device import CpuDevice, Device
 from .dispatch import SmdpPolicy
 from .engines import describe_graphs, describe_pins, fusable, graph_buckets, load_engines, on_host_cores
@@ -50,6 +50,8 @@ from .whole import WholeBatch, together
 
 log = logging.getLogger(__name__)
 WINDOW_S = 1.0  # how often the ModeSwitch looks at serving
+RESUME_POLL_S = 0.02  # how often an idle model looks for its load's return (``Watch._resumed``)
+ENTRY_ADMITTED = (ENTRY_QUERIES.name, ())  # the metrics' key of the queries admitted
 
 
 class Server(Protocol):
@@ -299,7 +301,7 @@ class Watch(threading.Thread):
         self.join()
 
     def run(self) -> None:
-        before = self._read()
+        before = self._resumed(self._read())
         while not self._stopping.wait(WINDOW_S):
             now = self._read()
             window = self._window(before, now)
@@ -324,6 +326,24 @@ class Watch(threading.Thread):
             if changed is not None or waits is not None:
                 time.sleep(WINDOW_S / 2)  # the switch's own transient is no window
                 before = self._read()
+            elif window.answered < MIN_ANSWERS:
+                before = self._resumed(now)
+
+    def _resumed(self, idle: Reading) -> Reading:
+        """The reading once a query is admitted after ``idle`` (one that ended a window of too
+        few answers to decide on, ``MIN_ANSWERS``, or loading): the next window starts with the
+        load, not up to a window before it. A switch needs two windows in a row that agree
+        (``ModeSwitch.observe``), and a load starting within the first is not the second's:
+        TensorRT-speed BERT-base loaded afresh and run at 16 in flight for two seconds often
+        stayed pipelined through them (a part window, then a whole one) and served its next
+        load's first two seconds pipelined too, at 0.82x the plain model where it served plain
+        (docs/results/check-head-slow-trt). Polled every ``RESUME_POLL_S`` while idle, when the
+        reading costs serving nothing."""
+        admitted = idle.counters.get(ENTRY_ADMITTED, 0.0)
+        while not self._stopping.wait(RESUME_POLL_S):
+            if self.metrics.snapshot().get(ENTRY_ADMITTED, 0.0) > admitted:
+                return self._read()
+        return idle
 
     def _entry(self, window: Window | None) -> bool | None:
         """Whether a pipelined ``execute`` waits for stage 0 from now on, where the window (one
@@ -376,7 +396,7 @@ class Watch(threading.Thread):
                  delta((EXECUTE_IDLE.name, ())) / 1e6, now.longest_idle_s) if shown else ()
         returned = {"returned": int(delta((RETURNED.name, ()))),
                     "returned_s": delta((RETURNED_TIME.name, ())) / 1e6} if shown else {}
-        answered = int(delta((ENTRY_QUERIES.name, ())))
+        answered = int(delta(ENTRY_ADMITTED))
         # A request's rows as stage 0 ran them (a batch that runs again row by row after a failure
         # counts its rows twice: one window's figure, within the switch's error).
         return Window(now.clock - before.clock, answered, now.cpu_s - before.cpu_s, server, busy,

@@ -23,7 +23,7 @@ from backend.manifest import Manifest
 from slicer.slicing import VERSION, slice_model
 from tools.lib.workload import interface_of, synthetic
 import tools.lib.perf_analyzer as perf_analyzer
-from tools.lib.perf_analyzer import (ATTEMPTS, HANG_AFTER_S, HANG_FACTOR, Answered, ExportError, Load,
+from tools.lib.perf_analyzer import (ATTEMPTS, after_warmup, HANG_AFTER_S, HANG_FACTOR, Answered, ExportError, Load,
                                      PerfAnalyzerError, WindowLost, check_ended, command, measure, open_counts,
                                      read_csv, read_export, run_once, transport, until_kept, write_bursts)
 from tools.lib.perf_analyzer import VERSION as PA_VERSION
@@ -120,6 +120,17 @@ def test_windows_of_each_load(server, rte, tmp_path):
     coming_and_going = Load(intervals=write_bursts(tmp_path / "bursts.txt", (20, 200), 0.25, 1.3))
     bursts = measure("bert_like", server.url, coming_and_going, rte, seconds=1.0, warmup_s=0.3)
     assert bursts.requests == open_counts(coming_and_going, 1.0, 0.3)[1] and (np.diff(bursts.sent_s) >= 0).all()
+
+
+def test_a_closed_loop_leaves_out_its_warm_up_by_the_clock():
+    """perf_analyzer warms a closed loop up by a count of requests only: ``measure`` runs it
+    ``warmup_s`` longer and keeps the requests answered after that (``after_warmup``), timed from
+    then, so its answers/s are those of the load once warm. Nothing answered after it: all kept."""
+    sent = np.array([0, 1, 2, 3, 4, 5], dtype=float) * 1e9
+    answered = sent + 1.5e9
+    kept_sent, kept_answered, start = after_warmup(sent, answered, 3.0)
+    assert start == 3e9 and list(kept_sent) == [2e9, 3e9, 4e9, 5e9] and list(kept_answered) == list(kept_sent + 1.5e9)
+    assert after_warmup(sent, answered, 10.0)[2] == 0.0 and len(after_warmup(sent, answered, 10.0)[0]) == 6
 
 
 def test_bursts_step_their_rate_from_a_fixed_seed_and_start_over_without_a_seam(tmp_path):

@@ -24,7 +24,7 @@ from backend.policy import FixedPolicy, RandomPolicy
 from backend.query import Failure, Handover, Query, refuse_invalid, take_batch, validate
 from backend.runtime import BACKPRESSURE_MAX_S, Runtime
 from backend.decide import HostCosts, LoneRuns, Mode, Window, choose, waits
-from backend.serving import Reading, serve
+from backend.serving import ENTRY_ADMITTED, Reading, serve
 from backend.whole import WholeBatch
 from backend.sample import sample_inputs
 from slicer.slicing import VERSION, slice_model
@@ -641,6 +641,34 @@ def test_the_watch_shows_the_switch_how_many_rows_a_request_brought(tmp_path):
         assert window.answered == 3 and window.rows_a_request == pytest.approx(4.0)
         assert window.requests == pytest.approx(window.rows / 4)
     finally:
+        runtime.close()
+
+
+def test_after_a_window_of_too_few_answers_the_watch_starts_the_next_with_the_load(tmp_path):
+    """An idle model's next window begins when a query is admitted, not up to a window before,
+    so that a load's first two windows are whole ones and a switch may agree on them
+    (``Watch._resumed``): the watch waits while nothing arrives, and its reading, taken once a
+    query is admitted, counts it."""
+    manifest = timed_manifest(tmp_path, 2, 2, 2)
+    _, runtime = serve(manifest, tmp_path, RuntimeConfig(policy=make_policy("auto", {})), CpuDevice(), Metrics())
+    runtime.watch.stop()
+    runtime.lone = None
+    watch, inbox, resumed = runtime.watch, Inbox(), []
+    watch._stopping.clear()
+    try:
+        idle = watch._read()
+        waiter = threading.Thread(target=lambda: resumed.append(watch._resumed(idle)))
+        waiter.start()
+        time.sleep(0.3)
+        assert not resumed  # nothing admitted: no window yet
+        sent = time.monotonic()
+        runtime.submit([inbox.query(0, sample_inputs(manifest.inputs, 1, {"sequence": 4}, seed=0))])
+        inbox.wait(1)
+        waiter.join(5)
+        [reading] = resumed
+        assert sent <= reading.clock <= sent + 1.0 and reading.counters[ENTRY_ADMITTED] == 1
+    finally:
+        watch._stopping.set()
         runtime.close()
 
 
