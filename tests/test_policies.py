@@ -527,13 +527,16 @@ def test_a_switch_needs_two_windows_in_a_row_at_about_one_rate_and_a_light_one_k
     window at 128 answers/s between two loads, and stayed plain through a closed loop the
     pipeline served 1.5x faster); a second at about its rate does. A window of fewer than
     ``CORRECT_AFTER`` answers changes none of the costs the switch keeps: in a server shared
-    with other models, their requests weigh in tritonserver's CPU."""
+    with other models, their requests weigh in tritonserver's CPU. Between the two, the switch
+    leans to plain (``leaning``: the watch tries nothing else on the pipeline meanwhile)."""
     manifest = timed_manifest([flat(1.0)] * 2)
     costs = HostCosts(pipeline_request_s=900e-6, plain_request_s=300e-6)
     switch = ModeSwitch([s.latency for s in manifest.stages], costs, cores=4)
-    assert switch.observe(_window(0.9, (0.125, 0.125), server_s=0.1)) is None
+    assert not switch.leaning
+    assert switch.observe(_window(0.9, (0.125, 0.125), server_s=0.1)) is None and switch.leaning
     assert switch.observe(_window(2.7, (0.375, 0.375), answered=3000, server_s=0.3)) is None
     assert switch.observe(_window(2.6, (0.375, 0.375), answered=2900, server_s=0.29)) is Mode.IN_TURN
+    assert not switch.leaning
     assert switch.server == {Mode.PIPELINE: pytest.approx(100e-6)}
     switch.observe(_window(0.1, (0.01, 0.01), answered=64, server_s=0.17))  # served plain now
     assert Mode.IN_TURN not in switch.server and Mode.IN_TURN not in switch.excess

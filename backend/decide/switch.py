@@ -487,6 +487,13 @@ class ModeSwitch:
         self.trying, self.last = None, why
         return self._switch(self._other)
 
+    @property
+    def leaning(self) -> bool:
+        """Whether the last window found the other way better, or worth a trial: the next window
+        may switch (``observe`` needs two in a row). Until it has, nothing else is tried on the
+        way served now (``serving.Watch``: ``EntryWait``)."""
+        return self._before is not None and self._before.wanted is not None
+
     def host_busy(self, window: Window) -> float | None:
         """The host's utilisation as a window ``observe`` took showed it, served as now (``_host``:
         the stub's interpreter, or the cores with tritonserver and the other processes on them),
