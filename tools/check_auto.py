@@ -34,9 +34,11 @@ rows. Each cell runs the three side by side:
   follow, or to hold a way that serves both rates.
 
 Every window starts with ``--warmup`` seconds unmeasured, in which ``auto`` sees the load (its
-mode switch looks each second). The rounds run the three in turn, each round starting one further
-along (``check_cell.in_turn``), so that a host slowing down or speeding up over a cell, and a
-window's place in its round, weigh on each alike.
+mode switch looks each second, and needs two windows of a load to change its mind): an open
+loop's as that many seconds' requests, a closed loop's by the clock (``perf_analyzer.after_warmup``).
+The rounds run the three in turn, each round starting one further along (``check_cell.in_turn``),
+so that a host slowing down or speeding up over a cell, and a window's place in its round, weigh
+on each alike.
 
 A model's process keeps a speed of its own while it lives: exact copies of one forced pipeline,
 loaded once, read 0.90x [0.88, 0.93] and 0.92x [0.86, 0.98] it over 20 and 12 rounds, where loaded
