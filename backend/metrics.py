@@ -97,7 +97,7 @@ FAMILIES = {f.name: f for f in (META_OPERATIONS, BATCHES, STAGE_BUSY, ENTRY_QUER
 
 Key = tuple[str, Labels]
 FOLD_AT = 65536  # updates recorded before the recorder folds them itself
-_ENTRY_QUERIES: Key = (ENTRY_QUERIES.name, ())
+ENTRY_ADMITTED: Key = (ENTRY_QUERIES.name, ())  # the queries admitted, as the windows read them (``serving.Watch``)
 _ENTRY_WAIT: Key = (ENTRY_WAIT.name, ())
 _ANSWERS: Key = (ANSWERS.name, ())
 _ANSWER_TIME: Key = (ANSWER_TIME.name, ())
@@ -154,7 +154,7 @@ class Metrics:
     def admitted(self, queries: int, waited_s: float, operation: str, batches: int = 1) -> None:
         """``queries`` taken from the entry, having waited ``waited_s`` seconds there in all, by
         ``batches`` meta operations of kind ``operation`` (``new`` batches, or a ``stretch``)."""
-        self._add((_ENTRY_QUERIES, queries), (_ENTRY_WAIT, waited_s * 1e6), (_meta_key(operation), batches))
+        self._add((ENTRY_ADMITTED, queries), (_ENTRY_WAIT, waited_s * 1e6), (_meta_key(operation), batches))
 
     def ran_inline(self, queries: int, waited_s: float, batches: int,
                    runs: Sequence[tuple[int, Sequence[float]]]) -> None:
@@ -267,7 +267,7 @@ class Metrics:
         updates = [(_EXECUTES, executes), (_EXECUTE_TIME, execute_us), (_EXECUTE_IDLE, idle_us),
                    (_RETURNED, returned), (_RETURNED_TIME, returned_us)] if executes else []
         if inline:
-            updates += ((_ENTRY_QUERIES, queries), (_ENTRY_WAIT, wait_us), (_meta_key("new"), new))
+            updates += ((ENTRY_ADMITTED, queries), (_ENTRY_WAIT, wait_us), (_meta_key("new"), new))
         for (stage, rows), (items, busy_us) in ran.items():
             batches_key, busy_key = _stage_keys(stage, rows)
             updates += ((batches_key, items), (busy_key, busy_us))

@@ -40,7 +40,7 @@ from .executor import Trace
 from .hold import HeldBatch, Hold
 from .host import Cpus, Machine, busy_s, cpus, machine
 from .manifest import Manifest
-from .metrics import (ANSWER_TIME, ANSWERS, BATCHES, ENTRY_QUERIES, EXECUTE_IDLE, EXECUTE_TIME, EXECUTES, LONE_INLINE,
+from .metrics import (ANSWER_TIME, ANSWERS, BATCHES, ENTRY_ADMITTED, EXECUTE_IDLE, EXECUTE_TIME, EXECUTES, LONE_INLINE,
                       LONE_PIPELINE, RETURNED, RETURNED_TIME, STAGE_BUSY, Metrics)
 from .nvml import NvmlError
 from .padding import Buckets
@@ -51,7 +51,6 @@ from .whole import WholeBatch, together
 log = logging.getLogger(__name__)
 WINDOW_S = 1.0  # how often the ModeSwitch looks at serving
 RESUME_POLL_S = 0.02  # how often an idle model looks for its load's return (``Watch._resumed``)
-ENTRY_ADMITTED = (ENTRY_QUERIES.name, ())  # the metrics' key of the queries admitted
 
 
 class Server(Protocol):

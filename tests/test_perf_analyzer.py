@@ -23,7 +23,7 @@ from backend.manifest import Manifest
 from slicer.slicing import VERSION, slice_model
 from tools.lib.workload import interface_of, synthetic
 import tools.lib.perf_analyzer as perf_analyzer
-from tools.lib.perf_analyzer import (ATTEMPTS, after_warmup, HANG_AFTER_S, HANG_FACTOR, Answered, ExportError, Load,
+from tools.lib.perf_analyzer import (ATTEMPTS, HANG_AFTER_S, HANG_FACTOR, Answered, ExportError, Load, after_warmup,
                                      PerfAnalyzerError, WindowLost, check_ended, command, measure, open_counts,
                                      read_csv, read_export, run_once, transport, until_kept, write_bursts)
 from tools.lib.perf_analyzer import VERSION as PA_VERSION

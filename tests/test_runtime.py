@@ -19,12 +19,12 @@ from backend.engines import OnnxRuntimeEngine, load_engines
 from backend.errors import ConfigError
 from backend.host import Machine, machine
 from backend.manifest import Manifest, SlicingReport
-from backend.metrics import EXECUTE_WAITS, Metrics
+from backend.metrics import ENTRY_ADMITTED, EXECUTE_WAITS, Metrics
 from backend.policy import FixedPolicy, RandomPolicy
 from backend.query import Failure, Handover, Query, refuse_invalid, take_batch, validate
 from backend.runtime import BACKPRESSURE_MAX_S, Runtime
 from backend.decide import HostCosts, LoneRuns, Mode, Window, choose, waits
-from backend.serving import ENTRY_ADMITTED, Reading, serve
+from backend.serving import Reading, serve
 from backend.whole import WholeBatch
 from backend.sample import sample_inputs
 from slicer.slicing import VERSION, slice_model
