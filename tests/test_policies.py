@@ -1218,21 +1218,26 @@ def test_an_overloaded_way_gives_way_only_to_one_that_would_be_clearly_less_busy
 
 def test_a_load_at_capacity_is_tried_again_after_a_pause_or_with_a_longer_queue():
     """Served plain at capacity, the pipeline predicted a little less busy is tried once a load
-    (``ModeSwitch._another_load``). A trial whose load stops within it says nothing, and the next
-    load is tried afresh; so is a load that answers as many a second but gathers a longer queue
-    (ResNet-50's stages from an H200 on one core: 16 in flight at 12 rows a run, then 64 at 16,
-    both at plain's capacity, where the forced pipeline answered 1.13x as many). A trial that
-    failed holds at that load, across a pause too: MiniLM's one stage under Poisson 3,216/s, plain
-    100 % busy, tried the pipeline after every pause between a check's rounds, refused each time
-    (docs/results/check-held-out-rest)."""
+    (``ModeSwitch._another_load``). A trial whose load stops within it pauses, serving the way
+    tried, and runs its windows on the next load (ResNet-50's stages from an H200 on one core: 16
+    in flight at 12 rows a run, then 64 at 16, both at plain's capacity, where the forced pipeline
+    answered 1.13x as many). A load that answers as many a second but gathers a longer queue is
+    another, tried afresh. A trial that failed holds at that load, across a pause too: MiniLM's
+    one stage under Poisson 3,216/s, plain 100 % busy, tried the pipeline after every pause
+    between a check's rounds, refused each time (docs/results/check-held-out-rest)."""
     manifest = timed_manifest([flat(0.01)] * 2)
     costs = HostCosts(pipeline_request_s=27e-6, plain_request_s=30e-6)
     switch = ModeSwitch([s.latency for s in manifest.stages], costs, cores=1, mode=Mode.IN_TURN)
     sixteen = _window(0.3, (0.01, 0.01), answered=10000, rows=11.5, server_s=0.71)
     assert _decides(switch, sixteen) is Mode.PIPELINE and switch.trying is not None
-    assert switch.observe(_window(0.0, (0.0, 0.0), answered=3)) is Mode.IN_TURN  # the load stopped
-    assert switch.last == "a trial pipelined ended with its load: too few answers to go by"
+    assert switch.observe(_window(0.0, (0.0, 0.0), answered=3)) is None  # the load stopped: the trial pauses
+    assert switch.mode is Mode.PIPELINE and switch.trying is not None
+    assert switch.last == "a trial pipelined paused with its load, until the next one"
     sixty_four = dataclasses.replace(sixteen, rows=16.0)
+    more = dataclasses.replace(sixty_four, answered=11300, stub_s=11300 * 27e-6, server_s=11300 * 71e-6)
+    assert switch.observe(more) is None and switch.observe(more) is Mode.PIPELINE  # the next load keeps it
+    assert switch.trying is None and switch.last.endswith("where plain answered 10000: kept"), switch.last
+    switch = ModeSwitch([s.latency for s in manifest.stages], costs, cores=1, mode=Mode.IN_TURN)
     assert _decides(switch, sixty_four) is Mode.PIPELINE and switch.trying is not None
     short = dict(answered=8000, stub_s=8000 * 27e-6, server_s=8000 * 71e-6)  # as dear a request as predicted
     assert switch.observe(dataclasses.replace(sixty_four, **short)) is Mode.IN_TURN  # ... but it carries less
@@ -1275,7 +1280,8 @@ def test_a_trial_cut_by_its_load_moving_is_tried_again_after_a_pause_not_while_t
     answered 2,780/s in 15.14 ms (42 in the model as measured: the rest waited on the host's cores
     for the pipelined answers' sends). That reads as a load that fell, and the trial ends saying
     nothing; but the load went on, and was tried again every 4 s (docs/results/calibration-whole-
-    batches). Now it is tried again once a pause shows the load stopped."""
+    batches). Now the trial ends once the window after shows the load went on, and its load is
+    tried again once a pause shows it stopped."""
     manifest = timed_manifest([flat(0.01)] * 2)
     costs = HostCosts(pipeline_request_s=27e-6, plain_request_s=30e-6)
     switch = ModeSwitch([s.latency for s in manifest.stages], costs, cores=1, mode=Mode.IN_TURN)
@@ -1285,7 +1291,8 @@ def test_a_trial_cut_by_its_load_moving_is_tried_again_after_a_pause_not_while_t
     cut = Window(1.0, 7500, 7500 * 27e-6, 0.53, (0.01, 0.01), 10.0, 0.5, 750, 0.5, 0.001,
                  piped=7500, piped_s=7500 * 4e-3)
     assert measured_s(cut) < 0.95 * measured_s(plain)
-    assert switch.observe(cut) is Mode.IN_TURN and "ended with its load" in switch.last, switch.last
+    assert switch.observe(cut) is None and switch.mode is Mode.PIPELINE  # a load that fell, or one carried less
+    assert switch.observe(cut) is Mode.IN_TURN and "ended with its load" in switch.last, switch.last  # it went on
     assert _decides(switch, plain) is None and switch.trying is None, "the same load goes on"
     switch.observe(Window(1.0, 3, 0.0, None, (0.0, 0.0), 1.0))  # a pause: the load stopped
     assert _decides(switch, plain) is Mode.PIPELINE and switch.trying is not None, switch.last
@@ -1739,26 +1746,38 @@ def _served_plain(rate: float, rows: float, stub_us: float, seconds: float = 1.5
                   round(runs), 0.05, 0.001, returned=answered, returned_s=answered * 3e-3)
 
 
-def test_a_trial_cut_by_its_loads_end_teaches_nothing_and_is_tried_again_at_that_load():
+def test_a_trial_cut_by_its_loads_end_teaches_nothing_and_runs_on_the_next_load():
     """The fresh server above: plain, never served, is costed with the pipeline's excess over
     loading's (+176 us a request where loading measured 6), 102 % busy against the pipeline's
     103 %, and tried. The trial's first window served 3,585 answers/s; in its second the load
-    stopped (796/s in runs of 5 rows, the stub's second's work on a fifth of the answers): the
-    trial ended with its load, and `auto` went back to the pipeline. That window held two loads
-    and neither way's costs. Learnt, plain's line through it and the first window made plain's
-    calls dear, kept plain from being tried again, and the rest of the load was served pipelined
-    at 0.66x the plain model (docs/results/h200-cpu-fresh-start). Now it teaches nothing, and the
-    next steady load at capacity serves plain again."""
+    stopped (796/s in runs of 5 rows, the stub's second's work on a fifth of the answers). That
+    window held two loads and neither way's costs. Learnt, plain's line through it and the first
+    window made plain's calls dear, kept plain from being tried again, and the rest of the load
+    was served pipelined at 0.66x the plain model (docs/results/h200-cpu-fresh-start). Now it
+    teaches nothing; where a pause follows, the trial goes on serving plain and runs its windows
+    on the next load (on one core, lives whose trial the first load's end cut served the next
+    load's first seconds pipelined: docs/results/check-one-core-pauses); where the load goes on,
+    the trial ends, and after a pause that load is tried again."""
     switch, window = _fresh_start()
     assert _decides(switch, window) is Mode.FUSED
     assert switch.last.startswith("a trial, pipelined at capacity"), switch.last
     assert "overloaded pipelined (103% busy), overloaded plain (102%" in switch.last, switch.last
-    assert switch.observe(_served_plain(3585, 40, 120)) is None
+    steady, ending, pause = _served_plain(3585, 40, 120), _served_plain(796, 5, 400), _served_plain(2, 1, 400)
+    assert switch.observe(steady) is None
     lines, excess = {m: dict(line._kept) for m, line in switch.lines.items()}, dict(switch.excess)
-    assert switch.observe(_served_plain(796, 5, 400)) is Mode.PIPELINE
-    assert "ended with its load" in switch.last, switch.last
-    assert _decides(switch, window) is Mode.FUSED, switch.last
+    assert switch.observe(ending) is None and switch.mode is Mode.FUSED
     assert {m: dict(line._kept) for m, line in switch.lines.items()} == lines and switch.excess == excess
+    assert switch.observe(pause) is None and switch.mode is Mode.FUSED and switch.trying is not None
+    assert switch.last.startswith("a trial plain paused with its load: 796/s in 3.54 ms a request after 3585/s"), \
+        switch.last
+    assert switch.observe(steady) is None and switch.observe(steady) is Mode.FUSED, switch.last
+    assert switch.trying is None and switch.last.endswith("(measured_s): kept"), switch.last
+
+    switch, window = _fresh_start()
+    assert _decides(switch, window) is Mode.FUSED and switch.observe(steady) is None
+    assert switch.observe(ending) is None and switch.observe(ending) is Mode.PIPELINE  # the load went on
+    assert switch.last.startswith("a trial plain ended with its load: 796/s"), switch.last
+    assert switch.observe(pause) is None and _decides(switch, window) is Mode.FUSED, switch.last
 
 
 def test_a_window_describes_what_it_measured_for_the_log():

@@ -138,7 +138,8 @@ class ModeSwitch:
     costs cannot (three uneven timed stages at 64 in flight, served plain, had the pipeline
     predicted 93 % busy against plain's 99 %, and plain stayed, at 0.84x the answers of the forced
     pipeline; the costs then carried plain's correction to the pipeline as a factor). One trial a
-    load: none again until the load moves (``_another_load``)."""
+    load: none again until the load moves (``_another_load``); a trial whose load stops pauses,
+    and runs on with the next load (``_pause``)."""
 
     tables: Sequence[LatencyTable]
     costs: HostCosts
@@ -213,13 +214,15 @@ class ModeSwitch:
     _before: Seen | None = field(init=False, default=None)  # the window before, since the last switch
     trying: Trial | None = field(init=False, default=None)  # the way served now on trial, against the other
     # The answers/s, rows a run and requests in the model (None where the latency went unmeasured)
-    # at which the last trial that ran its course began, or a kept one ended; a pause keeps it, a
-    # trial whose load stopped within it clears it, as does a pause after one cut as its load moved
-    # (``_another_load``).
+    # at which the last trial began, or a kept one ended; a pause keeps it, and clears it after a
+    # trial cut as its load moved (``_another_load``).
     _tried_at: tuple[float, float, float | None] | None = field(init=False, default=None)
     # The last trial ended as its load moved within it: its load is free to be tried again after a
     # pause (a load that stopped), not while it goes on (``_trial``).
     _cut: bool = field(init=False, default=False)
+    # How the trial's last window moved from its load (``Trial.ended``): it ends unless the load
+    # stopped, which pauses it (``_pause``).
+    _moving: str = field(init=False, default="")
 
     def __post_init__(self):
         self.measured = self.costs
@@ -241,16 +244,16 @@ class ModeSwitch:
             return None
         if window.answered < MIN_ANSWERS:  # nothing to go by: the load that comes next is likely the last one's
             self._before = None  # ... but not the same one: no window across a pause agrees with one before it
-            if self.trying is None:
-                if self._cut:
-                    self._tried_at, self._cut = None, False
-                return None
-            return self._end_trial(f"a trial {way(self.mode)} ended with its load: too few answers to go by",
-                                   forget=True)
+            if self.trying is not None:
+                self._pause()
+            elif self._cut:
+                self._tried_at, self._cut = None, False
+            return None
         rows, requests = max(window.rows, 1.0), window.requests
         rate, took = window.answered / window.seconds, measured_s(window)
-        # A window in which a trial's load ended holds two loads, neither the trial's: it teaches nothing.
-        ending = self.trying is not None and self.trying.moved(rate, took)
+        # A window in which a trial's load moved holds two loads, neither the trial's, as does the
+        # one after it where the load went on: it teaches nothing.
+        ending = self.trying is not None and (bool(self._moving) or self.trying.moved(rate, took))
         tabled = window.answered / requests * self._tabled_s(Mode.IN_TURN if self.mode is Mode.PIPELINE else self.mode,
                                                              rows)
         if not ending:
@@ -301,7 +304,7 @@ class ModeSwitch:
         looped = self.mode is not Mode.PIPELINE and series > 0 and busy[self.mode] >= 1 - SWITCH_GAIN
         if self.trying is not None:
             self._before = None
-            return self._trial(rate, rows, took, ending)
+            return self._trial(rate, rows, took)
         overloaded = math.isinf(latency[self.mode])
         capped = looped or overloaded
         if capped:  # ... and a loop is a guess at the load's kind, which only a trial's answers confirm (``Trial``)
@@ -392,25 +395,24 @@ class ModeSwitch:
         return plain < busy and plain < max(self._predicted(Mode.PIPELINE, window, series, rows=rows))
 
     def _another_load(self, rate: float, rows: float, took_s: float | None) -> bool:
-        """Whether a load at capacity is another than the one last tried (``Trial``): none tried,
-        or the last trial's load stopped within it (or moved within it, and a pause followed:
-        ``_trial``), or its answers/s moved by ``SWITCH_GAIN``, or the
-        requests in the model (Little's law: answers/s times their measured latency, ``took_s``)
-        by ``LOAD_STEP`` times, or where either latency went unmeasured its rows a run by twice
-        ``SWITCH_GAIN``. At capacity the answers/s stay where the load grows, and the requests
-        in the model show it: ResNet-50's stages from an H200 on a one-core server, served plain
-        at capacity, tried the pipeline at 16 in flight (12 rows a run) and that load ended within
-        the trial; at 64 in flight (16 rows a run) plain answered 930/s again and the pipeline was
-        not tried, at 0.87x the forced pipeline's answers (docs/results/trial-another-load). Rows
-        a run alone move with the host's speed where an open load keeps plain busy: TensorRT
-        speed under Poisson 2,208/s, plain 94-98 % busy in runs of 3.2 to 4.8 rows, each answered
-        in 2.1-3.3 ms, tried the pipeline five times in six rounds, each time refused, 8 ms a
-        request pipelined (docs/results/calibration-whole-batches). A trial that ran its course
-        is a verdict on its load, which a pause does not undo: the same load after it is not
-        tried again (MiniLM's one stage from an H100 under Poisson 3,216/s, plain 100 % busy in
-        calls of 20.6 rows that take as long as one row's, tried the pipeline after every pause
-        between a check's rounds, each time refused, each time two windows served the later way:
-        docs/results/check-held-out-rest)."""
+        """Whether a load at capacity is another than the one last tried (``Trial``): none tried, or
+        the last trial's load moved within it and a pause followed (``_trial``), or its answers/s
+        moved by ``SWITCH_GAIN``, or the requests in the model (Little's law: answers/s times their
+        measured latency, ``took_s``) by ``LOAD_STEP`` times, or where either latency went
+        unmeasured its rows a run by twice ``SWITCH_GAIN``. At capacity the answers/s stay where the
+        load grows, and the requests in the model show it: ResNet-50's stages from an H200 on a
+        one-core server, served plain at capacity, tried the pipeline at 16 in flight (12 rows a
+        run) and that load ended within the trial; at 64 in flight (16 rows a run) plain answered
+        930/s again and the pipeline was not tried, at 0.87x the forced pipeline's answers
+        (docs/results/trial-another-load). Rows a run alone move with the host's speed where an open
+        load keeps plain busy: TensorRT speed under Poisson 2,208/s, plain 94-98 % busy in runs of
+        3.2 to 4.8 rows, each answered in 2.1-3.3 ms, tried the pipeline five times in six rounds,
+        each time refused, 8 ms a request pipelined (docs/results/calibration-whole-batches). A
+        trial that ran its course is a verdict on its load, which a pause does not undo: the same
+        load after it is not tried again (MiniLM's one stage from an H100 under Poisson 3,216/s,
+        plain 100 % busy in calls of 20.6 rows that take as long as one row's, tried the pipeline
+        after every pause between a check's rounds, each time refused, each time two windows served
+        the later way: docs/results/check-held-out-rest)."""
         if self._tried_at is None:
             return True
         at, rows_at, held_at = self._tried_at
@@ -449,22 +451,28 @@ class ModeSwitch:
         self.costs = replace(costs, how=f"{self.measured.how}; {' and '.join(lined)} as served (decide.ServedLine)") \
             if lined else costs
 
-    def _trial(self, rate: float, rows: float, took_s: float | None, ending: bool) -> Mode | None:
+    def _trial(self, rate: float, rows: float, took_s: float | None) -> Mode | None:
         """A window of a trial, with its requests' measured latency (``measured_s``): after
         ``TRIAL_WINDOWS``, the way tried is kept (returned, as a switch to it) or left. A way kept
         runs its own rows a run at the load tried, which ``_another_load`` must not take for
         another load (kept plain at 48 rows where the pipeline had run 17, the pipeline was tried
-        straight back). ``ending``: the window's load moved from the trial's (``Trial.moved``);
-        then the trial says nothing, and its load is tried again once a pause shows it stopped,
-        not while it goes on: a window's answers and latency can read as a load that fell where
-        the way tried carried less (TensorRT speed at 64 in flight on this project's 2-core host,
-        plain at 3,696 answers/s in 17.43 ms a request, 64 in the model, then pipelined 2,780/s in
-        15.14 ms, 42 in the model as measured: the rest waited on the host's cores for the
-        pipelined answers' sends; tried again every 4 s: docs/results/calibration-whole-batches)."""
+        straight back). A window whose load moved from the trial's (``Trial.moved``) says nothing
+        of either way: where the next still answers, the load moved, and the trial ends, its load
+        tried again once a pause shows it stopped, not while it goes on (a window's answers and
+        latency can read as a load that fell where the way tried carried less: TensorRT speed at
+        64 in flight on this project's 2-core host, plain at 3,696 answers/s in 17.43 ms a
+        request, 64 in the model, then pipelined 2,780/s in 15.14 ms, 42 in the model as
+        measured: the rest waited on the host's cores for the pipelined answers' sends; tried
+        again every 4 s: docs/results/calibration-whole-batches); where the next answers too few,
+        the load stopped, and the trial pauses (``_pause``)."""
         trial = self.trying
-        if ending:
+        if self._moving:  # the window after one that moved still answers: the load moved, not stopped
             self._cut = True
-            return self._end_trial(f"a trial {way(self.mode)} ended with its load: {trial.ended(rate, took_s)}")
+            return self._end_trial(f"a trial {way(self.mode)} ended with its load: {self._moving}")
+        if trial.moved(rate, took_s):
+            self._moving = trial.ended(rate, took_s)
+            trial.restart()
+            return None
         kept = trial.take(rate, took_s)
         if kept is None:
             return None
@@ -475,16 +483,27 @@ class ModeSwitch:
             return self.mode
         return self._end_trial(f"{said}: {trial.refused}")
 
+    def _pause(self) -> None:
+        """The trial's load stopped (after a window that saw it move, or within a window): go on
+        serving the way tried, and run the trial's windows again from the next load on, against
+        the same baseline. Ended instead, a trial of loads shorter than it takes to start and run
+        one never ends: TensorRT-speed BERT-base on one core, loaded afresh and run at 16 in
+        flight for 2 s then again for 4, tried plain 2 s in, the trial cut by the first run's end,
+        and served its next run's first seconds pipelined again, at 0.95x the plain model where
+        the lives that had switched outright read 1.07x (docs/results/check-one-core-pauses). The
+        next load's first window is the trial's (``serving.Watch`` starts it with the load)."""
+        self.trying.restart()
+        moved = f": {self._moving}" if self._moving else ""
+        self._moving = ""
+        self.last = f"a trial {way(self.mode)} paused with its load{moved}, until the next one"
+
     @property
     def _other(self) -> Mode:
         return self.plain if self.mode is Mode.PIPELINE else Mode.PIPELINE
 
-    def _end_trial(self, why: str, forget: bool = False) -> Mode | None:
-        """Back to the way served before the trial; one whose load stopped within it (``forget``)
-        says nothing of its load, which is then free to be tried again."""
-        if forget:
-            self._tried_at = None
-        self.trying, self.last = None, why
+    def _end_trial(self, why: str) -> Mode | None:
+        """Back to the way served before the trial."""
+        self.trying, self._moving, self.last = None, "", why
         return self._switch(self._other)
 
     @property
