@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -126,9 +125,7 @@ def test_a_killed_tritonserver_leaves_no_stub_and_serve_says_so(repository):
     assert serve.wait(60) == 1
     said = serve.stdout.read()
     assert "tritonserver killed by SIGKILL" in said and "backend stub(s) it left were ended" in said, said
-    # The stub may see its parent gone first and exit on its own ("Non-graceful termination
-    # detected"), its region with it, before serve looks: seen once in a fresh clone's CI under load.
-    assert re.search(r"and [01] shared-memory region\(s\) removed", said), said
+    assert "and 1 shared-memory region(s) removed" in said, said
     assert not in_group(triton), "a stub outlived tritonserver"
     assert not _regions(serve, grpc_port)
 
