@@ -253,7 +253,8 @@ class ModeSwitch:
         rate, took = window.answered / window.seconds, measured_s(window)
         # A window in which a trial's load moved holds two loads, neither the trial's, as does the
         # one after it where the load went on: it teaches nothing.
-        ending = self.trying is not None and (bool(self._moving) or self.trying.moved(rate, took))
+        moved_now = self.trying is not None and not self._moving and self.trying.moved(rate, took)
+        ending = moved_now or bool(self._moving)
         tabled = window.answered / requests * self._tabled_s(Mode.IN_TURN if self.mode is Mode.PIPELINE else self.mode,
                                                              rows)
         if not ending:
@@ -304,7 +305,7 @@ class ModeSwitch:
         looped = self.mode is not Mode.PIPELINE and series > 0 and busy[self.mode] >= 1 - SWITCH_GAIN
         if self.trying is not None:
             self._before = None
-            return self._trial(rate, rows, took)
+            return self._trial(rate, rows, took, moved_now)
         overloaded = math.isinf(latency[self.mode])
         capped = looped or overloaded
         if capped:  # ... and a loop is a guess at the load's kind, which only a trial's answers confirm (``Trial``)
@@ -451,7 +452,7 @@ class ModeSwitch:
         self.costs = replace(costs, how=f"{self.measured.how}; {' and '.join(lined)} as served (decide.ServedLine)") \
             if lined else costs
 
-    def _trial(self, rate: float, rows: float, took_s: float | None) -> Mode | None:
+    def _trial(self, rate: float, rows: float, took_s: float | None, moved_now: bool) -> Mode | None:
         """A window of a trial, with its requests' measured latency (``measured_s``): after
         ``TRIAL_WINDOWS``, the way tried is kept (returned, as a switch to it) or left. A way kept
         runs its own rows a run at the load tried, which ``_another_load`` must not take for
@@ -464,12 +465,12 @@ class ModeSwitch:
         request, 64 in the model, then pipelined 2,780/s in 15.14 ms, 42 in the model as
         measured: the rest waited on the host's cores for the pipelined answers' sends; tried
         again every 4 s: docs/results/calibration-whole-batches); where the next answers too few,
-        the load stopped, and the trial pauses (``_pause``)."""
+        the load stopped, and the trial pauses (``_pause``). ``moved_now``: this window's load moved (``observe``)."""
         trial = self.trying
         if self._moving:  # the window after one that moved still answers: the load moved, not stopped
             self._cut = True
             return self._end_trial(f"a trial {way(self.mode)} ended with its load: {self._moving}")
-        if trial.moved(rate, took_s):
+        if moved_now:
             self._moving = trial.ended(rate, took_s)
             trial.restart()
             return None
