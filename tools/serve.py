@@ -54,8 +54,7 @@ def main(argv: list[str] | None = None) -> int:
             server.start(args.ready_timeout)
             print(f"dvabatch: Triton is ready. gRPC {server.grpc_url}, HTTP {args.host}:{args.http_port}, "
                   f"metrics http://{args.host}:{args.metrics_port}/metrics. Ctrl-C stops it.", flush=True)
-            code = server.process.wait()
-            ended = server.end_stubs()
+            code, ended = server.outlive()
             regions = server.remove_regions()
             server.stop()
             again = attempt < args.restart

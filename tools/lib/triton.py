@@ -350,6 +350,19 @@ class Server:
         errors = [line for line in lines if line.startswith("E")][-most:]
         return "".join(f"\n  {line}" for line in errors)
 
+    def outlive(self) -> tuple[int, list[int]]:
+        """Wait until tritonserver ends, end the stubs it left (``end_stubs``), and only then reap
+        it; return its exit status and the pids ended. Each stub looks every 300 ms whether its
+        parent's pid still exists and, once that is reaped, exits on its own ("Non-graceful
+        termination detected"), unlinking its region as it goes: reaping first raced the stubs,
+        and which regions were left to remove depended on the scheduler. An unreaped
+        tritonserver still exists for them, so they are ended before they can look."""
+        if self.process is None:
+            raise RuntimeError("tritonserver has not been started")
+        os.waitid(os.P_PID, self.process.pid, os.WEXITED | os.WNOWAIT)
+        ended = self.end_stubs()
+        return self.process.wait(), ended
+
     def end_stubs(self) -> list[int]:
         """SIGKILL whatever is left of tritonserver's process group, by pid (tritonserver itself
         if it still runs): its Python backend stubs outlive a tritonserver that was killed (the
