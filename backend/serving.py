@@ -357,7 +357,7 @@ class Watch(threading.Thread):
             return None
         host = None if window is None else self.switch.host_busy(window)
         waits = self.entry.observe(host, 0.0 if host is None else window.answered / window.seconds,
-                                   None if window is None else measured_s(window))
+                                   None if window is None else measured_s(window), window is not None and window.paused)
         if waits is not None:
             self.runtime.wait_s = BACKPRESSURE_MAX_S if waits else 0.0
             self.switch.entry_waits = waits

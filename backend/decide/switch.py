@@ -254,7 +254,7 @@ class ModeSwitch:
         # A window in which a trial's load moved holds two loads, neither the trial's, as does the
         # one after it where the load went on: it teaches nothing.
         moved_now = self.trying is not None and not self._moving and self.trying.moved(rate, took)
-        ending = moved_now or bool(self._moving)
+        ending = moved_now or bool(self._moving) or (self.trying is not None and window.paused)
         tabled = window.answered / requests * self._tabled_s(Mode.IN_TURN if self.mode is Mode.PIPELINE else self.mode,
                                                              rows)
         if not ending:
@@ -305,7 +305,7 @@ class ModeSwitch:
         looped = self.mode is not Mode.PIPELINE and series > 0 and busy[self.mode] >= 1 - SWITCH_GAIN
         if self.trying is not None:
             self._before = None
-            return self._trial(rate, rows, took, moved_now)
+            return self._trial(rate, rows, took, moved_now, window)
         overloaded = math.isinf(latency[self.mode])
         capped = looped or overloaded
         if capped:  # ... and a loop is a guess at the load's kind, which only a trial's answers confirm (``Trial``)
@@ -452,7 +452,7 @@ class ModeSwitch:
         self.costs = replace(costs, how=f"{self.measured.how}; {' and '.join(lined)} as served (decide.ServedLine)") \
             if lined else costs
 
-    def _trial(self, rate: float, rows: float, took_s: float | None, moved_now: bool) -> Mode | None:
+    def _trial(self, rate: float, rows: float, took_s: float | None, moved_now: bool, window: Window) -> Mode | None:
         """A window of a trial, with its requests' measured latency (``measured_s``): after
         ``TRIAL_WINDOWS``, the way tried is kept (returned, as a switch to it) or left. A way kept
         runs its own rows a run at the load tried, which ``_another_load`` must not take for
@@ -465,8 +465,14 @@ class ModeSwitch:
         request, 64 in the model, then pipelined 2,780/s in 15.14 ms, 42 in the model as
         measured: the rest waited on the host's cores for the pipelined answers' sends; tried
         again every 4 s: docs/results/calibration-whole-batches); where the next answers too few,
-        the load stopped, and the trial pauses (``_pause``). ``moved_now``: this window's load moved (``observe``)."""
+        the load stopped, and the trial pauses (``_pause``), as where a window holds a load stopping
+        and another starting (``Window.paused``): its windows then start again with the next.
+        ``moved_now``: this window's load moved (``observe``)."""
         trial = self.trying
+        if window.paused:
+            self._pause(f"an idle of {ms(window.longest_idle_s)} in a window of {window.seconds:.2f} s, "
+                        f"{rate:.0f} answers/s")
+            return None
         if self._moving:  # the window after one that moved still answers: the load moved, not stopped
             self._cut = True
             return self._end_trial(f"a trial {way(self.mode)} ended with its load: {self._moving}")
@@ -484,7 +490,7 @@ class ModeSwitch:
             return self.mode
         return self._end_trial(f"{said}: {trial.refused}")
 
-    def _pause(self) -> None:
+    def _pause(self, why: str = "") -> None:
         """The trial's load stopped (after a window that saw it move, or within a window): go on
         serving the way tried, and run the trial's windows again from the next load on, against
         the same baseline. Ended instead, a trial of loads shorter than it takes to start and run
@@ -492,11 +498,13 @@ class ModeSwitch:
         flight for 2 s then again for 4, tried plain 2 s in, the trial cut by the first run's end,
         and served its next run's first seconds pipelined again, at 0.95x the plain model where
         the lives that had switched outright read 1.07x (docs/results/check-one-core-pauses). The
-        next load's first window is the trial's (``serving.Watch`` starts it with the load)."""
+        next load's first window is the trial's (``serving.Watch`` starts it with the load), or,
+        where the load started again within a window (``Window.paused``; ``why`` says how), the
+        window after it."""
         self.trying.restart()
-        moved = f": {self._moving}" if self._moving else ""
+        why = why or self._moving
         self._moving = ""
-        self.last = f"a trial {way(self.mode)} paused with its load{moved}, until the next one"
+        self.last = f"a trial {way(self.mode)} paused with its load{f': {why}' if why else ''}, until the next one"
 
     @property
     def _other(self) -> Mode:

@@ -183,16 +183,19 @@ class EntryWait:
     _cut: str = field(default="", init=False)  # how the trial's last window moved: abandoned unless the load stops
     _paused: bool = field(default=False, init=False)  # the trial's load stopped: it resumes with the next one
 
-    def observe(self, host: float | None, rate: float = 0.0, took_s: float | None = None) -> bool | None:
+    def observe(self, host: float | None, rate: float = 0.0, took_s: float | None = None,
+                paused: bool = False) -> bool | None:
         """Take a window; whether the entry waits from now on where that changes or a trial
-        ends, else None."""
+        ends, else None. ``paused``: a load stopped and another started within the window
+        (``Window.paused``), which a trial takes as neither load: its windows start again with
+        the next."""
         if host is None:
             self._wanted = None
             if self._trial is not None and not self._paused:
                 self._pause()
             return None
         if self._trial is not None and host < HOST_SATURATED:
-            return self._take(rate, took_s)
+            return self._take(rate, took_s, paused)
         self._cut, self._paused = "", False
         if self.waits:
             wanted = not (host < 1 - SWITCH_GAIN and rate < (1 - SWITCH_GAIN) * self._saturated_at
@@ -229,9 +232,14 @@ class EntryWait:
         """Whether the entry returns at once on trial now (``ModeSwitch.observe``'s ``trial``)."""
         return self._trial is not None
 
-    def _take(self, rate: float, took_s: float | None) -> bool | None:
+    def _take(self, rate: float, took_s: float | None, paused: bool) -> bool | None:
         """A window of a trial at once: after ``TRIAL_WINDOWS``, keep it (False) or wait again (True)."""
         trial = self._trial
+        if paused:  # the next load under way already: its next window is the trial's first
+            trial.restart()
+            self._cut, self._paused = "", False
+            self.last = f"a trial of returning at once paused: its load stopped and started again at {rate:.0f}/s"
+            return None
         if self._paused:  # the load back after a pause: its first window holds it starting
             self._paused = False
             return None

@@ -50,6 +50,17 @@ class Window:
     returned_s: float = 0.0
 
     @property
+    def paused(self) -> bool:
+        """Whether a load stopped and another started within the window: an idle before one of its
+        calls (``longest_idle_s``) of ``SWITCH_GAIN`` of its seconds or more, enough alone to move
+        its answers/s as far as another load does (``moved``), where a closed loop's round trip
+        and an open load's quiet spells take a small share. Its answers/s are neither load's: on
+        one core, a trial's window held a warm-up load's end and the next held the gap and the
+        measured run's start, read as a load that moved, and the trial ended where the load had
+        only paused (docs/results/check-one-core-pauses). False where the idle went uncounted."""
+        return self.longest_idle_s >= SWITCH_GAIN * self.seconds
+
+    @property
     def requests(self) -> float:
         """The mean requests a run: its rows over a request's (one at least). Taken as its rows,
         a closed loop of 8 requests of 8 rows at TensorRT speed had the switch count a run of 36
