@@ -1066,6 +1066,10 @@ def test_a_trial_ends_at_its_first_window_that_answers_clearly_less():
     assert trial.take(900.0) is None and trial.take(1300.0) is True
     trial = Trial(1000.0)
     assert trial.take(1040.0) is None and trial.take(1040.0) is False
+    # An open load answers as many either way: a window answered 15 % later, as measured, ends it too.
+    assert Trial(1000.0, 5e-3).take(1010.0, 5.8e-3) is False
+    assert Trial(1000.0, 5e-3).take(1010.0, 5.7e-3) is None and Trial(1000.0, None).take(1010.0, 9e-3) is None
+    assert Trial(1000.0, 5e-3).take(1060.0, 5.8e-3) is None  # answered more: a closed loop taking hold
 
 
 def test_the_host_the_entry_reads_is_the_switchs_own_utilisation_of_the_window():

@@ -63,10 +63,16 @@ class Trial:
         A window ``SWITCH_GAIN`` short of the baseline ends it at once: the way tried carries
         less, or the load fell, and either way a second window would cost as much again
         (TensorRT speed under a Poisson load at 0.6 of plain's peak, 1,836/s, tried a pipeline that
-        answered 1,203/s for two windows, the requests it left queued by then some 1,300)."""
+        answered 1,203/s for two windows, the requests it left queued by then some 1,300). So does
+        one answered ``SWITCH_GAIN`` later than the way before, as measured, at no ``TRIAL_GAIN``
+        more answers/s: an open load's rate is the same either way, and there only the time
+        shows the way tried carrying less (a closed loop answered later answers fewer, the rule
+        before). To be kept, the trial's second window would have to answer sooner than the way
+        before did (``slower``, ``sooner``: the two windows' mean latency decides)."""
         self.rates.append(rate)
         self.took_s.append(took_s)
-        if rate < (1 - SWITCH_GAIN) * self.baseline:
+        later = took_s is not None and self.baseline_s is not None and took_s >= (1 + SWITCH_GAIN) * self.baseline_s
+        if rate < (1 - SWITCH_GAIN) * self.baseline or (later and rate < (1 + TRIAL_GAIN) * self.baseline):
             return False
         if len(self.rates) < TRIAL_WINDOWS:
             return None
