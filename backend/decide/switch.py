@@ -498,9 +498,10 @@ class ModeSwitch:
         flight for 2 s then again for 4, tried plain 2 s in, the trial cut by the first run's end,
         and served its next run's first seconds pipelined again, at 0.95x the plain model where
         the lives that had switched outright read 1.07x (docs/results/check-one-core-pauses). The
-        next load's first window is the trial's (``serving.Watch`` starts it with the load), or,
-        where the load started again within a window (``Window.paused``; ``why`` says how), the
-        window after it."""
+        trial's windows start again after the next load's first: ``serving.Watch`` starts that
+        window with the load, but the idle before its first call is counted as that call ends,
+        within it (``Window.paused``), as where a load stops and another starts within a window
+        (``why`` says so, where that paused it)."""
         self.trying.restart()
         why = why or self._moving
         self._moving = ""
