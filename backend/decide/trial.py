@@ -241,10 +241,8 @@ class EntryWait:
     def _take(self, rate: float, took_s: float | None, paused: bool) -> bool | None:
         """A window of a trial at once: after ``TRIAL_WINDOWS``, keep it (False) or wait again (True)."""
         trial = self._trial
-        if paused:  # the next load under way already: its next window is the trial's first
-            trial.restart()
-            self._cut, self._paused = "", False
-            self.last = f"a trial of returning at once paused: its load stopped and started again at {rate:.0f}/s"
+        if paused:
+            self._pause(again_at=rate)
             return None
         if self._paused:  # the load back after a pause: its first window holds it starting
             self._paused = False
@@ -267,13 +265,16 @@ class EntryWait:
         self.last += f": {trial.refused}"
         return True
 
-    def _pause(self) -> None:
+    def _pause(self, again_at: float | None = None) -> None:
         """The trial's load stopped (after ``_cut``, where a window saw it end): go on returning at
-        once, and run the trial's windows again once the load is back."""
+        once, and run the trial's windows again once the load is back, skipping its first window;
+        where it started again within the window (at ``again_at`` answers/s), from the next."""
         self._trial.restart()
         ended = f": {self._cut}" if self._cut else ""
-        self._cut, self._paused = "", True
-        self.last = f"a trial of returning at once paused with its load{ended}, until the next one"
+        self._cut, self._paused = "", again_at is None
+        how = f" with its load{ended}, until the next one" if again_at is None else \
+            f": its load stopped and started again at {again_at:.0f}/s"
+        self.last = f"a trial of returning at once paused{how}"
 
     def _abandon(self, why: str) -> bool:
         """A trial whose load moved (``why``) says nothing: wait again, free to try once more."""
