@@ -1,7 +1,7 @@
 """python -m tools.check_auto: is ``auto`` within 5 % of the better of the plain model and the forced pipeline?
 
     python -m tools.check_auto [PROFILE.json | MODEL_DIR ...] [--concurrency 1,16,64]
-                               [--loads 0.3,0.6,0.9] [--qos-ms 200] [--percentile 99] [--seconds 3]
+                               [--loads 0.3,0.6,0.9] [--qos-ms 200] [--percentile 99] [--seconds 3] [--warmup 4]
                                [--bursts 0.1/0.8] [--burst-seconds 2] [--rounds 1] [--max-rounds N]
                                [--reload-every 1]
                                [--margin 0.05] [--length 64 | 32,64,128] [--request-rows 1] [--ensemble]
@@ -33,9 +33,15 @@ rows. Each cell runs the three side by side:
   a model that decides while it serves settle; one that moves every few seconds asks it to
   follow, or to hold a way that serves both rates.
 
-Every window starts with ``--warmup`` seconds unmeasured, in which ``auto`` sees the load (its
-mode switch looks each second, and needs two windows of a load to change its mind): an open
-loop's as that many seconds' requests, a closed loop's by the clock (``perf_analyzer.after_warmup``).
+Every window starts with ``--warmup`` seconds unmeasured, in which ``auto`` settles on the load
+(its mode switch looks each second and needs two windows of a load to change its mind; where the
+way it serves is at capacity it then tries the other for a window or two, ``decide.Trial``, one
+trial a load): an open loop's as that many seconds' requests, a closed loop's by the clock
+(``perf_analyzer.after_warmup``). Four seconds by default, so that a trial begun as the warm-up's
+second window ends is over before the measured seconds: with two, such trials ran inside them (at
+TensorRT speed under Poisson 0.9, one begun 2.0 s into the load ran the first 1.5 s of the window,
+which read 1.35x the plain model's mean: docs/results/check-warmup-trials). A load that moves
+every few seconds, where a trial's cost is part of serving it, is ``--bursts``'.
 The rounds run the three in turn, each round starting one further along (``check_cell.in_turn``),
 so that a host slowing down or speeding up over a cell, and a window's place in its round, weigh
 on each alike.
@@ -281,7 +287,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--percentile", type=int, default=99,
                         help="the latency percentile held to --qos-ms (default 99)")
     parser.add_argument("--seconds", type=float, default=3.0, help="measured seconds per window (default 3)")
-    parser.add_argument("--warmup", type=float, default=2.0, help="unmeasured seconds before each window (default 2)")
+    parser.add_argument("--warmup", type=float, default=4.0, help="unmeasured seconds before each window (default 4)")
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--max-rounds", type=int, default=0,
                         help="more rounds, up to this many, for a cell still unresolved after --rounds (default: none)")
