@@ -41,7 +41,7 @@ trial a load): an open loop's as that many seconds' requests, a closed loop's by
 second window ends is over before the measured seconds: with two, such trials ran inside them (at
 TensorRT speed under Poisson 0.9, one begun 2.0 s into the load ran the first 1.5 s of the window,
 which read 1.35x the plain model's mean: docs/results/check-warmup-trials). A load that moves
-every few seconds, where a trial's cost is part of serving it, is ``--bursts``'.
+every few seconds, where a trial's cost is part of serving it, is measured with ``--bursts``.
 The rounds run the three in turn, each round starting one further along (``check_cell.in_turn``),
 so that a host slowing down or speeding up over a cell, and a window's place in its round, weigh
 on each alike.
