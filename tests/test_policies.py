@@ -1823,3 +1823,34 @@ def test_a_window_describes_what_it_measured_for_the_log():
     assert said.startswith("5366 answers in 1.50 s, 11.9 rows a run; stub 288 us a request, tritonserver 270 us"), said
     assert "stages busy 0.15, 0.15 s" in said and "lone 0, inline 0" in said and "measured 12." in said, said
     assert "tritonserver not read" in dataclasses.replace(window, server_s=None).describe()
+
+
+def test_the_log_says_which_window_each_ways_corrected_cost_is_from():
+    """TensorRT-speed BERT-base on one core under Poisson 2,268/s, as logged: loading measured the
+    pipeline's stub at 423 us a batch + 45 a request, plain's at 78 + 8. The first windows after
+    loading, starved (824 answers/s in runs of 18.4 requests, 346 us a request), put about 277 us
+    more on each request of both ways; the later windows, most of their runs inline, teach
+    nothing, and the figures held for the model's life while the log called them "measured at
+    load". The costs now say which window each way's correction is from, and that a way not yet
+    served is taken as far off; served plain, plain's own window takes its place."""
+    tables = [s.latency for s in _profile("bert_base_trt_a100_2stages").stages]
+    costs = HostCosts(pipeline_batch_s=423e-6, pipeline_request_s=45e-6, plain_batch_s=78e-6, plain_request_s=8e-6,
+                      handoff_s=53e-6, send_s=28e-6, how="measured at load")
+    switch = ModeSwitch(tables, costs, cores=1)
+    starved = Window(1.0, 824, 824 * 346e-6, 824 * 437e-6, (0.40, 0.24), 18.4, 0.40, 16, 0.66, 0.10, inline=3, lone=11)
+    switch.observe(starved)
+    excess = 346e-6 - (423e-6 / 18.4 + 45e-6)
+    assert switch.costs.pipeline_request_s == pytest.approx(45e-6 + excess)
+    assert switch.costs.plain_request_s == pytest.approx(8e-6 + excess)
+    said = ("measured at load; a request's cost over it as last served: pipelined at 824 answers/s in runs of "
+            "18.4 requests, plain taken as far off as pipelined")
+    assert switch.costs.how == said
+    mixed = Window(1.0, 2496, 2496 * 97e-6, 2496 * 176e-6, (0.18, 0.06), 46.2, 0.26, 39, 0.80, 0.036, inline=32,
+                   lone=36)
+    switch.observe(mixed)
+    assert switch.costs.how == said and switch.costs.describe().endswith(f"({said})")
+    switch.mode = Mode.IN_TURN
+    switch.observe(Window(1.0, 2304, 2304 * 94e-6, 2304 * 187e-6, (0.04, 0.03), 64.0, 0.20, 36, 0.82, 0.037))
+    assert switch.costs.plain_request_s == pytest.approx(8e-6 + 94e-6 - (78e-6 / 64 + 8e-6))
+    assert switch.costs.how == ("measured at load; a request's cost over it as last served: pipelined at 824 "
+                                "answers/s in runs of 18.4 requests, plain at 2304 answers/s in runs of 64.0 requests")

@@ -448,9 +448,28 @@ class ModeSwitch:
         for mode, line in self.lines.items():
             if (fit := line.fit()) is not None:
                 costs = costs.served(mode, *fit)
-                lined.append(way(mode))
-        self.costs = replace(costs, how=f"{self.measured.how}; {' and '.join(lined)} as served (decide.ServedLine)") \
-            if lined else costs
+                lined.append(mode)
+        self.costs = replace(costs, how=self._corrected(lined))
+
+    def _corrected(self, lined: list[Mode]) -> str:
+        """What the costs are read from, for the log: loading's, a request's corrected by the
+        windows each way was last seen served at (a way not seen, as far off as the way served now),
+        or each way's line as served (``ServedLine``). A figure learnt from one window holds until
+        another window of that way teaches: TensorRT-speed BERT-base on one core under Poisson
+        2,268/s, a model's first two windows after loading answered 1,132 and 824/s, its stub 316
+        and 346 us a request, and left 277 us more on each request of both ways for the rest of its
+        life, its later windows, 36-80 % of their runs inline, too mixed to teach (``MIXED_INLINE``)
+        while they showed 97-132 us a request in all, and the log said "measured at load" of them
+        (docs/results/one-core-knee-served-lean). Now it says which window a figure is from."""
+        seen = [f"{way(mode)} at {at:.0f} answers/s in runs of {runs_of:.1f} requests"
+                for mode, (_, at, runs_of) in self.excess.items() if mode not in lined]
+        unseen = [way(mode) for mode in (Mode.PIPELINE, self.plain) if mode not in self.excess and mode not in lined]
+        if unseen:
+            seen.append(f"{' and '.join(unseen)} taken as far off as {way(self.mode)}")
+        said = [f"a request's cost over it as last served: {', '.join(seen)}"] if seen else []
+        if lined:
+            said.append(f"{' and '.join(map(way, lined))} as served (decide.ServedLine)")
+        return "; ".join([self.measured.how, *said])
 
     def _trial(self, rate: float, rows: float, took_s: float | None, moved_now: bool, window: Window) -> Mode | None:
         """A window of a trial, with its requests' measured latency (``measured_s``): after
