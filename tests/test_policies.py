@@ -1828,7 +1828,7 @@ def test_a_window_describes_what_it_measured_for_the_log():
 def test_the_log_says_which_window_each_ways_corrected_cost_is_from():
     """TensorRT-speed BERT-base on one core under Poisson 2,268/s, as logged: loading measured the
     pipeline's stub at 423 us a batch + 45 a request, plain's at 78 + 8. The first windows after
-    loading, starved (824 answers/s in runs of 18.4 requests, 346 us a request), put about 277 us
+    loading, starved (824 answers/s in runs of 18.4 requests, 346 us a request), put about 278 us
     more on each request of both ways; the later windows, most of their runs inline, teach
     nothing, and the figures held for the model's life while the log called them "measured at
     load". The costs now say which window each way's correction is from, and that a way not yet

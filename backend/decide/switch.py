@@ -457,7 +457,7 @@ class ModeSwitch:
         or each way's line as served (``ServedLine``). A figure learnt from one window holds until
         another window of that way teaches: TensorRT-speed BERT-base on one core under Poisson
         2,268/s, a model's first two windows after loading answered 1,132 and 824/s, its stub 316
-        and 346 us a request, and left 277 us more on each request of both ways for the rest of its
+        and 346 us a request, and left 278 us more on each request of both ways for the rest of its
         life, its later windows, 36-80 % of their runs inline, too mixed to teach (``MIXED_INLINE``)
         while they showed 97-132 us a request in all, and the log said "measured at load" of them
         (docs/results/one-core-knee-served-lean). Now it says which window a figure is from."""
