@@ -619,8 +619,8 @@ def test_a_way_seen_at_a_lighter_load_or_through_lone_batches_inline_is_as_far_o
     at 2 rows read 205-226, docs/results/served-cost-lines), the pipeline is taken to cost as much
     more than loading's: seen at a lighter load, it is taken as far off as the way served now at
     least, and the switch stays plain. At one request in flight lone batches run inside
-    ``execute`` (``LoneRuns``): a window of them shows plain serving's costs, not the pipeline's,
-    and corrects neither."""
+    ``execute`` (``LoneRuns``): a window of them shows plain serving's costs beside the
+    pipeline's, in their shares, and what it shows beyond loading's is each way's excess."""
     tables = [s.latency for s in _profile("bert_base_trt_a100_2stages").stages]
     costs = HostCosts(pipeline_batch_s=263e-6, pipeline_request_s=51e-6, plain_batch_s=31e-6, plain_request_s=4e-6,
                       handoff_s=31e-6, send_s=23e-6, how="measured")
@@ -631,10 +631,15 @@ def test_a_way_seen_at_a_lighter_load_or_through_lone_batches_inline_is_as_far_o
         return Window(1.0, rate, rate * stub_us * 1e-6, rate * 320e-6, busy, rows, execute_s,
                       round(rate / rows) if execute_s else 0, idle_s, 2e-3 if execute_s else 0.0, inline=inline)
 
-    for inline in (0, 700):
+    for inline, stub_us in ((0, 263 + 51), (700, 700 / 731 * (31 + 4) + 31 / 731 * (263 + 51) + 12)):
         switch = ModeSwitch(tables, costs, cores=1)
-        assert _decides(switch, served(731, 1.0, 263 + 51, inline=inline)) is Mode.IN_TURN
-        assert (Mode.PIPELINE in switch.excess) == (inline == 0)
+        if inline:  # both ways served, each 12 us a request beyond loading's; the mode as it was
+            switch.observe(served(731, 1.0, stub_us, inline=inline))
+            assert switch.costs.pipeline_request_s == pytest.approx(51e-6 + 12e-6)
+            assert switch.costs.plain_request_s == pytest.approx(4e-6 + 12e-6)
+            switch.mode = Mode.IN_TURN
+        else:
+            assert _decides(switch, served(731, 1.0, stub_us)) is Mode.IN_TURN
         heavier = served(1017, 1.7, 215, execute_s=0.45, idle_s=0.51)
         assert _decides(switch, heavier) is None and switch.mode is Mode.IN_TURN
         assert switch.costs.pipeline_request_s == pytest.approx(51e-6 + 215e-6 - (31e-6 / 1.7 + 4e-6))
@@ -1017,8 +1022,9 @@ def test_a_way_served_at_batch_sizes_far_apart_is_costed_by_its_own_line():
     pipeline, not seen yet, is taken to be as far off). Seen again at 45 rows a run (113 us a
     request), plain is costed by the line through the two, 314 + 106, and the pipeline by
     loading's and the excess plain shows now, 101 us. A pipelined window whose batches mostly
-    ran inline (``LoneRuns``) shows plain serving's costs as much as the pipeline's: it corrects
-    neither."""
+    ran inline (``LoneRuns``) shows plain serving's costs as much as the pipeline's: it draws
+    neither way's line, and what it shows beyond loading's costs in those shares is each way's
+    excess."""
     tables = [s.latency for s in _profile("uneven_3stages").stages]
     costs = HostCosts(pipeline_batch_s=739e-6, pipeline_request_s=134e-6, plain_batch_s=75e-6, plain_request_s=10e-6,
                       how="measured")
@@ -1034,7 +1040,11 @@ def test_a_way_served_at_batch_sizes_far_apart_is_costed_by_its_own_line():
 
     pipelined = ModeSwitch(tables, costs, cores=1)
     pipelined.observe(Window(1.0, 240, 240 * 400e-6, None, (0.1, 0.1, 0.1), 1.0, inline=200))
-    assert pipelined.costs == costs and not pipelined.excess
+    excess = 400e-6 - (200 / 240 * (75e-6 + 10e-6) + 40 / 240 * (739e-6 + 134e-6))
+    assert not pipelined.lines and pipelined.excess == {mode: (pytest.approx(excess), 240, 1.0)
+                                                        for mode in (Mode.PIPELINE, Mode.IN_TURN)}
+    assert (pipelined.costs.pipeline_request_s, pipelined.costs.plain_request_s) == (
+        pytest.approx(134e-6 + excess), pytest.approx(10e-6 + excess))
 
 
 def test_a_served_line_needs_batch_sizes_apart_and_puts_no_cost_below_zero():
@@ -1825,6 +1835,40 @@ def test_a_window_describes_what_it_measured_for_the_log():
     assert "tritonserver not read" in dataclasses.replace(window, server_s=None).describe()
 
 
+def test_windows_that_ran_their_lone_batches_inline_teach_both_ways_and_plain_is_tried():
+    """The life logged in docs/results/one-core-knee-served-lean (TensorRT-speed BERT-base on one
+    core under Poisson 2,268/s, ``execute`` waiting for stage 0): two starved windows after
+    loading (346 us a request) put 278 us more on each request of both ways, and plain, never
+    served, read 126-143 % busy for the rest of the life, because the later windows, most of
+    their runs inline, taught nothing; the pipeline ran 97-99 % busy, and the plain model
+    answered that load 1.1x-75x sooner. Those windows served both ways at 127-132 us a request
+    in all: taught by them, plain reads less busy than the pipeline, which is near capacity, and
+    is tried."""
+    tables = [s.latency for s in _profile("bert_base_trt_a100_2stages").stages]
+    costs = HostCosts(pipeline_batch_s=423e-6, pipeline_request_s=45e-6, plain_batch_s=78e-6, plain_request_s=8e-6,
+                      handoff_s=53e-6, send_s=28e-6, how="measured at load")
+    switch = ModeSwitch(tables, costs, cores=1, entry_waits=True)
+
+    def served(seconds: float, answered: int, stub_us: float, server_us: float, busy: tuple[float, float],
+               rows: float, calls: int, execute_s: float, idle_s: float, longest_ms: float, others_us: float,
+               lone: int, inline: int, took_ms: float) -> Window:
+        return Window(seconds, answered, answered * stub_us * 1e-6, answered * server_us * 1e-6, busy, rows,
+                      execute_s, calls, idle_s, longest_ms / 1e3, answered * others_us * 1e-6, inline=inline,
+                      lone=lone, piped=answered, piped_s=answered * took_ms / 1e3)
+
+    assert switch.observe(served(1.0, 1133, 316, 327, (0.45, 0.30), 18.0, 18, 0.38, 0.58, 91.3, 231, 12, 0,
+                                 83.92)) is None
+    assert switch.observe(served(1.03, 847, 346, 437, (0.40, 0.24), 18.4, 16, 0.40, 0.66, 100.7, 422, 11, 3,
+                                 119.20)) is None
+    assert switch.costs.plain_request_s > 270e-6
+    assert switch.observe(served(1.01, 1728, 132, 255, (0.04, 0.03), 52.4, 27, 0.21, 0.81, 50.8, 192, 27, 25,
+                                 56.08)) is None
+    assert switch.costs.plain_request_s < 130e-6 and "(lone batches inline)" in switch.costs.how
+    assert switch.observe(served(1.0, 1856, 127, 226, (0.08, 0.03), 53.0, 29, 0.20, 0.79, 53.9, 169, 30, 28,
+                                 50.06)) is Mode.IN_TURN
+    assert switch.trying is not None and switch.last.startswith("a trial, pipelined at capacity")
+
+
 def test_the_log_says_which_window_each_ways_corrected_cost_is_from():
     """TensorRT-speed BERT-base on one core under Poisson 2,268/s, as logged: loading measured the
     pipeline's stub at 423 us a batch + 45 a request, plain's at 78 + 8. The first windows after
@@ -1832,7 +1876,9 @@ def test_the_log_says_which_window_each_ways_corrected_cost_is_from():
     more on each request of both ways; the later windows, most of their runs inline, teach
     nothing, and the figures held for the model's life while the log called them "measured at
     load". The costs now say which window each way's correction is from, and that a way not yet
-    served is taken as far off; served plain, plain's own window takes its place."""
+    served is taken as far off. A later window, most of its runs inline, served both ways: what it
+    shows beyond loading's costs in those shares (97 us a request in all) is each way's excess now.
+    Served plain, plain's own window takes its place."""
     tables = [s.latency for s in _profile("bert_base_trt_a100_2stages").stages]
     costs = HostCosts(pipeline_batch_s=423e-6, pipeline_request_s=45e-6, plain_batch_s=78e-6, plain_request_s=8e-6,
                       handoff_s=53e-6, send_s=28e-6, how="measured at load")
@@ -1848,9 +1894,15 @@ def test_the_log_says_which_window_each_ways_corrected_cost_is_from():
     mixed = Window(1.0, 2496, 2496 * 97e-6, 2496 * 176e-6, (0.18, 0.06), 46.2, 0.26, 39, 0.80, 0.036, inline=32,
                    lone=36)
     switch.observe(mixed)
+    share = 32 * 46.2 / 2496
+    excess = 97e-6 - (share * (78e-6 / 46.2 + 8e-6) + (1 - share) * (423e-6 / 46.2 + 45e-6))
+    assert switch.costs.pipeline_request_s == pytest.approx(45e-6 + excess)
+    assert switch.costs.plain_request_s == pytest.approx(8e-6 + excess)
+    said = ("measured at load; a request's cost over it as last served: pipelined and plain at 2496 answers/s in "
+            "runs of 46.2 requests (lone batches inline)")
     assert switch.costs.how == said and switch.costs.describe().endswith(f"({said})")
     switch.mode = Mode.IN_TURN
     switch.observe(Window(1.0, 2304, 2304 * 94e-6, 2304 * 187e-6, (0.04, 0.03), 64.0, 0.20, 36, 0.82, 0.037))
     assert switch.costs.plain_request_s == pytest.approx(8e-6 + 94e-6 - (78e-6 / 64 + 8e-6))
-    assert switch.costs.how == ("measured at load; a request's cost over it as last served: pipelined at 824 "
-                                "answers/s in runs of 18.4 requests, plain at 2304 answers/s in runs of 64.0 requests")
+    assert switch.costs.how == ("measured at load; a request's cost over it as last served: pipelined at 2496 "
+                                "answers/s in runs of 46.2 requests, plain at 2304 answers/s in runs of 64.0 requests")

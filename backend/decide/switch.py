@@ -23,8 +23,8 @@ CORRECT_AFTER = 200
 # Windows served one way whose batch sizes lie this far apart (the largest mean rows a run over the
 # least) give that way's stub costs a line of their own (``ServedLine``), which replaces loading's.
 LINE_SPREAD = 2.0
-# A pipelined window in which more than this share of the batches ran inline (``LoneRuns``) shows
-# plain serving's stub costs as much as the pipeline's: it corrects neither.
+# A pipelined window in which more than this share of the batches ran inline (``LoneRuns``) served
+# both ways: it shows what both share beyond loading's costs, not either way's own (``ModeSwitch._learn``).
 MIXED_INLINE = 0.1
 LINE_KEEPS = 3  # windows a line keeps of each half octave of batch sizes (the latest)
 # A load at capacity with this many times (or a this-th of) the requests in the model of the one
@@ -261,8 +261,9 @@ class ModeSwitch:
             self.engines[self.mode] = engines_off(window, tabled)
         # Over enough answers that the stub's per-second work, the metrics' export, weighs little in them.
         learns = not ending and window.answered >= CORRECT_AFTER
-        if learns and window.inline <= MIXED_INLINE * window.answered / requests:
-            self._learn(window.stub_s / window.answered, requests, rate)
+        if learns:
+            self._learn(window.stub_s / window.answered, requests, rate, min(window.inline * requests / window.answered,
+                                                                             1.0))
         if learns and window.server_s is not None:
             seen, load = self.server_at.setdefault(self.mode, {}), half_octave(rate)
             seen.pop(load, None)
@@ -424,16 +425,27 @@ class ModeSwitch:
             return moved(rows, rows_at, 2 * SWITCH_GAIN)
         return max(held, held_at) > LOAD_STEP * min(held, held_at)
 
-    def _learn(self, per_request_s: float, requests: float, rate: float) -> None:
+    def _learn(self, per_request_s: float, requests: float, rate: float, inline: float = 0.0) -> None:
         """The stub's seconds a request served as now at ``requests`` a run and ``rate`` answers/s,
         against what loading measured: each way's costs from its own line where it has one
         (``ServedLine``), else loading's and the excess a request last seen served that way (no
         less than the way served now's where that was at a load lighter by ``SWITCH_GAIN``, no
         more where it was in runs of half as many requests or fewer, the way served now's where
-        both), or, not served yet, the way served now's."""
-        predicted = self.measured.stub_s(self.mode, requests) / requests
+        both), or, not served yet, the way served now's.
+
+        A pipelined window whose runs ran ``inline`` (their share) beyond ``MIXED_INLINE`` served
+        both ways: what it shows beyond loading's costs of the two in those shares is what a
+        request costs both beyond loading's, each way's excess; no way's line is drawn through
+        it. Teaching nothing, such windows once left both ways the excess of a model's first two
+        windows for its life: TensorRT-speed BERT-base on one core under Poisson 2,268/s, 278 us a
+        request from windows of 824 answers/s (346 us a request), where the later ones, 36-80 % of
+        their runs inline, showed 97-132 us a request in all, and plain, never served, read
+        109-143 % busy (docs/results/one-core-knee-served-lean)."""
+        shares = {Mode.PIPELINE: 1 - inline, self.plain: inline} if inline > MIXED_INLINE else {self.mode: 1.0}
+        predicted = sum(share * self.measured.stub_s(mode, requests) for mode, share in shares.items()) / requests
         now = max(per_request_s - predicted, -(1 - LEAST_SHARE) * predicted)
-        self.excess[self.mode] = (now, rate, requests)
+        for mode in shares:
+            self.excess[mode] = (now, rate, requests)
 
         def excess(mode: Mode) -> float:
             seen, at, runs_of = self.excess.get(mode, (now, rate, requests))
@@ -442,7 +454,8 @@ class ModeSwitch:
                 return now if lighter else min(seen, now)
             return max(seen, now) if lighter else seen
 
-        self.lines.setdefault(self.mode, ServedLine()).add(requests, per_request_s)
+        if len(shares) == 1:
+            self.lines.setdefault(self.mode, ServedLine()).add(requests, per_request_s)
         costs = self.measured.plus(excess(Mode.PIPELINE), excess(self.plain))
         lined = []
         for mode, line in self.lines.items():
@@ -458,11 +471,16 @@ class ModeSwitch:
         another window of that way teaches: TensorRT-speed BERT-base on one core under Poisson
         2,268/s, a model's first two windows after loading answered 1,132 and 824/s, its stub 316
         and 346 us a request, and left 278 us more on each request of both ways for the rest of its
-        life, its later windows, 36-80 % of their runs inline, too mixed to teach (``MIXED_INLINE``)
-        while they showed 97-132 us a request in all, and the log said "measured at load" of them
-        (docs/results/one-core-knee-served-lean). Now it says which window a figure is from."""
-        seen = [f"{way(mode)} at {at:.0f} answers/s in runs of {runs_of:.1f} requests"
-                for mode, (_, at, runs_of) in self.excess.items() if mode not in lined]
+        life (its later windows, 36-80 % of their runs inline, then taught nothing: ``_learn``), and
+        the log said "measured at load" of them (docs/results/one-core-knee-served-lean). Now it
+        says which window a figure is from: one that served both ways (lone batches inline) names
+        them together."""
+        windows: dict[tuple[float, float, float], list[str]] = {}
+        for mode, seen_at in self.excess.items():
+            if mode not in lined:
+                windows.setdefault(seen_at, []).append(way(mode))
+        seen = [f"{' and '.join(ways)} at {at:.0f} answers/s in runs of {runs_of:.1f} requests"
+                f"{' (lone batches inline)' if len(ways) > 1 else ''}" for (_, at, runs_of), ways in windows.items()]
         unseen = [way(mode) for mode in (Mode.PIPELINE, self.plain) if mode not in self.excess and mode not in lined]
         if unseen:
             seen.append(f"{' and '.join(unseen)} taken as far off as {way(self.mode)}")
