@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from typing import NamedTuple
 
 from ..manifest import LatencyTable
 from .costs import LEAST_SHARE, HostCosts, Mode, device_s, middle_length, ms, way
@@ -41,6 +42,17 @@ class Seen:
     rate: float
     trip: float | None
     wanted: Mode | None
+
+
+class Excess(NamedTuple):
+    """A way's stub seconds a request beyond loading's, and the answers/s and requests a run of
+    the window it is from; ``inline``: a pipelined window whose lone batches ran inline, where
+    plain's figure is a bound (``ModeSwitch._learn``)."""
+
+    seconds: float
+    rate: float
+    requests: float
+    inline: bool = False
 
 
 @dataclass
@@ -186,7 +198,7 @@ class ModeSwitch:
     # request in flight 127 us a request over loading's, was predicted so at 64 in flight in runs
     # of 21, 164 % busy where it spent 37 us a request and answered 1.1x what the pipeline did:
     # docs/results/check-held-out-runs).
-    excess: dict[Mode, tuple[float, float, float]] = field(init=False, default_factory=dict)
+    excess: dict[Mode, Excess] = field(init=False, default_factory=dict)
     lines: dict[Mode, ServedLine] = field(init=False, default_factory=dict)  # each way's costs as served
     # Each way's engines as times their tables' seconds, as last seen served that way (``engines_off``;
     # 1 where the host's own time explains what they took); a way not served yet is taken to be off
@@ -434,28 +446,43 @@ class ModeSwitch:
         both), or, not served yet, the way served now's.
 
         A pipelined window whose runs ran ``inline`` (their share) beyond ``MIXED_INLINE`` served
-        both ways: what it shows beyond loading's costs of the two in those shares is what a
-        request costs both beyond loading's, each way's excess; no way's line is drawn through
-        it. Teaching nothing, such windows once left both ways the excess of a model's first two
-        windows for its life: TensorRT-speed BERT-base on one core under Poisson 2,268/s, 278 us a
-        request from windows of 824 answers/s (346 us a request), where the later ones, 36-80 % of
-        their runs inline, showed 97-132 us a request in all, and plain, never served, read
-        109-143 % busy (docs/results/one-core-knee-served-lean)."""
-        shares = {Mode.PIPELINE: 1 - inline, self.plain: inline} if inline > MIXED_INLINE else {self.mode: 1.0}
-        predicted = sum(share * self.measured.stub_s(mode, requests) for mode, share in shares.items()) / requests
-        now = max(per_request_s - predicted, -(1 - LEAST_SHARE) * predicted)
-        for mode in shares:
-            self.excess[mode] = (now, rate, requests)
+        both ways, and bounds plain's excess: a pipelined request costs the stub no less beyond
+        loading's than a plain one (its answer is a ``send()`` of its own), so what such a window
+        shows beyond loading's costs of the two in those shares is plain's excess at most. Plain
+        keeps what it was taken to cost up to that, as seen at that window's load; the pipeline's
+        stays as it was, and no line is drawn through the window. Teaching nothing, such windows
+        once left plain the excess of a model's first two windows for its life: TensorRT-speed
+        BERT-base on one core under Poisson 2,268/s, 278 us a request from windows of 824
+        answers/s (346 us a request), where the later ones, 36-80 % of their runs inline, showed
+        97-132 us a request in all, and plain, never served, read 109-143 % busy
+        (docs/results/one-core-knee-served-lean). Taken as both ways' excess, what such a window
+        shows put plain at what the pipeline's lone batches cost inline: near-zero compute at one
+        request in flight, 145-166 us a request where plain, served, spent 104-132, and plain,
+        predicted within ``SWITCH_GAIN`` of the pipeline, was not served for whole lives that
+        answered 0.84x-0.90x the plain model (docs/results/mixed-windows-teach)."""
+
+        def taken(mode: Mode) -> float:  # a request's excess in the costs as they stand
+            return (self.costs.stub_s(mode, requests) - self.measured.stub_s(mode, requests)) / requests
+
+        if inline > MIXED_INLINE:
+            predicted = ((1 - inline) * self.measured.stub_s(Mode.PIPELINE, requests)
+                         + inline * self.measured.stub_s(self.plain, requests)) / requests
+            bound = max(per_request_s - predicted, -(1 - LEAST_SHARE) * predicted)
+            self.excess[self.plain] = Excess(min(taken(self.plain), bound), rate, requests, inline=True)
+            now = taken(Mode.PIPELINE)
+        else:
+            predicted = self.measured.stub_s(self.mode, requests) / requests
+            now = max(per_request_s - predicted, -(1 - LEAST_SHARE) * predicted)
+            self.excess[self.mode] = Excess(now, rate, requests)
+            self.lines.setdefault(self.mode, ServedLine()).add(requests, per_request_s)
 
         def excess(mode: Mode) -> float:
-            seen, at, runs_of = self.excess.get(mode, (now, rate, requests))
+            seen, at, runs_of, _ = self.excess.get(mode, Excess(now, rate, requests))
             lighter, fewer = at < (1 - SWITCH_GAIN) * rate, runs_of * LINE_SPREAD <= requests
             if fewer:  # its excess held a call's costs spread over fewer requests: at most as much now
                 return now if lighter else min(seen, now)
             return max(seen, now) if lighter else seen
 
-        if len(shares) == 1:
-            self.lines.setdefault(self.mode, ServedLine()).add(requests, per_request_s)
         costs = self.measured.plus(excess(Mode.PIPELINE), excess(self.plain))
         lined = []
         for mode, line in self.lines.items():
@@ -473,17 +500,15 @@ class ModeSwitch:
         and 346 us a request, and left 278 us more on each request of both ways for the rest of its
         life (its later windows, 36-80 % of their runs inline, then taught nothing: ``_learn``), and
         the log said "measured at load" of them (docs/results/one-core-knee-served-lean). Now it
-        says which window a figure is from: one that served both ways (lone batches inline) names
-        them together."""
-        windows: dict[tuple[float, float, float], list[str]] = {}
-        for mode, seen_at in self.excess.items():
-            if mode not in lined:
-                windows.setdefault(seen_at, []).append(way(mode))
-        seen = [f"{' and '.join(ways)} at {at:.0f} answers/s in runs of {runs_of:.1f} requests"
-                f"{' (lone batches inline)' if len(ways) > 1 else ''}" for (_, at, runs_of), ways in windows.items()]
-        unseen = [way(mode) for mode in (Mode.PIPELINE, self.plain) if mode not in self.excess and mode not in lined]
-        if unseen:
-            seen.append(f"{' and '.join(unseen)} taken as far off as {way(self.mode)}")
+        says which window a figure is from, and where plain's is a bound from a window that served
+        both ways (lone batches inline)."""
+        seen = [f"{way(mode)}{' bounded' if inline else ''} at {at:.0f} answers/s in runs of {runs_of:.1f} requests"
+                f"{' (lone batches inline)' if inline else ''}"
+                for mode, (_, at, runs_of, inline) in self.excess.items() if mode not in lined]
+        for mode, other in ((Mode.PIPELINE, self.plain), (self.plain, Mode.PIPELINE)):
+            if mode not in self.excess and mode not in lined and (
+                    mode is not self.mode or not self.excess.get(other, Excess(0, 0, 0, True)).inline):
+                seen.append(f"{way(mode)} taken as far off as {way(other)}")
         said = [f"a request's cost over it as last served: {', '.join(seen)}"] if seen else []
         if lined:
             said.append(f"{' and '.join(map(way, lined))} as served (decide.ServedLine)")
