@@ -25,7 +25,7 @@ CORRECT_AFTER = 200
 # least) give that way's stub costs a line of their own (``ServedLine``), which replaces loading's.
 LINE_SPREAD = 2.0
 # A pipelined window in which more than this share of the batches ran inline (``LoneRuns``) served
-# both ways: it shows what both share beyond loading's costs, not either way's own (``ModeSwitch._learn``).
+# both ways: it bounds plain's stub cost from above and draws no way's line (``ModeSwitch._learn``).
 MIXED_INLINE = 0.1
 LINE_KEEPS = 3  # windows a line keeps of each half octave of batch sizes (the latest)
 # A load at capacity with this many times (or a this-th of) the requests in the model of the one
