@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pytest
 import tritonclient.grpc as grpcclient
 
 from tools.lib.client import infer
@@ -177,6 +178,17 @@ def test_serve_restarts_a_dead_tritonserver_when_asked(repository):
     serve.send_signal(signal.SIGTERM)
     assert serve.wait(60) == 0
     assert not in_group(second) and not _regions(serve, grpc_port)
+
+
+def test_a_server_that_exits_before_it_logs_an_error_says_its_logs_first_line(tmp_path):
+    """tritonserver refusing its command line exits 1 with no error line in its log (a fresh
+    clone's soak once saw such an exit and said nothing more): the message carries the log's
+    first line, which names what was refused."""
+    (tmp_path / "repository").mkdir()
+    server = Server(model_repository=tmp_path / "repository", grpc_port=free_port(), http_port=free_port(),
+                    metrics_port=free_port(), log=tmp_path / "triton.log", extra_args=["--no-such-option=1"])
+    with pytest.raises(RuntimeError, match="(?s)before it was ready.*unrecognized option '--no-such-option=1'"):
+        server.start()
 
 
 def test_a_server_that_cannot_start_says_its_models_errors_where_its_log_is_gone(tmp_path):
