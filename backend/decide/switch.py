@@ -274,8 +274,8 @@ class ModeSwitch:
         # Over enough answers that the stub's per-second work, the metrics' export, weighs little in them.
         learns = not ending and window.answered >= CORRECT_AFTER
         if learns:
-            self._learn(window.stub_s / window.answered, requests, rate, min(window.inline * requests / window.answered,
-                                                                             1.0))
+            inline = min(window.inline * requests / window.answered, 1.0)  # the share of its runs inline
+            self._learn(window.stub_s / window.answered, requests, rate, inline)
         if learns and window.server_s is not None:
             seen, load = self.server_at.setdefault(self.mode, {}), half_octave(rate)
             seen.pop(load, None)
@@ -506,8 +506,10 @@ class ModeSwitch:
                 f"{' (lone batches inline)' if inline else ''}"
                 for mode, (_, at, runs_of, inline) in self.excess.items() if mode not in lined]
         for mode, other in ((Mode.PIPELINE, self.plain), (self.plain, Mode.PIPELINE)):
-            if mode not in self.excess and mode not in lined and (
-                    mode is not self.mode or not self.excess.get(other, Excess(0, 0, 0, True)).inline):
+            if mode in self.excess or mode in lined:
+                continue
+            # the way served with no figure of its own carries the other's, unless that is only a bound
+            if mode is not self.mode or (other in self.excess and not self.excess[other].inline):
                 seen.append(f"{way(mode)} taken as far off as {way(other)}")
         said = [f"a request's cost over it as last served: {', '.join(seen)}"] if seen else []
         if lined:
