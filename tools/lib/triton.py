@@ -343,14 +343,16 @@ class Server:
     def _errors(self, most: int = 5) -> str:
         """The log's last error lines (Triton's start with ``E``), for a log in a scratch folder
         that is gone by the time anyone reads the message. A log without one (tritonserver refusing
-        its command line, or ending before it logs) gives its first line and its last: once a
-        fresh clone's soak saw tritonserver exit 1 with no error line, and the message said
-        nothing more."""
+        its command line, or ending before it logs) gives its first line and its last ones, ``most``
+        in all: once a fresh clone's soak saw tritonserver exit 1 with no error line, and the
+        message said nothing more."""
         try:
             lines = [line for line in self.log.read_text(errors="replace").splitlines() if line.strip()]
         except OSError:
             return ""
-        errors = [line for line in lines if line.startswith("E")][-most:] or lines[:1] + lines[1:][1 - most:]
+        errors = [line for line in lines if line.startswith("E")][-most:]
+        if not errors:
+            errors = lines[:1] + lines[max(1, len(lines) - most + 1):]
         return "".join(f"\n  {line}" for line in errors)
 
     def outlive(self) -> tuple[int, list[int]]:
