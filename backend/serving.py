@@ -87,9 +87,10 @@ class Decision:
     costs: HostCosts = HostCosts()
     cpus: Cpus | None = None  # what the host lends this process (``host.py``)
     moved: str = ""  # where the stage tables were measured on another machine: that, and what to do
+    first: str = ""  # where a switching model serves plain before any window, why (``ModeSwitch.begin``)
 
     def describe(self) -> str:
-        return "; ".join(part for part in (f"serves {self.mode.value} ({self.choice.why})", self.waits_why,
+        return "; ".join(part for part in (f"serves {self.mode.value} ({self.choice.why})", self.first, self.waits_why,
                                            self.costs.describe() if self.costs.measured else "",
                                            self.graphs, f"on {self.cpus.describe()}" if self.cpus else "",
                                            self.pins) if part)
@@ -180,6 +181,10 @@ def serve(manifest: Manifest, version_dir: Path, config: RuntimeConfig, device: 
                             whole=manifest.fused().stages[0].latency if fused else None,
                             batcher_delay_s=config.queue.delay_us / 1e6, entry_waits=waited,
                             pinned=not choice.switches)
+        if choice.switches and costs.measured and switch.begin() is not Mode.PIPELINE:
+            runtime.mode = switch.mode
+            metrics.serving(switch.mode.value, {})
+            decision = replace(decision, first=switch.last)
         runtime.watch = Watch(runtime, switch, metrics, device, len(manifest.stages),
                               _shared(server_cpu_s, lent.instances), said, alone=lent.instances == 1,
                               cores_busy_s=_cores_busy(lent),

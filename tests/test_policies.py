@@ -459,6 +459,32 @@ def _decides(switch: ModeSwitch, window: Window) -> Mode | None:
     return switch.observe(window) or switch.observe(window)
 
 
+def test_the_mode_switch_begins_plain_only_where_loadings_costs_favour_it_at_both_ends():
+    """Before any window, the way served is plain only where loading's costs and the tables say
+    it answers a lone request sooner and carries more at capacity, each by the switch's margin.
+    Two stages of 0.05 ms, a pipelined batch costing the stub 1,200 us against 500 plain (the
+    shape of BERT-base's CUDA-graph stages on an H100): plain at both ends, so it begins plain.
+    Stages of 0.7 ms a row each, the same costs: a lone request is still sooner plain, but the
+    pipeline carries more at capacity, so it begins pipelined (multi-entry) and the windows
+    decide. Stages of 20 ms: pipelined at both ends. The log says what it began from."""
+    costs = HostCosts(pipeline_batch_s=1200e-6, pipeline_request_s=70e-6, plain_batch_s=500e-6,
+                      plain_request_s=10e-6, handoff_s=60e-6)
+
+    def begins(table: dict) -> ModeSwitch:
+        manifest = timed_manifest([table] * 2)
+        switch = ModeSwitch([s.latency for s in manifest.stages], costs, cores=16)
+        switch.begin()
+        return switch
+
+    assert begins(flat(0.05)).mode is Mode.IN_TURN
+    growing = {"batch_sizes": BATCH_SIZES, "mean": [0.7 * rows for rows in BATCH_SIZES]}
+    mid = begins(growing)
+    assert mid.mode is Mode.PIPELINE and "plain" in mid.last and "answers/s pipelined" in mid.last
+    assert begins(flat(20.0)).mode is Mode.PIPELINE
+    unmeasured = ModeSwitch([s.latency for s in timed_manifest([flat(0.05)] * 2).stages], HostCosts(), cores=16)
+    assert unmeasured.begin() is Mode.PIPELINE  # no costs: nothing says the pipeline costs more
+
+
 def test_the_mode_switch_serves_plain_where_the_pipelines_own_cost_is_the_nearer_limit():
     """Two stages of 1 ms a batch (timed, so the tables are all the engines take); the
     pipeline's stub costs three times the plain path's. At 1,000 answers/s in batches of 8 the

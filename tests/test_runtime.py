@@ -565,6 +565,30 @@ def test_auto_measures_the_host_and_starts_pipelined_on_engines_that_overlap(tmp
     assert any("served plain, the queries are held back while the policy waits for more" in line for line in said)
 
 
+def test_auto_begins_plain_where_loadings_costs_say_the_pipeline_loses_at_both_ends(tmp_path):
+    """Near-zero compute on timed stages: what a pipelined batch costs the stub, measured as the
+    model loads, is all a request's time and caps what the pipeline carries, so ``auto`` serves
+    plain from its first ``execute`` (``ModeSwitch.begin``), says so in its decision, and its
+    watch is free to pipeline later; a query is answered through the plain path."""
+    zero = timed_manifest(tmp_path, 0.001, 0.002, 128)
+    metrics = Metrics()
+    decision, runtime = serve(zero, tmp_path, RuntimeConfig(policy=make_policy("auto", {})), CpuDevice(), metrics)
+    feed = sample_inputs(zero.inputs, 1, {"sequence": 4}, seed=0)
+    inbox = Inbox()
+    try:
+        assert decision.mode is Mode.PIPELINE and decision.choice.switches and runtime.mode is not Mode.PIPELINE
+        assert "served plain first" in decision.describe() and runtime.watch.switch.mode is runtime.mode
+        assert {dict(k)["mode"] for (family, k), v in metrics.snapshot().items()
+                if family == "dvabatch_serving" and v} == {runtime.mode.value}
+        assert runtime.runs_inline()
+        runtime.run([inbox.query(0, dict(feed))])
+        inbox.wait(1)
+        [(outputs, failure)] = inbox.answers[0]
+        assert failure is None and np.array_equal(outputs["input_ids_out"], feed["input_ids"])
+    finally:
+        runtime.close()
+
+
 def test_a_switch_to_plain_serving_drains_the_pipeline_before_a_batch_runs_inline(tmp_path):
     """Two stages of 100 ms. A query handed to the pipeline, then the switch says plain: the next
     ``execute`` runs inline only once the pipeline has answered the first (nothing lost,

@@ -51,7 +51,9 @@ from rich.table import Table
 from tritonclient.utils import InferenceServerException
 
 from backend.calibrate import process_cpu_s
+from backend.manifest import Manifest
 from slicer.errors import SliceError
+from slicer.slicing import VERSION
 from tools.lib import prometheus as prom
 from tools.lib.cli import add_parameter_argument, names, numbers, table_console
 from tools.lib.harness import Bench
@@ -66,6 +68,7 @@ from tools.lib.workload import interface_of, synthetic, write_input_data
 PROFILES = ROOT / "docs" / "profiles"
 DEFAULT_PROFILES = (PROFILES / "zero_2stages.json", PROFILES / "bert_base_trt_a100_2stages.json")
 MODELS = ("plain", "ensemble", "pipeline", "auto")
+PEERS = ("plain", "ensemble")  # the baselines (``tools.lib.peers``); the others run our backend
 
 
 def cpu_s(pid: int, thread: int | None = None) -> float:
@@ -151,8 +154,11 @@ def build(profile: Path, folder: Path, plan: Plan) -> dict[str, list[str]]:
     return write_ways(profile, folder, plan.parameters, plan.sources, plan.peer)
 
 
-def measure(bench: Bench, model: str, counted: list[str], load: Load, data: Path, seconds: float) -> Cost:
-    peer = model in ("plain", "ensemble")
+def measure(bench: Bench, model: str, counted: list[str], load: Load, data: Path, seconds: float,
+            staged: int = 0) -> Cost:
+    """One window of ``model``; ``staged``: ours' stage count, each reported whether it ran or
+    not (``auto`` serving plain from loading on runs its later stages never)."""
+    peer = model in PEERS
     ours = None if peer else model
     before = Snapshot.take(bench, [model, *counted], ours)
     measured = bench.window(model, load, data, seconds, 1.0, counted if peer else ())
@@ -161,7 +167,7 @@ def measure(bench: Bench, model: str, counted: list[str], load: Load, data: Path
     per = 1 / max(grown[model]["answered"], 1)
     batch = tuple(grown[m]["inferences"] / max(grown[m]["executions"], 1) for m in counted)
     stages = []
-    for stage in range(len(counted) if peer else len(after.busy_us)):
+    for stage in range(len(counted) if peer else max(len(after.busy_us), staged)):
         formed = {rows: n for (s, rows), n in measured.batches.items() if s == stage}
         rows = sum(r * n for r, n in formed.items()) / sum(formed.values()) if formed else math.nan
         if peer:
@@ -185,6 +191,7 @@ def run_profile(profile: Path, plan: Plan, console: Console, failed: dict[str, s
     folder = Path(tempfile.mkdtemp(prefix="dvabatch-cost-"))
     try:
         counted = build(profile, folder, plan)
+        staged = {m: len(Manifest.load(folder / m / VERSION).stages) for m in plan.models if m not in PEERS}
         data = write_input_data(synthetic(interface_of(folder / "auto"), 1, {}, lengths=(plan.length,)),
                                 folder / "data.json")
         costs: dict[tuple[str, int], list[Cost]] = {(m, c): [] for m in plan.models for c in plan.concurrencies}
@@ -215,7 +222,8 @@ def run_profile(profile: Path, plan: Plan, console: Console, failed: dict[str, s
                 for concurrency in plan.concurrencies:
                     for model in plan.models:
                         attempt(model, lambda model=model, c=concurrency: costs[model, c].append(
-                            measure(bench, model, counted[model], Load(concurrency=c), data, plan.seconds)))
+                            measure(bench, model, counted[model], Load(concurrency=c), data, plan.seconds,
+                                    staged.get(model, 0))))
         measured = replace(plan, models=tuple(m for m in plan.models if m not in left_out))
         return report(profile.stem, costs, measured, console)
     finally:

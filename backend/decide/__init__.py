@@ -8,7 +8,8 @@ what serving shows), never from a cost measured on another machine:
   host's cores (ONNX Runtime; torch on a CPU instance) only take turns on them, so the pipeline
   pays there only where splitting a batch after a stage answers its rows sooner (Policy II):
   otherwise the stages run fused, as a plain model does, decided once. Stages on engines that
-  overlap (a GPU; timed) start pipelined, the paper's multi-entry; the ``ModeSwitch`` then
+  overlap (a GPU; timed) start pipelined, the paper's multi-entry, unless loading's costs say
+  plain answers sooner both alone and at capacity (``ModeSwitch.begin``); the ``ModeSwitch`` then
   watches each second of serving and runs every batch inside ``execute`` (as a plain model
   does: the whole model as one engine where it fuses, ``fuses``, else the stages in turn)
   while that answers the load seen sooner (the

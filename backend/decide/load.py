@@ -62,7 +62,8 @@ def choose(manifest: Manifest, auto: bool, on_cores: bool, statistic: str = "mea
     """Pipeline, or serve as a plain model does? Every policy but ``auto`` always pipelines (the
     user asked for its batching). ``auto`` steps aside on stages that share the host's cores
     (``on_cores``) unless a split after a stage pays (``split_pays``), and on engines that
-    overlap starts pipelined with the ``ModeSwitch`` free to serve plain while the load says so."""
+    overlap pipelines with the ``ModeSwitch`` free to serve plain while the load says so (and from
+    the start, where loading's costs do: ``ModeSwitch.begin``)."""
     tables = [s.latency for s in manifest.stages]
     if not auto:
         return Choice(True, "the configured policy always pipelines")

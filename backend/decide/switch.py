@@ -10,6 +10,7 @@ from typing import NamedTuple
 
 from ..manifest import LatencyTable
 from .costs import LEAST_SHARE, HostCosts, Mode, device_s, middle_length, ms, way
+from .load import capacities
 from .trial import Trial
 from .window import (MIN_ANSWERS, SWITCH_GAIN, Window, engines_off, half_octave, in_model, measured_s,
                      moved, round_trip_s)
@@ -243,6 +244,26 @@ class ModeSwitch:
     def plain(self) -> Mode:
         """How a batch served plain runs."""
         return Mode.IN_TURN if self.whole is None else Mode.FUSED
+
+    def begin(self) -> Mode:
+        """The way to serve before any window has shown a load, by loading's costs and the
+        tables: plain where it answers a lone request sooner (``_latency`` at no load) and
+        carries more at capacity (``capacities``), each by ``SWITCH_GAIN``; else pipelined, the
+        paper's multi-entry, and where the two ends disagree the windows decide. Started
+        pipelined whatever the costs, a fresh server served a load's first windows so until two
+        agreed and a trial of plain ran: BERT-base's two FP16 stages as CUDA graphs on an H100,
+        whose pipelined batch costs the stub 1,227 us against 539 plain, answered 0.71x the
+        plain model at 16 in flight (docs/results/h100-graphs-served), near-zero compute on
+        this project's 2-core host 0.85x at 1 in flight, in a first second pipelined."""
+        lone = {mode: self._latency(mode, 0.0, 1.0, 1.0, 0.0) for mode in (Mode.PIPELINE, self.plain)}
+        most = capacities(self.tables, self.costs, self.cores, self.statistic, self.shared_host)
+        if (lone[self.plain] < (1 - SWITCH_GAIN) * lone[Mode.PIPELINE]
+                and most["pipeline"] < (1 - SWITCH_GAIN) * most["plain"]):
+            self.mode = self.plain
+        self.last = (f"served {way(self.mode)} first: a lone request {ms(lone[Mode.PIPELINE])} pipelined, "
+                     f"{ms(lone[self.plain])} plain; at most {most['pipeline']:.0f} answers/s pipelined, "
+                     f"{most['plain']:.0f} plain ({self.costs.describe()})")
+        return self.mode
 
     def observe(self, window: Window, trial: bool = False) -> Mode | None:
         """Take a window served ``self.mode``; the mode to serve where it switches or keeps a
