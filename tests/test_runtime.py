@@ -577,7 +577,7 @@ def test_auto_begins_plain_where_loadings_costs_say_the_pipeline_loses_at_both_e
     inbox = Inbox()
     try:
         assert decision.mode is Mode.PIPELINE and decision.choice.switches and runtime.mode is not Mode.PIPELINE
-        assert "served plain first" in decision.describe() and runtime.watch.switch.mode is runtime.mode
+        assert "begins plain: a lone request" in decision.describe() and runtime.watch.switch.mode is runtime.mode
         assert {dict(k)["mode"] for (family, k), v in metrics.snapshot().items()
                 if family == "dvabatch_serving" and v} == {runtime.mode.value}
         assert runtime.runs_inline()

@@ -260,9 +260,9 @@ class ModeSwitch:
         if (lone[self.plain] < (1 - SWITCH_GAIN) * lone[Mode.PIPELINE]
                 and most["pipeline"] < (1 - SWITCH_GAIN) * most["plain"]):
             self.mode = self.plain
-        self.last = (f"served {way(self.mode)} first: a lone request {ms(lone[Mode.PIPELINE])} pipelined, "
+        self.last = (f"begins {way(self.mode)}: a lone request {ms(lone[Mode.PIPELINE])} pipelined, "
                      f"{ms(lone[self.plain])} plain; at most {most['pipeline']:.0f} answers/s pipelined, "
-                     f"{most['plain']:.0f} plain ({self.costs.describe()})")
+                     f"{most['plain']:.0f} plain (by loading's costs)")
         return self.mode
 
     def observe(self, window: Window, trial: bool = False) -> Mode | None:
