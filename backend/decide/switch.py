@@ -253,8 +253,10 @@ class ModeSwitch:
         pipelined whatever the costs, a fresh server served a load's first windows so until two
         agreed and a trial of plain ran: BERT-base's two FP16 stages as CUDA graphs on an H100,
         whose pipelined batch costs the stub 1,227 us against 539 plain, answered 0.71x the
-        plain model at 16 in flight (docs/results/h100-graphs-served), near-zero compute on
-        this project's 2-core host 0.85x at 1 in flight, in a first second pipelined."""
+        plain model at 16 in flight (docs/results/h100-graphs-served); loaded afresh and measured
+        from its first second, near-zero compute on this project's 2-core host read 0.91x /
+        0.93x / 0.94x the plain model at 1 / 16 / 64 in flight, and beginning plain 0.97x /
+        1.05x / 1.02x (docs/results/begin-plain)."""
         lone = {mode: self._latency(mode, 0.0, 1.0, 1.0, 0.0) for mode in (Mode.PIPELINE, self.plain)}
         most = capacities(self.tables, self.costs, self.cores, self.statistic, self.shared_host)
         if (lone[self.plain] < (1 - SWITCH_GAIN) * lone[Mode.PIPELINE]
