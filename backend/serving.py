@@ -181,15 +181,14 @@ def serve(manifest: Manifest, version_dir: Path, config: RuntimeConfig, device: 
                             whole=manifest.fused().stages[0].latency if fused else None,
                             batcher_delay_s=config.queue.delay_us / 1e6, entry_waits=waited,
                             pinned=not choice.switches)
-        if choice.switches and costs.measured and switch.begin() is not Mode.PIPELINE:
-            runtime.mode = switch.mode
-            metrics.serving(switch.mode.value, {})
-            decision = replace(decision, first=switch.last)
         runtime.watch = Watch(runtime, switch, metrics, device, len(manifest.stages),
                               _shared(server_cpu_s, lent.instances), said, alone=lent.instances == 1,
                               cores_busy_s=_cores_busy(lent),
                               entry=EntryWait(waited) if config.execute_waits == "auto" else None,
                               windows=windows)
+        if choice.switches and switch.begin() is not Mode.PIPELINE:
+            runtime.watch.serve(switch.mode)
+            decision = replace(decision, first=switch.last)
         runtime.watch.start()
     return replace(decision, waits=waited, waits_why=waits_why, costs=costs), runtime
 
@@ -330,14 +329,18 @@ class Watch(threading.Thread):
             if self._windows is not None and window.answered:  # (an idle model logs nothing)
                 self._windows(f"window served {way(served)}: {window.describe()}; read: {self.switch.last}")
             if changed is not None:
-                self.runtime.mode = changed
-                self.metrics.serving(changed.value, {})
+                self.serve(changed)
                 self._said(f"serves {way(changed)} now: {self.switch.last}")
             if changed is not None or waits is not None:
                 time.sleep(WINDOW_S / 2)  # the switch's own transient is no window
                 before = self._read()
             elif window.answered < MIN_ANSWERS:
                 before = self._resumed(now)
+
+    def serve(self, mode: Mode) -> None:
+        """The runtime serves ``mode`` from its next ``execute`` on, and the metrics say so."""
+        self.runtime.mode = mode
+        self.metrics.serving(mode.value, {})
 
     def _resumed(self, idle: Reading) -> Reading:
         """The reading once a query is admitted after ``idle`` (one that ended a window of too

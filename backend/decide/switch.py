@@ -257,7 +257,8 @@ class ModeSwitch:
         from its first second, near-zero compute on this project's 2-core host read 0.91x /
         0.93x / 0.94x the plain model at 1 / 16 / 64 in flight, and beginning plain 0.97x /
         1.05x / 1.02x (docs/results/begin-plain)."""
-        lone = {mode: self._latency(mode, 0.0, 1.0, 1.0, 0.0) for mode in (Mode.PIPELINE, self.plain)}
+        lone = {mode: self._latency(mode, busy=0.0, rows=1.0, requests=1.0, series=0.0)
+                for mode in (Mode.PIPELINE, self.plain)}
         most = capacities(self.tables, self.costs, self.cores, self.statistic, self.shared_host)
         if (lone[self.plain] < (1 - SWITCH_GAIN) * lone[Mode.PIPELINE]
                 and most["pipeline"] < (1 - SWITCH_GAIN) * most["plain"]):
