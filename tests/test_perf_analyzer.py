@@ -66,9 +66,13 @@ def rte(repository, tokenizer, tmp_path_factory):
 
 def _exported(server, repository, sources, load: Load, data, seconds: float, folder) -> tuple[list[dict], object]:
     """perf_analyzer's window of ``load`` on bert_like (run as every window is: again if it hangs;
-    it sometimes stops sending mid-window): its export's requests, and the unsliced model."""
+    it sometimes stops sending mid-window), by the protocol ``$DVABATCH_CLIENT_PROTOCOL`` names:
+    its export's requests, and the unsliced model."""
     csv_path, export = folder / "pa.csv", folder / "export.json"
-    args = command("bert_like", server.url, load, data, seconds, 0.5, csv_path, export)
+    args = command("bert_like", server.url, load, data, seconds, 0.5, csv_path, export, http_url=server.http_url)
+    sends = os.environ.get(perf_analyzer.PROTOCOL) or "grpc"
+    assert args[args.index("-i") + 1] == sends
+    assert args[args.index("-u") + 1] == (server.http_url if sends == "http" else server.url)
     done = until_kept(lambda: run_once(args, HANG_AFTER_S + HANG_FACTOR * (seconds + 0.5), load.label,
                                        (csv_path, export)))
     assert done.returncode == 0, done.stdout + done.stderr
@@ -77,10 +81,15 @@ def _exported(server, repository, sources, load: Load, data, seconds: float, fol
     return json.loads(export.read_text())["experiments"][0]["requests"], reference
 
 
-@pytest.mark.parametrize("load", [Load(concurrency=2), Load(rate=40)], ids=["closed", "poisson"])
-def test_every_answer_is_the_unsliced_models(server, repository, sources, rte, load, tmp_path):
-    """perf_analyzer drives the sliced bert_like for two seconds; each response in its profile
-    export equals ONNX Runtime on the unsliced model for that request's own inputs."""
+@pytest.mark.parametrize("load,protocol", [(Load(concurrency=2), ""), (Load(rate=40), ""),
+                                           (Load(concurrency=2), "http")],
+                         ids=["closed", "poisson", "closed-over-http"])
+def test_every_answer_is_the_unsliced_models(server, repository, sources, rte, load, protocol, tmp_path, monkeypatch):
+    """perf_analyzer drives the sliced bert_like for two seconds, over gRPC or, where
+    ``$DVABATCH_CLIENT_PROTOCOL`` says so, HTTP (tritonserver's other frontend, which a user's
+    clients may speak); each response in its profile export equals ONNX Runtime on the unsliced
+    model for that request's own inputs."""
+    monkeypatch.setenv(perf_analyzer.PROTOCOL, protocol)
     requests, reference = _exported(server, repository, sources, load, rte, 2.0, tmp_path)
     assert len(requests) >= 16
     lengths = set()
@@ -295,6 +304,18 @@ def test_a_client_cpus_setting_that_cannot_split_the_host_names_why(monkeypatch)
             CpuSplit.from_env()
     monkeypatch.setenv(CLIENT_CPUS, "")
     assert CpuSplit.from_env() is None
+
+
+def test_a_client_protocol_is_grpc_or_http_and_http_needs_its_address(monkeypatch, tmp_path):
+    monkeypatch.setenv(perf_analyzer.PROTOCOL, "tcp")
+    with pytest.raises(ValueError, match="DVABATCH_CLIENT_PROTOCOL='tcp': expected one of grpc, http"):
+        perf_analyzer.protocol()
+    monkeypatch.setenv(perf_analyzer.PROTOCOL, " HTTP ")
+    assert perf_analyzer.protocol() == "http"
+    with pytest.raises(ValueError, match="no HTTP address"):
+        command("m", "127.0.0.1:1", Load(concurrency=1), "zero", 1.0, 0.5, tmp_path / "a.csv", tmp_path / "e.json")
+    monkeypatch.delenv(perf_analyzer.PROTOCOL)
+    assert perf_analyzer.protocol() == "grpc"
 
 
 def test_a_load_of_requests_of_several_rows_sends_them_as_one_request_each(server, repository, sources, tmp_path):

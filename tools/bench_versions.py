@@ -51,7 +51,7 @@ from tools.lib.cli import (add_fill_argument, add_lengths_argument, add_paramete
 from tools.lib.harness import Bench
 from tools.lib.intervals import across_rounds
 from tools.lib.peers import write_ways
-from tools.lib.perf_analyzer import Load, measure
+from tools.lib.perf_analyzer import Load
 from tools.lib.triton import stubs_of
 from tools.lib.workload import WorkloadError, interface_of, synthetic, write_input_data
 
@@ -128,7 +128,7 @@ def main(argv: list[str] | None = None) -> None:
                         bench.reload(in_turn(MODELS, life), load, data, args.warmup)
                     for model in in_turn(MODELS, round_):
                         ns, count, cpu, calls = spent(bench, model)
-                        window = measure(model, bench.url, load, data, args.seconds, args.warmup)
+                        window = bench.measure(model, load, data, args.seconds, args.warmup)
                         ns_after, count_after, cpu_after, calls_after = spent(bench, model)
                         answered = max(count_after - count, 1)
                         executes = calls_after.get("executes", 0) - calls.get("executes", 0)

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tools.lib import prometheus as prom
-from tools.lib.perf_analyzer import Load, PerfAnalyzerError, Window, WindowLost, measure
+from tools.lib.perf_analyzer import PROTOCOL, Load, PerfAnalyzerError, Window, WindowLost, measure, protocol
 from tools.lib.processes import free_port
 from tools.lib.triton import Server
 
@@ -74,13 +74,16 @@ class Peak:
 
 class Bench:
     """A tritonserver on free local ports serving ``repository``, which loads models only when
-    told to (``load``), so that candidates can be written while it runs; a context manager."""
+    told to (``load``), so that candidates can be written while it runs; a context manager. Its
+    windows go over gRPC, or HTTP where ``$DVABATCH_CLIENT_PROTOCOL`` says so (``measure``)."""
 
     def __init__(self, repository: Path, log: Path | None = None):
         self.server = Server(repository, grpc_port=free_port(), http_port=free_port(), metrics_port=free_port(),
                              log=log, extra_args=["--model-control-mode=explicit"])
 
     def __enter__(self) -> Bench:
+        if protocol() != "grpc":  # (a setting it cannot use is refused before the server starts)
+            print(f"dvabatch: perf_analyzer sends over {protocol().upper()} ({PROTOCOL})", file=sys.stderr)
         self.server.start()
         return self
 
@@ -90,6 +93,11 @@ class Bench:
     @property
     def url(self) -> str:
         return self.server.grpc_url
+
+    def measure(self, model: str, load: Load, data: str | Path, seconds: float, warmup_s: float) -> Window:
+        """One perf_analyzer window of ``load`` on ``model`` (``perf_analyzer.measure``), by the
+        protocol ``$DVABATCH_CLIENT_PROTOCOL`` names."""
+        return measure(model, self.url, load, data, seconds, warmup_s, http_url=self.server.http_url)
 
     @property
     def metrics_url(self) -> str:
@@ -145,7 +153,7 @@ class Bench:
         count = (lambda: (self._triton_batches(batched_by_triton), {}, {})) if batched_by_triton \
             else (lambda: self.dvabatch_counts(model))
         before = count()
-        window = measure(model, self.url, load, data, seconds, warmup_s)
+        window = self.measure(model, load, data, seconds, warmup_s)
         if not batched_by_triton:
             time.sleep(METRICS_SETTLE_S)
         after = count()
@@ -155,7 +163,7 @@ class Bench:
     def warm(self, model: str, load: Load, data: str | Path, seconds: float) -> None:
         """``load`` on ``model`` for ``seconds``, unmeasured: a model loaded afresh sees the load
         before its next window does."""
-        measure(model, self.url, load, data, seconds, warmup_s=0.5)
+        self.measure(model, load, data, seconds, warmup_s=0.5)
 
     def reload(self, models: Sequence[str], load: Load, data: str | Path, warmup_s: float) -> None:
         """A new life of ``models``: each unloaded, then in this order loaded afresh (its stub a
@@ -175,7 +183,7 @@ class Bench:
     def capacity(self, model: str, data: str | Path, concurrency: int, seconds: float, rows: int = 1) -> float:
         """Answers per second of a closed loop of ``concurrency`` (requests of ``rows``)."""
         load = Load(concurrency=concurrency, rows=rows)
-        return measure(model, self.url, load, data, seconds, warmup_s=1.0).throughput
+        return self.measure(model, load, data, seconds, warmup_s=1.0).throughput
 
     def peak(self, model: str, data: str | Path, start: float, qos_ms: float, percentile: float = 99,
              probe_s: float = 5.0, warmup_s: float = 1.0, tolerance: float = PEAK_TOLERANCE, max_probes: int = 12,
@@ -185,7 +193,7 @@ class Bench:
         probes: list[Probe] = []
 
         def probe(rate: float) -> bool:
-            window = measure(model, self.url, Load(rate=rate, rows=rows), data, probe_s, warmup_s)
+            window = self.measure(model, Load(rate=rate, rows=rows), data, probe_s, warmup_s)
             probes.append(Probe(rate, window, window.percentile_ms(percentile) <= qos_ms))
             if on_probe:
                 on_probe(probes[-1])

@@ -14,6 +14,9 @@ Each request's send and answer times come from perf_analyzer's profile export (r
 deleted: it also holds every input and output, so large requests (images) and answers (hidden
 states) go through system shared memory instead of gRPC: ``transport``); its CSV gives Triton's
 server-side columns.
+Requests go over gRPC, or over HTTP where ``$DVABATCH_CLIENT_PROTOCOL`` says ``http`` (``protocol``:
+a Triton user's clients may speak either, and tritonserver's frontends cost it differently; this
+process still asks the server over gRPC for its statistics).
 perf_analyzer stops at the first failed request; a window that did raises ``PerfAnalyzerError``
 with perf_analyzer's own words (one that hung, ended without a word or left its export cut short
 is run again; an open-loop run is seen to hang seconds after the server answered all it sends,
@@ -54,6 +57,19 @@ POLL_S = 0.5  # how often a run is looked at
 OPEN_ATTEMPTS = 6  # an open-loop window's: most of its losses cost SETTLED_S, and one core loses a third of its runs
 T = TypeVar("T")
 _ANSWERS = re.compile(rb'"response_timestamps":\[([0-9,]*)\]')
+
+
+PROTOCOL = "DVABATCH_CLIENT_PROTOCOL"  # how perf_analyzer sends: grpc (unset) or http
+PROTOCOLS = ("grpc", "http")
+
+
+def protocol() -> str:
+    """The protocol perf_analyzer's requests travel by, from ``$DVABATCH_CLIENT_PROTOCOL``
+    (``grpc`` where it is unset or empty)."""
+    text = os.environ.get(PROTOCOL, "").strip().lower() or "grpc"
+    if text not in PROTOCOLS:
+        raise ValueError(f"{PROTOCOL}={text!r}: expected one of {', '.join(PROTOCOLS)}")
+    return text
 
 
 VERSION = "2.51.0"  # the tritonclient wheel perf_analyzer comes from: Triton 24.10's, which nvidia-pytriton serves
@@ -285,9 +301,14 @@ def transport(model: str, url: str, data: str) -> tuple[str, ...]:
 
 
 def command(model: str, url: str, load: Load, data: str | Path, seconds: float, warmup_s: float,
-            csv_path: Path, export: Path) -> list[str]:
-    """The perf_analyzer command line of one window."""
-    args = [str(binary()), "-m", model, "-u", url, "-i", "grpc", "--async", "--input-data", str(data),
+            csv_path: Path, export: Path, http_url: str | None = None) -> list[str]:
+    """The perf_analyzer command line of one window: to the gRPC address ``url``, or over HTTP
+    to ``http_url`` where ``protocol`` says so."""
+    sends = protocol()
+    if sends == "http" and not http_url:
+        raise ValueError(f"{PROTOCOL}=http, but no HTTP address was given for {model}")
+    args = [str(binary()), "-m", model, "-u", http_url if sends == "http" else url, "-i", sends, "--async",
+            "--input-data", str(data),
             *load.flags(), "-f", str(csv_path), "--profile-export-file", str(export),
             *transport(model, url, str(data))]
     # perf_analyzer splits a request count among its threads (the concurrency, or 4 for a rate)
@@ -425,15 +446,16 @@ def check_ended(done: subprocess.CompletedProcess, export: Path, what: str) -> N
 
 
 def measure(model: str, url: str, load: Load, data: str | Path, seconds: float, warmup_s: float = 1.0,
-            timeout_s: float | None = None) -> Window:
-    """One window of ``load`` against ``model`` at the gRPC address ``url``, sending the entries of
+            timeout_s: float | None = None, http_url: str | None = None) -> Window:
+    """One window of ``load`` against ``model`` at the gRPC address ``url`` (over HTTP to
+    ``http_url`` where ``protocol`` says so: ``command``), sending the entries of
     ``data`` (perf_analyzer's ``--input-data``: a JSON file, ``zero`` or ``random``), after
     ``warmup_s`` seconds' worth of requests unmeasured: an open loop's counted at its rate
     (``open_counts``), a closed loop's by the clock (``after_warmup``)."""
     folder = Path(tempfile.mkdtemp(prefix="dvabatch-pa-"))
     try:
         csv_path, export = folder / "window.csv", folder / "export.json"
-        args = command(model, url, load, data, seconds, warmup_s, csv_path, export)
+        args = command(model, url, load, data, seconds, warmup_s, csv_path, export, http_url)
         limit = timeout_s or HANG_AFTER_S + HANG_FACTOR * (seconds + warmup_s)
         what = f"{load.label} on {model}"
 

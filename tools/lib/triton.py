@@ -242,6 +242,10 @@ class Server:
         return f"{self.host}:{self.grpc_port}"
 
     @property
+    def http_url(self) -> str:
+        return f"{self.host}:{self.http_port}"
+
+    @property
     def backends(self) -> Path:
         """The backend directory it was started with: a backend linked into it loads with the
         first model that names it (``tools.bench_versions`` serves another checkout's so)."""
