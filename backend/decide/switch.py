@@ -351,16 +351,39 @@ class ModeSwitch:
             better = latency[other] < latency[self.mode] * (1 - SWITCH_GAIN)
         # Pipelined within the model's error of capacity, plain is tried where its batches would carry more.
         near = capped or (self.mode is Mode.PIPELINE and busy[self.mode] >= 1 - SWITCH_GAIN)
-        tries = near and not better and self._another_load(rate, rows, took) and (busy[other] < busy[self.mode] or (
+        at_capacity = near and (busy[other] < busy[self.mode] or (
             other is not Mode.PIPELINE and self._batched(window, series, busy[self.mode])))
+        bounded = not capped and self._bounded(other, latency)
+        tries = (at_capacity or bounded) and not better and self._another_load(rate, rows, took)
         self._before = Seen(rate, trip, other if better or tries else None)
         if not (better or tries) or not steady or before.wanted is not other:
             return None  # a window may hold a load starting or stopping: the one before must agree
         if not better:
             self.trying = Trial((before.rate + rate) / 2, took)
             self._tried_at, self._cut = (self.trying.baseline, rows, in_model(self.trying.baseline, took)), False
-            self.last = f"a trial, {way(self.mode)} at capacity: {self.last}"
+            why = f"{way(self.mode)} at capacity" if at_capacity else "plain not yet served, within the model's error"
+            self.last = f"a trial, {why}: {self.last}"
         return self._switch(other)
+
+    def _bounded(self, other: Mode, latency: dict[Mode, float]) -> bool:
+        """Whether ``other`` is plain, not yet served (no window has taught its costs: ``lines``),
+        and predicted within the model's error of the pipeline (no more than ``SWITCH_GAIN``
+        later), where that prediction rests on an upper bound of its costs: tritonserver's a
+        request taken as the pipeline's (``_server_s``; a pipelined answer is a ``send()`` of its
+        own, which costs it more), or the stub's as windows whose lone batches ran inline bound it
+        (``_learn``): a trial then says which is sooner. A prediction that comes that close
+        from above may well be sooner: TensorRT-speed BERT-base over HTTP under Poisson 1,530/s,
+        the server on one core, pipelined in 2.1-3.1 ms a request, predicted plain at 2.5-3.0 ms
+        and stayed pipelined until two windows' noise crossed the gain, 35 s into a life; served
+        plain, it answered in 1.4-1.5 ms, the stub and tritonserver at 115-130 and 158-182 us a
+        request where 154-180 and 229 were taken (docs/results/http-clients). The pipeline not yet
+        served is predicted from lower bounds (tritonserver's cost as plain's): one that still
+        does not come out sooner is not tried."""
+        if other is Mode.PIPELINE or other in self.lines:
+            return False
+        carried = other not in self.server_at and Mode.PIPELINE in self.server_at
+        inline = other in self.excess and self.excess[other].inline
+        return (carried or inline) and latency[other] < (1 + SWITCH_GAIN) * latency[Mode.PIPELINE]
 
     def _as_measured(self, predicted: dict[Mode, float], took: float | None,
                      load: int) -> tuple[dict[Mode, float], bool]:
