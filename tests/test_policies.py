@@ -1634,6 +1634,21 @@ def test_a_trial_whose_answers_rise_as_its_requests_are_answered_sooner_is_no_lo
     assert not entry.waits and "answered 1325/s where waiting for stage 0 answered 1150" in entry.last
 
 
+def test_a_trial_whose_answers_fall_as_more_requests_wait_is_falling_behind_not_a_load_that_moved():
+    """TensorRT speed over HTTP under Poisson 3,120/s, plain tried the pipeline against its
+    3,109 answers/s (docs/results/http-clients): a first window answered 3,235/s in 11.4 ms a
+    request, the next 2,614/s in 16.0 ms, 37 then 42 requests in the model. A load that falls
+    leaves fewer in the model; more, answered less, is the way tried falling behind: not a
+    load that moved (the trial ran a window more and "ended with its load", to run again
+    after the next pause), but a trial refused. Fewer in the model is the load falling."""
+    trial = Trial(3109.0)
+    assert not trial.moved(3235.0, 11.37e-3) and trial.take(3235.0, 11.37e-3) is None
+    assert not trial.moved(2614.0, 16.02e-3) and trial.take(2614.0, 16.02e-3) is False
+    trial = Trial(3109.0)
+    assert trial.take(3235.0, 11.37e-3) is None
+    assert trial.moved(1500.0, 5e-3) and trial.moved(2614.0)  # fewer in the model; unmeasured
+
+
 def test_a_trial_whose_first_window_answers_fewer_sooner_saw_its_load_fall():
     """A round of 64 in flight on tables 16x too fast ending within a trial's first window:
     938 answers/s in 42 ms a request, where waiting answered 1,186 in 53. Fewer requests in the
