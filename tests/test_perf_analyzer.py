@@ -70,7 +70,7 @@ def _exported(server, repository, sources, load: Load, data, seconds: float, fol
     its export's requests, and the unsliced model."""
     csv_path, export = folder / "pa.csv", folder / "export.json"
     args = command("bert_like", server.url, load, data, seconds, 0.5, csv_path, export, http_url=server.http_url)
-    sends = os.environ.get(perf_analyzer.PROTOCOL) or "grpc"
+    sends = perf_analyzer.protocol()
     assert args[args.index("-i") + 1] == sends
     assert args[args.index("-u") + 1] == (server.http_url if sends == "http" else server.url)
     done = until_kept(lambda: run_once(args, HANG_AFTER_S + HANG_FACTOR * (seconds + 0.5), load.label,

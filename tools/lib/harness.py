@@ -82,8 +82,9 @@ class Bench:
                              log=log, extra_args=["--model-control-mode=explicit"])
 
     def __enter__(self) -> Bench:
-        if protocol() != "grpc":  # (a setting it cannot use is refused before the server starts)
-            print(f"dvabatch: perf_analyzer sends over {protocol().upper()} ({PROTOCOL})", file=sys.stderr)
+        sends = protocol()  # (a setting it cannot use is refused before the server starts)
+        if sends != "grpc":
+            print(f"dvabatch: perf_analyzer sends over {sends.upper()} ({PROTOCOL})", file=sys.stderr)
         self.server.start()
         return self
 
