@@ -1108,6 +1108,18 @@ def test_a_trial_ends_at_its_first_window_that_answers_clearly_less():
     assert Trial(1000.0, 5e-3).take(1060.0, 5.8e-3) is None  # answered more: a closed loop taking hold
 
 
+def test_a_trial_window_holding_twice_the_requests_in_the_model_is_falling_behind_whatever_it_answered():
+    """TensorRT speed over HTTP under Poisson 3,120/s, as logged (docs/results/trial-in-model): plain
+    at 3,102 answers/s in 2.67 ms a request (8 in the model) tried the pipeline, whose first window
+    answered 3,590/s, each request in 29.8 ms (107 in the model): more answers, read as a closed
+    loop taking hold, kept it running for two windows more. Twice the requests in the model is an
+    open load queueing on the way tried: it ends the trial at once. A closed loop answered sooner
+    holds as many (16 in flight: 1,000/s in 16 ms, then 1,100/s in 14.5), and goes on."""
+    assert Trial(3102.0, 2.67e-3).take(3590.0, 29.84e-3) is False
+    assert Trial(1000.0, 16e-3).take(1100.0, 14.5e-3) is None
+    assert Trial(3102.0, None).take(3590.0, 29.84e-3) is None  # the way before unmeasured: nothing to hold it to
+
+
 def test_the_host_the_entry_reads_is_the_switchs_own_utilisation_of_the_window():
     """``ModeSwitch.host_busy``: the stub's interpreter, or the cores with tritonserver's CPU (as
     the window showed it, learnt in ``observe``) and the other processes there; None for a

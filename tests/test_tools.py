@@ -187,8 +187,9 @@ def test_a_bad_list_option_is_a_usage_error_that_names_it(run):
         with pytest.raises(argparse.ArgumentTypeError, match="LOW/HIGH pairs of numbers above 0"):
             pairs(text)
     assert pairs("") == () and pairs("0.1/0.8, 0.2/0.6") == ((0.1, 0.8), (0.2, 0.6))
-    done = run("tools.check_auto", "--bursts", "0.1/0.8", "--burst-seconds", "0")
-    assert done.returncode == 2 and "--burst-seconds 0: a rate must last some time" in done.stderr, done.stderr
+    for command in ("tools.check_auto", "tools.bench_versions"):
+        done = run(command, "--bursts", "0.1/0.8", "--burst-seconds", "0")
+        assert done.returncode == 2 and "--burst-seconds: 0: a rate must last some time" in done.stderr, done.stderr
     done = run("tools.check_auto", "--rounds", "1", "--max-rounds", "4")  # one round has no interval to resolve
     assert done.returncode == 2 and "--max-rounds needs --rounds 2 or more" in done.stderr, done.stderr
     zero = "docs/profiles/zero_2stages.json"
@@ -763,7 +764,8 @@ def test_cost_benchmark_measures_four_ways_and_the_trace_shows_the_pipeline(run,
 def test_two_versions_of_the_backend_serve_side_by_side_in_one_server(run, tmp_path):
     """``tools.bench_versions`` with this checkout as its own base: the plain model, ``auto`` and
     ``auto_base`` (the base's backend, loaded as a second backend) all answer in every round of a
-    closed loop and of a Poisson load, queries of two lengths in turn, each with Triton's compute
+    closed loop, of a Poisson load and of one that alternates between two Poisson rates (the same
+    arrivals for each), queries of two lengths in turn, each with Triton's compute
     time and its stub's CPU per request (each version also with the share of its calls that ran a
     lone batch inline), and each version is set against the plain model (answers/s in the closed
     loop, mean latency under Poisson); tritonserver's log, with what each model said, is kept
@@ -771,12 +773,13 @@ def test_two_versions_of_the_backend_serve_side_by_side_in_one_server(run, tmp_p
     the first, and the interval is read over these lives."""
     out = tmp_path / "versions"
     done = run("tools.bench_versions", str(ROOT / "docs" / "profiles" / "zero_2stages.json"), "--base", str(ROOT),
-               "--rates", "200", "--rounds", "2", "--reload-every", "1", "--seconds", "1", "--warmup", "0.5",
-               "--length", "32,64", "--out", str(out))
+               "--rates", "200", "--bursts", "100/300", "--burst-seconds", "0.5", "--rounds", "2", "--reload-every",
+               "1", "--seconds", "1", "--warmup", "0.5", "--length", "32,64", "--out", str(out))
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     rounds = list(csv.DictReader((out / "rounds.csv").read_text().splitlines()))
     assert sorted((r["load"], r["round"], r["life"], r["model"]) for r in rounds) == sorted(
-        (load, str(i), str(i), m) for load in ("concurrency 1", "200/s Poisson") for i in range(2)
+        (load, str(i), str(i), m) for load in ("concurrency 1", "200/s Poisson", "intervals bursts-100-300.txt")
+        for i in range(2)
         for m in ("plain", "auto", "auto_base"))  # each round a life of its own: every model loaded afresh
     assert all(float(r[k]) > 0 for r in rounds for k in ("figure", "compute_us", "stub_us"))
     # the share of calls that ran a lone batch inline, for each version of the backend
@@ -786,4 +789,6 @@ def test_two_versions_of_the_backend_serve_side_by_side_in_one_server(run, tmp_p
     assert re.search(r"\| concurrency 1 \| auto_base \| \d+ \| \d+ \| \d+ \| \d+% \| [\d.]+x \[", summary), summary
     assert re.search(r"\| 200/s Poisson \| auto \| [\d.]+ ms \| \d+ \| \d+ \| \d+% \| [\d.]+x \[", summary), summary
     assert re.search(r"\| 200/s Poisson \| plain \| [\d.]+ ms \| \d+ \| \d+ \|  \|", summary), summary
+    assert re.search(r"\| intervals bursts-100-300.txt \| auto \| [\d.]+ ms \| \d+ \| \d+ \| \d+% \| [\d.]+x \[",
+                     summary), summary
     assert "auto_base: serves pipeline" in (out / "tritonserver.log").read_text()  # the models' own lines, kept

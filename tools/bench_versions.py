@@ -1,7 +1,8 @@
 """python -m tools.bench_versions: this checkout's backend against another's, side by side (not a test).
 
     python -m tools.bench_versions PROFILE.json --base DIR [--concurrency 1] [--rates 800,...]
-                                   [--rounds 8] [--reload-every 1] [--seconds 3] [--warmup 2] [--length 64,...]
+                                   [--bursts 800/3000] [--burst-seconds 2] [--rounds 8] [--reload-every 1]
+                                   [--seconds 3] [--warmup 2] [--length 64,...]
                                    [--request-rows 1] [--parameter KEY=VALUE ...] [--out docs/results/RUN]
 
 A change to the path a request takes through our stub moves its cost by a few microseconds,
@@ -12,7 +13,9 @@ one tritonserver serves three models of the same timed profile (``tools.lib.peer
 it, ``--parameter`` on top) and ``auto_base`` (the same model on the backend of ``--base``,
 another checkout, say a git worktree of the commit before, loaded as a second backend,
 ``dvabatch_base``). Each load (closed
-loops at each ``--concurrency``, then Poisson loads at each of ``--rates`` requests/s) runs the
+loops at each ``--concurrency``, then Poisson loads at each of ``--rates`` requests/s, then loads
+that alternate between two Poisson rates at each of ``--bursts LOW/HIGH`` requests/s, each held for
+``--burst-seconds``, where ``auto`` carries what it learnt at one rate to the other) runs the
 three in turn, each round starting one further along (``check_cell.in_turn``); with ``--request-rows`` each request
 carries that many rows, as a client that batches its own. Per model: its figure (answers/s in a
 closed loop, the mean latency under Poisson; the mean over the rounds), Triton's
@@ -45,13 +48,12 @@ from rich.table import Table
 from backend.calibrate import process_cpu_s
 
 from tools.lib.check_cell import geometric_lives, in_turn
-from tools.lib.cli import (add_fill_argument, add_lengths_argument, add_parameter_argument, add_reload_argument,
-                           add_request_rows_argument,
-                           numbers, table_console)
+from tools.lib.cli import (add_bursts_arguments, add_fill_argument, add_lengths_argument, add_parameter_argument,
+                           add_reload_argument, add_request_rows_argument, numbers, table_console)
 from tools.lib.harness import Bench
 from tools.lib.intervals import across_rounds
 from tools.lib.peers import write_ways
-from tools.lib.perf_analyzer import Load
+from tools.lib.perf_analyzer import Load, write_bursts
 from tools.lib.triton import stubs_of
 from tools.lib.workload import WorkloadError, interface_of, synthetic, write_input_data
 
@@ -89,6 +91,7 @@ def main(argv: list[str] | None = None) -> None:
                         help="closed-loop concurrencies (default 1; empty: none)")
     parser.add_argument("--rates", type=numbers(float, empty=True), default="",
                         help="Poisson loads, requests/s (default: none)")
+    add_bursts_arguments(parser, "requests/s", "800/3000")
     parser.add_argument("--rounds", type=int, default=8)
     add_reload_argument(parser, "each version against the plain model")
     parser.add_argument("--seconds", type=float, default=3.0, help="measured seconds per window (default 3)")
@@ -99,13 +102,13 @@ def main(argv: list[str] | None = None) -> None:
     add_parameter_argument(parser, "both versions' model", "policy=smdp")
     parser.add_argument("--out", type=Path, help="write summary.md, rounds.csv and tritonserver.log here")
     args = parser.parse_args(argv)
-    if not args.concurrency and not args.rates:
-        parser.error("no load: give --concurrency or --rates")
+    if not args.concurrency and not args.rates and not args.bursts:
+        parser.error("no load: give --concurrency, --rates or --bursts")
     backend = (args.base / "backend").resolve()
     if not (backend / "model.py").is_file():
         parser.error(f"--base {args.base}: no backend/model.py there")
     folder = Path(tempfile.mkdtemp(prefix="bench-versions-"))
-    rows = []
+    rows, sent = [], loads(args, folder)
     try:
         repository = folder / "repository"
         write_ways(args.profile, repository, dict(args.parameter))
@@ -121,7 +124,7 @@ def main(argv: list[str] | None = None) -> None:
             (bench.server.backends / "dvabatch_base").symlink_to(backend, target_is_directory=True)
             for model in MODELS:
                 bench.load(model)
-            for load in loads(args):
+            for load in sent:
                 for round_ in range(args.rounds):
                     life = round_ // args.reload_every if args.reload_every else round_
                     if args.reload_every and round_ and round_ % args.reload_every == 0:
@@ -140,22 +143,27 @@ def main(argv: list[str] | None = None) -> None:
                                      "inline": inline / executes if executes else None})
     finally:
         shutil.rmtree(folder, ignore_errors=True)
-    report(args, rows)
+    report(args, rows, sent)
 
 
-def loads(args: argparse.Namespace) -> list[Load]:
+def loads(args: argparse.Namespace, folder: Path) -> list[Load]:
+    """The closed loops, the Poisson loads and the bursts (their intervals files written in
+    ``folder``, each model sent the same arrivals), in that order."""
+    bursts = [Load(intervals=write_bursts(folder / f"bursts-{low:g}-{high:g}.txt", (low, high), args.burst_seconds,
+                                          args.warmup + args.seconds), rows=args.request_rows)
+              for low, high in args.bursts]
     return ([Load(concurrency=c, rows=args.request_rows) for c in args.concurrency]
-            + [Load(rate=r, rows=args.request_rows) for r in args.rates])
+            + [Load(rate=r, rows=args.request_rows) for r in args.rates] + bursts)
 
 
-def report(args: argparse.Namespace, rows: list[dict]) -> None:
+def report(args: argparse.Namespace, rows: list[dict], sent: list[Load]) -> None:
     table = Table(title=f"{args.profile.stem}: this checkout against {args.base}, {args.rounds} rounds")
     header = ("load", "model", "answers/s or mean ms", "compute_infer µs/req", "stub CPU µs/req",
               "lone inline", "figure / plain [95 % over lives]", "each round")
     for column in header:
         table.add_column(column, justify="left" if column in ("load", "model", "each round") else "right")
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    for load in loads(args):
+    for load in sent:
         mine = {m: [r for r in rows if r["load"] == load.label and r["model"] == m] for m in MODELS}
         for model in MODELS:
             figure = statistics.fmean(r["figure"] for r in mine[model])

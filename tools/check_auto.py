@@ -123,8 +123,8 @@ from rich.console import Console
 from rich.table import Table
 from tritonclient.utils import InferenceServerException
 
-from tools.lib.cli import (add_fill_argument, add_lengths_argument, add_reload_argument, add_request_rows_argument,
-                           numbers, pairs, table_console)
+from tools.lib.cli import (add_bursts_arguments, add_fill_argument, add_lengths_argument, add_reload_argument,
+                           add_request_rows_argument, numbers, table_console)
 from tools.lib.check_cell import Cell, Served, in_turn, looks
 from tools.lib.harness import Bench, Measured
 from tools.lib.paths import ROOT
@@ -277,11 +277,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--loads", type=numbers(float, empty=True), default="0.3,0.6,0.9",
                         help="Poisson rates as fractions of the better model's Poisson peak "
                              "(default 0.3,0.6,0.9; empty: closed loops alone)")
-    parser.add_argument("--bursts", type=pairs, default="",
-                        help="loads that alternate between two Poisson rates, as fractions of the better model's "
-                             "Poisson peak, LOW/HIGH[,LOW/HIGH...] (e.g. 0.1/0.8; default: none)")
-    parser.add_argument("--burst-seconds", type=float, default=2.0,
-                        help="how long each rate of --bursts lasts (default 2)")
+    add_bursts_arguments(parser, "as fractions of the better model's Poisson peak", "0.1/0.8")
     parser.add_argument("--qos-ms", type=float, default=200,
                         help="the latency target of a Poisson peak, which the loads are fractions of (default 200)")
     parser.add_argument("--percentile", type=int, default=99,
@@ -304,8 +300,6 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.max_rounds > args.rounds < 2:
         parser.error("--max-rounds needs --rounds 2 or more: one round has no interval to leave a cell unresolved")
-    if args.burst_seconds <= 0:
-        parser.error(f"--burst-seconds {args.burst_seconds:g}: a rate must last some time")
     if args.request_rows > 1 and len(args.length) > 1:
         parser.error(f"--request-rows {args.request_rows} with --length {','.join(map(str, args.length))}: "
                      "a request's rows share one length")

@@ -12,8 +12,8 @@ from ..manifest import LatencyTable
 from .costs import LEAST_SHARE, HostCosts, Mode, device_s, middle_length, ms, way
 from .load import capacities
 from .trial import Trial
-from .window import (MIN_ANSWERS, SWITCH_GAIN, Window, engines_off, half_octave, in_model, measured_s,
-                     moved, round_trip_s)
+from .window import (LOAD_STEP, MIN_ANSWERS, SWITCH_GAIN, Window, engines_off, half_octave, in_model,
+                     measured_s, moved, round_trip_s)
 
 # Answers a window needs for the stub's measured costs to be corrected by it, and for what it shows
 # tritonserver's CPU cost a request to be kept: over fewer, work that is not this model's
@@ -29,9 +29,6 @@ LINE_SPREAD = 2.0
 # both ways: it bounds plain's stub cost from above and draws no way's line (``ModeSwitch._learn``).
 MIXED_INLINE = 0.1
 LINE_KEEPS = 3  # windows a line keeps of each half octave of batch sizes (the latest)
-# A load at capacity with this many times (or a this-th of) the requests in the model of the one
-# last tried is another (``ModeSwitch._another_load``).
-LOAD_STEP = 2.0
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,10 @@ from dataclasses import dataclass
 # less busy its nearest limit) for the switch.
 SWITCH_GAIN = 0.15
 MIN_ANSWERS = 20  # a window with fewer answers shows too little to decide on: the mode stays
+# Requests in the model (``in_model``) this many times (or a this-th of) those of a load at capacity
+# last tried make another load (``ModeSwitch._another_load``); a trial's window holding this many times
+# the way before's is the way tried falling behind (``Trial.take``).
+LOAD_STEP = 2.0
 
 
 @dataclass(frozen=True)

@@ -125,6 +125,26 @@ def add_reload_argument(parser: argparse.ArgumentParser, what: str) -> None:
                              f"(default {RELOAD_EVERY}; 0: load once)")
 
 
+def add_bursts_arguments(parser: argparse.ArgumentParser, rates: str, example: str) -> None:
+    """``--bursts LOW/HIGH[,...]`` (``args.bursts``: pairs of ``rates``; none by default) and
+    ``--burst-seconds`` (how long each rate lasts, ``args.burst_seconds``: 2 s by default): loads
+    that alternate between two Poisson rates (``perf_analyzer.write_bursts``). A phase of no length
+    is a usage error."""
+    def seconds(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"takes seconds, got {text!r}") from None
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"{text}: a rate must last some time")
+        return value
+    parser.add_argument("--bursts", type=pairs, default="",
+                        help=f"loads that alternate between two Poisson rates, {rates}, LOW/HIGH[,LOW/HIGH...] "
+                             f"(e.g. {example}; default: none)")
+    parser.add_argument("--burst-seconds", type=seconds, default=2.0,
+                        help="how long each rate of --bursts lasts (default 2)")
+
+
 def add_request_rows_argument(parser: argparse.ArgumentParser) -> None:
     """``--request-rows N``: the rows each request carries, as a client that batches its own
     (perf_analyzer's ``-b``; ``args.request_rows``, 1 by default); a count of 0 is a usage error."""
