@@ -1737,11 +1737,10 @@ def test_a_pipeline_busy_in_small_batches_under_an_open_load_tries_no_plain_that
 def test_the_way_served_is_read_as_measured_and_the_other_as_late_as_it_was_served_at_that_load():
     """TensorRT-speed BERT-base under Poisson 1,026/s (the costs as logged): served plain, whose
     requests take 1.59 ms as measured (``measured_s``), the pipeline is predicted at 1.16 ms, and
-    the switch tries it (its latency measured at no load yet: ``_unseen``). Its requests then take
-    3.48 ms, 2.5 times its prediction (hand-offs between threads waiting for the interpreter,
-    which the model does not see): the trial is refused at its first window, and plain stays, the
-    pipeline taken as late as it was served at that load. Predicted alone, the pipeline had been
-    kept for the load's four minutes at 1.50x the plain model's mean
+    the switch pipelines. Its requests then take 3.48 ms, 2.5 times its prediction (hand-offs
+    between threads waiting for the interpreter, which the model does not see): it goes back to
+    plain, and stays there, the pipeline taken as late as it was served at that load. Predicted
+    alone, the pipeline had been kept for the load's four minutes at 1.50x the plain model's mean
     (docs/results/switch-measured-latency). Near capacity the measure says nothing of the model's
     error: a window 90 % busy keeps no lateness."""
     manifest = _profile("bert_base_trt_a100_2stages")
@@ -1754,9 +1753,8 @@ def test_the_way_served_is_read_as_measured_and_the_other_as_late_as_it_was_serv
     assert measured_s(plain) == pytest.approx(1.59e-3, abs=0.01e-3)
     assert _decides(switch, plain) is Mode.PIPELINE, switch.last
     assert "1.16 ms pipelined" in switch.last and "1.59 ms plain" in switch.last and "measured" in switch.last
-    assert switch.last.startswith("a trial, pipelined predicted sooner, not measured near this load"), switch.last
-    assert switch.observe(piped) is Mode.FUSED, switch.last
-    assert "in 3.48 ms a request where plain took 1.59 ms (measured_s): 5% later or more" in switch.last, switch.last
+    assert _decides(switch, piped) is Mode.FUSED, switch.last
+    assert "3.48 ms pipelined (57% busy, measured)" in switch.last, switch.last
     assert all(switch.observe(plain) is None for _ in range(4)), switch.last
     assert "2.5x its model as measured served so at this load" in switch.last, switch.last
     busy = ModeSwitch([s.latency for s in manifest.stages], costs, cores=1, mode=Mode.FUSED, whole=manifest.whole)
@@ -1764,35 +1762,28 @@ def test_the_way_served_is_read_as_measured_and_the_other_as_late_as_it_was_serv
     assert not busy.late and "series, measured" not in busy.last, busy.last
 
 
-@pytest.mark.parametrize("late", [None, 0.66, 1.43])
-def test_a_way_predicted_sooner_from_no_measure_near_the_load_is_tried_not_switched_to(late):
-    """What a way's model leaves out depends on the load: the pipeline of the test above, served at
-    2,900 answers/s in runs of 12.8 rows, answered in 0.66x its model's latency. Carried to
-    1,026/s that put it at 0.92 ms against plain's measured 1.59 (TensorRT speed over HTTP, as
-    logged: 1.22 and 0.88 ms against 1.45 and 1.37, a switch outright, and the pipeline served
-    where the forced one answered in 3.43 ms: docs/results/http-clients). With no measure of the
-    way near the load (``None``: none at all), a prediction sooner by the gain is a trial, which
-    the first window as measured refuses, and the load is not tried again. A lateness from
-    another load that keeps the way later (1.43x) tries nothing."""
+@pytest.mark.parametrize("late", [0.66, 1.43])
+def test_the_other_way_seen_only_at_loads_far_off_is_taken_no_sooner_than_its_model(late):
+    """What a way's model leaves out changes with the load: the pipeline of the test above, served
+    at 2,900 answers/s in runs of 12.8 rows, answered in 0.66x its model's latency. Carried to
+    1,026/s, three half octaves off, that put it at 0.92 ms against plain's measured 1.59, and
+    the switch pipelined (TensorRT speed over HTTP, as logged: 1.22 and 0.88 ms against 1.45
+    and 1.37, where the forced pipeline answered in 3.43 ms: docs/results/http-clients). Seen
+    only that far off, it is taken no sooner than its model (1.39 ms), and plain stays; a
+    lateness that makes it later (1.43x) still counts."""
     manifest = _profile("bert_base_trt_a100_2stages")
     costs = HostCosts(pipeline_batch_s=272e-6, pipeline_request_s=145e-6, plain_batch_s=178e-6,
                       plain_request_s=83e-6, handoff_s=24e-6)
     switch = ModeSwitch([s.latency for s in manifest.stages], costs, cores=1, whole=manifest.whole)
-    if late is not None:
-        heavy = Window(1.0, 2900, 0.3, 0.35, (0.5, 0.45), 12.8, 0.05, 226, 0.5, 0.002, piped=2900,
-                       piped_s=2900 * {0.66: 2.0e-3, 1.43: 5.0e-3}[late])
-        assert switch.observe(heavy) is None and list(switch.late.values()) == [[pytest.approx(late, abs=0.01)]]
-    switch.mode = Mode.FUSED  # served plain from here on
+    heavy = Window(1.0, 2900, 0.3, 0.35, (0.5, 0.45), 12.8, 0.05, 226, 0.5, 0.002, piped=2900,
+                   piped_s=2900 * {0.66: 2.0e-3, 1.43: 5.0e-3}[late])
+    assert switch.observe(heavy) is None and list(switch.late.values()) == [[pytest.approx(late, abs=0.01)]]
+    switch.mode = Mode.FUSED  # served plain from here on, at a lighter load
     plain = Window(1.0, 1026, 0.25, 0.27, (0.55,), 1.5, 0.78, 684, 0.20, 0.002, returned=1026,
                    returned_s=1026 * 0.78 / 684)
-    piped = Window(1.0, 1026, 0.30, 0.27, (0.35, 0.33), 1.5, 0.05, 684, 0.9, 0.002, piped=1026, piped_s=1026 * 3.4e-3)
-    if late == 1.43:
-        assert all(switch.observe(plain) is None for _ in range(4)) and switch.trying is None, switch.last
-        return
-    assert _decides(switch, plain) is Mode.PIPELINE and switch.trying is not None, switch.last
-    assert "predicted sooner, not measured near this load" in switch.last, switch.last
-    assert switch.observe(piped) is Mode.FUSED and switch.last.endswith("5% later or more"), switch.last
     assert all(switch.observe(plain) is None for _ in range(4)), switch.last
+    assert f"{max(late, 1):.2g}x its model as measured served so at 2896 answers/s" in switch.last, switch.last
+    assert "1.59 ms plain" in switch.last
 
 
 def test_a_pipelined_window_whose_lone_batches_ran_inline_is_measured_with_them():
@@ -1817,17 +1808,15 @@ def test_a_pipelined_window_whose_lone_batches_ran_inline_is_measured_with_them(
     assert took == pytest.approx(inside + min(0.35 + 684 * handoff, 1.0) * (0.35 / 684 + handoff) / 2)
     assert 3.0e-3 < took < 3.3e-3, took
     assert measured_s(dataclasses.replace(mixed, piped=10, returned=9)) is None  # too few answers timed
-    switch = ModeSwitch([s.latency for s in manifest.stages], costs, cores=1, mode=Mode.FUSED, whole=manifest.whole)
-    assert _decides(switch, plain) is Mode.PIPELINE, switch.last  # a trial (``_unseen``)
-    assert switch.observe(mixed) is Mode.FUSED, switch.last
-    assert "in 3.16 ms a request where plain took 1.59 ms (measured_s): 5% later or more" in switch.last, switch.last
-    switch = ModeSwitch([s.latency for s in manifest.stages], costs, cores=1, mode=Mode.FUSED, whole=manifest.whole)
-    assert switch.observe(plain) is None
-    switch.mode = Mode.PIPELINE  # pipelined from here on, at 730/s: the same window's counts in 1.41 s
-    assert switch.observe(dataclasses.replace(mixed, seconds=1 / 0.71)) is None, switch.last
-    assert "pipelined (40% busy, measured)" in switch.last, switch.last
-    assert "plain (45%, 0 us a request's round trip in series, 0.58x its model as measured served so at 1024 " \
-           "answers/s)" in switch.last, switch.last
+    for faster in (1.0, 0.71):  # the same window's counts in 1 s, and in 1.41
+        window = dataclasses.replace(mixed, seconds=1 / faster)
+        switch = ModeSwitch([s.latency for s in manifest.stages], costs, cores=1, mode=Mode.FUSED,
+                            whole=manifest.whole)
+        assert _decides(switch, plain) is Mode.PIPELINE, switch.last
+        assert _decides(switch, window) is Mode.FUSED, switch.last
+        assert "pipelined (57% busy, measured)" in switch.last or faster < 1, switch.last
+        at = "this load" if faster == 1 else "1024 answers/s"
+        assert f"x its model as measured served so at {at})" in switch.last, switch.last
 
 
 def _fresh_start(stub_us: float = 252) -> tuple[ModeSwitch, Window]:
