@@ -1115,7 +1115,9 @@ def test_a_trial_window_holding_twice_the_requests_in_the_model_is_falling_behin
     loop taking hold, kept it running for two windows more. Twice the requests in the model is an
     open load queueing on the way tried: it ends the trial at once. A closed loop answered sooner
     holds as many (16 in flight: 1,000/s in 16 ms, then 1,100/s in 14.5), and goes on."""
-    assert Trial(3102.0, 2.67e-3).take(3590.0, 29.84e-3) is False
+    trial = Trial(3102.0, 2.67e-3)
+    assert trial.take(3590.0, 29.84e-3) is False
+    assert trial.refused == "2x the requests in the model or more: falling behind"
     assert Trial(1000.0, 16e-3).take(1100.0, 14.5e-3) is None
     assert Trial(3102.0, None).take(3590.0, 29.84e-3) is None  # the way before unmeasured: nothing to hold it to
 

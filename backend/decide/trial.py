@@ -33,6 +33,7 @@ class Trial:
     baseline_s: float | None = None
     rates: list[float] = field(default_factory=list)
     took_s: list[float | None] = field(default_factory=list)
+    crowded: bool = False  # a window held ``LOAD_STEP`` times the requests in the model the way before did (``take``)
 
     def moved(self, rate: float, took_s: float | None = None) -> bool:
         """Whether a window's answers/s moved from the window before: a load that stopped or
@@ -89,8 +90,9 @@ class Trial:
         self.took_s.append(took_s)
         later = took_s is not None and self.baseline_s is not None and took_s >= (1 + SWITCH_GAIN) * self.baseline_s
         held, held_before = in_model(rate, took_s), in_model(self.baseline, self.baseline_s)
-        crowded = held is not None and held_before is not None and held >= LOAD_STEP * held_before
-        if rate < (1 - SWITCH_GAIN) * self.baseline or (later and rate < (1 + TRIAL_GAIN) * self.baseline) or crowded:
+        self.crowded = held is not None and held_before is not None and held >= LOAD_STEP * held_before
+        if rate < (1 - SWITCH_GAIN) * self.baseline or (later and rate < (1 + TRIAL_GAIN) * self.baseline) \
+                or self.crowded:
             return False
         if len(self.rates) < TRIAL_WINDOWS:
             return None
@@ -136,6 +138,8 @@ class Trial:
     @property
     def refused(self) -> str:
         """Why the way tried was not kept, for the log."""
+        if self.crowded:
+            return f"{LOAD_STEP:g}x the requests in the model or more: falling behind"
         return f"{TRIAL_GAIN:.0%} later or more" if self.slower else f"not {TRIAL_GAIN:.0%} more"
 
     def ended(self, rate: float, took_s: float | None) -> str:
