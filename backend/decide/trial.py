@@ -33,7 +33,6 @@ class Trial:
     baseline_s: float | None = None
     rates: list[float] = field(default_factory=list)
     took_s: list[float | None] = field(default_factory=list)
-    crowded: bool = False  # a window held ``LOAD_STEP`` times the requests in the model the way before did (``take``)
 
     def moved(self, rate: float, took_s: float | None = None) -> bool:
         """Whether a window's answers/s moved from the window before: a load that stopped or
@@ -89,8 +88,6 @@ class Trial:
         self.rates.append(rate)
         self.took_s.append(took_s)
         later = took_s is not None and self.baseline_s is not None and took_s >= (1 + SWITCH_GAIN) * self.baseline_s
-        held, held_before = in_model(rate, took_s), in_model(self.baseline, self.baseline_s)
-        self.crowded = held is not None and held_before is not None and held >= LOAD_STEP * held_before
         if rate < (1 - SWITCH_GAIN) * self.baseline or (later and rate < (1 + TRIAL_GAIN) * self.baseline) \
                 or self.crowded:
             return False
@@ -134,6 +131,13 @@ class Trial:
         under Poisson 1,800/s, each request 8.2 ms where waiting took 7.4."""
         share = self.took_share
         return share is not None and share >= 1 + TRIAL_GAIN
+
+    @property
+    def crowded(self) -> bool:
+        """Whether the trial's last window held ``LOAD_STEP`` times the requests in the model
+        (Little's law) the way before did (``take``); False where either went unmeasured."""
+        held, held_before = in_model(self.rates[-1], self.took_s[-1]), in_model(self.baseline, self.baseline_s)
+        return held is not None and held_before is not None and held >= LOAD_STEP * held_before
 
     @property
     def refused(self) -> str:
