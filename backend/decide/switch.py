@@ -413,22 +413,28 @@ class ModeSwitch:
         way was left again as the load moved within the trial: under bursts of 1,000 and
         4,000 Poisson requests/s, trials of plain begun in the light phase ended in the heavy one,
         back on a pipeline that could not carry it, 2.0x the plain model's mean where switching
-        outright read 0.59x: docs/results/trial-in-model.)"""
+        outright read 0.59x: docs/results/trial-in-model.) So is a way never seen, which borrows the
+        way served now's lateness (``_late_key``): plain's error is its own, and plain at 0.42x
+        its model at 1,535 answers/s put a pipeline served only at capacity at 0.75 ms against
+        plain's measured 1.36, where it then answered in 3.09 and 2.47 ms (TensorRT speed over
+        HTTP, Poisson at 0.3 of capacity: docs/results/trial-in-model/check-trt-borrowed.txt)."""
         key = self._late_key(mode, load)
         if key is None:
             return 1.0
         kept = sorted(self.late[key])
         late = kept[(len(kept) - 1) // 2]
-        return max(late, 1.0) if mode is not self.mode and abs(key[1] - load) > 1 else late
+        own = key[0] is mode and abs(key[1] - load) <= 1
+        return late if mode is self.mode or own else max(late, 1.0)
 
     def _late_key(self, mode: Mode, load: int) -> tuple[Mode, int] | None:
         """Whose lateness stands for ``mode``'s at ``load``: its own there; a way not seen at that
         load, its own at the nearest load it was seen at (what the model leaves out belongs to
         the way: a pipeline's hand-offs, a plain call's queue); a way never seen, the way served
-        now at that load (the two predictions then decide, as before any measure); None where
-        none was. Taken as late as the pipeline, which answered in 2.9 ms under a load that plain
-        had not served, plain was predicted at 3.0 ms, where its own lateness, a half octave up,
-        put it at 0.8 (docs/results/switch-mixed-windows)."""
+        now at that load (where that is late, the two predictions then decide, as before any
+        measure; where it is early, ``_late`` keeps the other at its model); None where none was.
+        Taken as late as the pipeline, which answered in 2.9 ms under a load that plain had not
+        served, plain was predicted at 3.0 ms, where its own lateness, a half octave up, put it at
+        0.8 (docs/results/switch-mixed-windows)."""
         seen = [at for way, at in self.late if way is mode]
         if seen:
             return mode, min(seen, key=lambda at: (abs(at - load), at))
