@@ -190,6 +190,11 @@ def test_a_bad_list_option_is_a_usage_error_that_names_it(run):
     for command in ("tools.check_auto", "tools.bench_versions"):
         done = run(command, "--bursts", "0.1/0.8", "--burst-seconds", "0")
         assert done.returncode == 2 and "--burst-seconds: 0: a rate must last some time" in done.stderr, done.stderr
+    for command, rest in (("tools.check_auto", ()), ("tools.bench_cost", ()),
+                          ("tools.bench_versions", ("--base", "."))):
+        done = run(command, "docs/profiles/no_such.json", *rest)  # a typo fails at once, not at its set-up
+        assert done.returncode == 2 and "no_such.json: no timed profile (a .json file) or sliced model directory" \
+            in done.stderr, (command, done.stderr)
     done = run("tools.check_auto", "--rounds", "1", "--max-rounds", "4")  # one round has no interval to resolve
     assert done.returncode == 2 and "--max-rounds needs --rounds 2 or more" in done.stderr, done.stderr
     zero = "docs/profiles/zero_2stages.json"
@@ -533,6 +538,12 @@ def test_a_peak_is_bisected_to_the_tolerance_and_a_lone_failing_window_does_not_
     tried.clear()
     low, high = bisect_peak(hangs_above, 900)
     assert tried[:2] == [900, 1350] and 950 < low <= 1000 < high <= 1050
+
+    tried.clear()  # no probe past a cap (a closed loop's figure): at it, that is the peak
+    assert bisect_peak(passes, 900, cap=900) == (900, float("inf")) and tried == [900]
+    tried.clear()
+    low, high = bisect_peak(passes, 700, cap=1200)
+    assert tried[:2] == [700, 1050] and max(tried) <= 1200 and 950 < low <= 1000 < high <= 1050
 
     def hangs(rate: float) -> bool:
         raise WindowLost("perf_analyzer hung")

@@ -55,7 +55,7 @@ from backend.manifest import Manifest
 from slicer.errors import SliceError
 from slicer.slicing import VERSION
 from tools.lib import prometheus as prom
-from tools.lib.cli import add_parameter_argument, names, numbers, table_console
+from tools.lib.cli import add_parameter_argument, names, numbers, served, table_console
 from tools.lib.harness import Bench
 from tools.lib.intervals import pooled, ratio
 from tools.lib.paths import ROOT
@@ -312,7 +312,7 @@ def write(out: Path, rows: list[dict], console: Console, failed: dict[str, str])
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tools.bench_cost", description=__doc__.split("\n\n")[0])
-    parser.add_argument("profiles", type=Path, nargs="*", default=list(DEFAULT_PROFILES),
+    parser.add_argument("profiles", type=served, nargs="*", default=list(DEFAULT_PROFILES),
                         help="timed profiles (JSON) or sliced model directories (default: the near-zero and "
                              "TensorRT-speed profiles)")
     parser.add_argument("--concurrency", type=numbers(int), default="1,32",

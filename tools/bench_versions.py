@@ -49,7 +49,7 @@ from backend.calibrate import process_cpu_s
 
 from tools.lib.check_cell import geometric_lives, in_turn
 from tools.lib.cli import (add_bursts_arguments, add_fill_argument, add_lengths_argument, add_parameter_argument,
-                           add_reload_argument, add_request_rows_argument, numbers, table_console)
+                           add_reload_argument, add_request_rows_argument, numbers, served, table_console)
 from tools.lib.harness import Bench
 from tools.lib.intervals import across_rounds
 from tools.lib.peers import write_ways
@@ -85,7 +85,8 @@ def spent(bench: Bench, model: str) -> tuple[float, int, float, dict[str, float]
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m tools.bench_versions", description=__doc__.split("\n\n")[0])
-    parser.add_argument("profile", type=Path, help="a timed profile (docs/profiles/*.json) or a sliced model directory")
+    parser.add_argument("profile", type=served,
+                        help="a timed profile (docs/profiles/*.json) or a sliced model directory")
     parser.add_argument("--base", type=Path, required=True, help="the root of the other checkout")
     parser.add_argument("--concurrency", type=numbers(int, empty=True), default="1",
                         help="closed-loop concurrencies (default 1; empty: none)")

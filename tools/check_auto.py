@@ -124,7 +124,7 @@ from rich.table import Table
 from tritonclient.utils import InferenceServerException
 
 from tools.lib.cli import (add_bursts_arguments, add_fill_argument, add_lengths_argument, add_reload_argument,
-                           add_request_rows_argument, numbers, table_console)
+                           add_request_rows_argument, numbers, served, table_console)
 from tools.lib.check_cell import Cell, Served, in_turn, looks
 from tools.lib.harness import Bench, Measured
 from tools.lib.paths import ROOT
@@ -182,14 +182,17 @@ def better_peak(bench: Bench, data: Path, closed: float, args: argparse.Namespac
     load at its rate does not, so the host carries less that way: at 0.9 of the closed loop's
     figure every model's queue grew through the window (means of 17-122 ms where the batches'
     own took 2, their rounds 8,752 % apart), and a mean past capacity says how long the window
-    was, not how the model serves (docs/results/check-auto-poisson-peak)."""
+    was, not how the model serves (docs/results/check-auto-poisson-peak). So no rate above
+    ``closed`` is probed: past capacity the requests pile up, over HTTP each on a connection of
+    its own, and tritonserver ran out of them (``bisect_peak``)."""
     peaks = {}
+    start = float(f"{closed:.3g}")
     for model in ("plain", "pipeline"):
-        found = bench.peak(model, data, float(f"{closed:.3g}"), args.qos_ms, args.percentile, args.seconds,
-                           args.warmup, rows=args.request_rows)
+        found = bench.peak(model, data, start, args.qos_ms, args.percentile, args.seconds,
+                           args.warmup, rows=args.request_rows, cap=start)
         peaks[model] = found.reference
-        console.print(f"  peak of {model}: {peaks[model]:g} requests/s (+{found.resolution:.0%} at most)",
-                      highlight=False)
+        above = "not probed above the closed loop's" if found.rate >= start else f"+{found.resolution:.0%} at most"
+        console.print(f"  peak of {model}: {peaks[model]:g} requests/s ({above})", highlight=False)
     return max(peaks.values())
 
 
@@ -270,7 +273,7 @@ def header(args: argparse.Namespace) -> tuple[str, ...]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tools.check_auto", description=__doc__.split("\n\n")[0])
-    parser.add_argument("profiles", type=Path, nargs="*", default=list(DEFAULT_PROFILES),
+    parser.add_argument("profiles", type=served, nargs="*", default=list(DEFAULT_PROFILES),
                         help="timed profiles (JSON) or sliced model directories (default: three timed profiles)")
     parser.add_argument("--concurrency", type=numbers(int), default="1,16,64",
                         help="closed-loop concurrencies (default 1,16,64)")

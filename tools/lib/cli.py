@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 from rich.console import Console
 
@@ -49,6 +50,17 @@ def pairs(text: str) -> tuple[tuple[float, float], ...]:
     if any(len(pair) != 2 or min(pair) <= 0 for pair in found):
         raise argparse.ArgumentTypeError(f"takes comma-separated LOW/HIGH pairs of numbers above 0, got {text!r}")
     return found
+
+
+def served(text: str) -> Path:
+    """A parser of what the benchmarks serve: a timed profile (a JSON file) or a sliced model
+    directory, which must be there (a path mistyped would fail minutes in, at the first model's
+    set-up, as a traceback)."""
+    path = Path(text)
+    if path.is_dir() or (path.is_file() and path.suffix == ".json"):
+        return path
+    raise argparse.ArgumentTypeError(f"{text}: no timed profile (a .json file) or sliced model directory there "
+                                     "(the timed profiles are in docs/profiles)")
 
 
 def names(known: Sequence[str], empty: bool = False) -> Callable[[str], tuple[str, ...]]:
