@@ -25,7 +25,7 @@ rows. Each cell runs the three side by side:
   answers at least ``1 - margin`` of the better of the other two;
 - Poisson loads at each ``--loads`` fraction of the better one's peak (the higher of the two
   Poisson peaks, each the highest rate whose p``--percentile`` stays within ``--qos-ms``, found
-  by bisection from the last closed loop's figure: ``better_peak``): mean latency; ``auto``
+  by bisection from the last closed loop's figure and never above it: ``better_peak``): mean latency; ``auto``
   passes where its mean is at most ``1 + margin`` of the lower of the other two;
 - loads that come and go, with ``--bursts LOW/HIGH``: Poisson arrivals at ``LOW`` of that peak
   for ``--burst-seconds``, then at ``HIGH`` as long, over and over (``perf_analyzer.write_bursts``,
@@ -161,7 +161,9 @@ def run_profile(profile: Path, args: argparse.Namespace, console: Console) -> It
                 yield top
             if not args.loads and not args.bursts:
                 return
-            peak = better_peak(bench, data, max(top.figures["plain"], top.figures["pipeline"]), args, console)
+            closed = {model: top.figures[model] for model in ("plain", "pipeline")
+                      if not math.isnan(top.figures[model])}
+            peak = better_peak(bench, data, closed, args, console)
             for fraction in args.loads:
                 yield measure(bench, profile.stem, f"Poisson {fraction:g} x {peak:.0f}/s{of}",
                               Load(rate=fraction * peak, rows=args.request_rows), data, args, console)
@@ -175,19 +177,21 @@ def run_profile(profile: Path, args: argparse.Namespace, console: Console) -> It
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def better_peak(bench: Bench, data: Path, closed: float, args: argparse.Namespace, console: Console) -> float:
+def better_peak(bench: Bench, data: Path, closed: dict[str, float], args: argparse.Namespace,
+                console: Console) -> float:
     """The higher of the plain model's and the forced pipeline's Poisson peaks: the highest rate
-    whose p``--percentile`` stays within ``--qos-ms`` (``Bench.peak``, from ``closed``, the better
-    one's answers/s in the last closed loop). A closed loop of 64 forms batches that a Poisson
-    load at its rate does not, so the host carries less that way: at 0.9 of the closed loop's
-    figure every model's queue grew through the window (means of 17-122 ms where the batches'
-    own took 2, their rounds 8,752 % apart), and a mean past capacity says how long the window
-    was, not how the model serves (docs/results/check-auto-poisson-peak). So no rate above
-    ``closed`` is probed: past capacity the requests pile up, over HTTP each on a connection of
-    its own, and tritonserver ran out of them (``bisect_peak``)."""
+    whose p``--percentile`` stays within ``--qos-ms`` (``Bench.peak``, from ``closed``, each one's
+    answers/s in the last closed loop, and never above it). A closed loop of 64 forms batches
+    that a Poisson load at its rate does not, so the host carries less that way: at 0.9 of the
+    closed loop's figure every model's queue grew through the window (means of 17-122 ms where
+    the batches' own took 2, their rounds 8,752 % apart), and a mean past capacity says how long
+    the window was, not how the model serves (docs/results/check-auto-poisson-peak). Past
+    capacity the requests pile up, over HTTP each on a connection of its own: probed past its
+    own closed loop's figure (the forced pipeline at plain's 8,400/s, where it had answered some
+    5,300), a model ran tritonserver out of open files (``bisect_peak``)."""
     peaks = {}
-    start = float(f"{closed:.3g}")
-    for model in ("plain", "pipeline"):
+    for model, figure in closed.items():
+        start = float(f"{figure:.3g}")
         found = bench.peak(model, data, start, args.qos_ms, args.percentile, args.seconds,
                            args.warmup, rows=args.request_rows, cap=start)
         peaks[model] = found.reference

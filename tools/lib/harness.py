@@ -217,8 +217,8 @@ def bisect_peak(passes: Callable[[float], bool], start: float, tolerance: float 
     where every probe was lost, the last loss is raised. No rate above ``cap`` is probed: where a
     probe at it passes, it is the peak, and nothing above it failed (inf). Past capacity an open
     load's requests pile up, and over HTTP perf_analyzer holds a connection for each: near-zero
-    compute probed at 12,360 and 10,300/s, where a closed loop of 64 had answered 8,242/s, left
-    tritonserver with 20,000 open sockets, its limit, and its listener failing every accept
+    compute probed past the 8,242/s a closed loop of 64 had answered (at 10,300/s among others)
+    left tritonserver with 20,000 open sockets, its limit, and its listener failing every accept
     from then on (docs/results/borrowed-late)."""
     low, high, rate, probes, again = 0.0, math.inf, start, 0, set()
     lost: list[WindowLost] = []
