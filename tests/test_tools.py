@@ -308,16 +308,20 @@ def test_the_ways_of_serving_take_the_peers_settings_to_the_peers_alone(reposito
     Runtime threads sleep, and ours keep their own settings (``--parameter``). ``Peer(ragged=True)``
     (``check_auto --length 32,64,128``) pads the plain model's batches to their longest; the
     ensemble's steps still batch equal lengths (an intermediate tensor padded with zeros is not
-    what the padded model computes)."""
+    what the padded model computes). ``Peer(instances=2)`` (``check_auto --instances 2``) gives
+    every way, ours too, two instances."""
     sleeping = 'key: "allow_spinning" value: { string_value: "false" }'
     counted = write_ways(repository / "bert_like", tmp_path, {}, [sources["bert_like"]],
-                         Peer(spinning=False, ragged=True))
+                         Peer(spinning=False, ragged=True, instances=2))
     for model in (*counted["plain"], *counted["ensemble"]):
         config = (tmp_path / model / "config.pbtxt").read_text()
         assert sleeping in config, model
         assert ("allow_ragged_batch: true" in config) == (model == "plain"), model
     for model in ("auto", "pipeline"):
         assert sleeping not in (tmp_path / model / "config.pbtxt").read_text(), model
+    two = re.compile(r"instance_group \[ \{ kind: KIND_CPU count: 2 \} \]")
+    for model in (*counted["plain"], *counted["ensemble"], "auto", "pipeline"):
+        assert two.search((tmp_path / model / "config.pbtxt").read_text()), model
 
 
 def test_ensemble_peer_of_the_same_stages_answers_as_the_unsliced_model(run, client, repository, sources):

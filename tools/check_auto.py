@@ -4,7 +4,7 @@
                                [--loads 0.3,0.6,0.9] [--qos-ms 200] [--percentile 99] [--seconds 3] [--warmup 4]
                                [--bursts 0.1/0.8] [--burst-seconds 2] [--rounds 1] [--max-rounds N]
                                [--reload-every 1]
-                               [--margin 0.05] [--length 64 | 32,64,128] [--request-rows 1] [--ensemble]
+                               [--margin 0.05] [--length 64 | 32,64,128] [--request-rows 1] [--instances 1] [--ensemble]
                                [--source SRC.onnx ...]
                                [--out docs/results/RUN]
 
@@ -124,7 +124,7 @@ from rich.table import Table
 from tritonclient.utils import InferenceServerException
 
 from tools.lib.cli import (add_bursts_arguments, add_fill_argument, add_lengths_argument, add_reload_argument,
-                           add_request_rows_argument, numbers, served, table_console)
+                           add_request_rows_argument, count, numbers, served, table_console)
 from tools.lib.check_cell import Cell, Served, in_turn, looks
 from tools.lib.harness import Bench, Measured
 from tools.lib.paths import ROOT
@@ -144,7 +144,7 @@ def run_profile(profile: Path, args: argparse.Namespace, console: Console) -> It
     loads at fractions of the better way's Poisson peak (``better_peak``)."""
     folder = Path(tempfile.mkdtemp(prefix="dvabatch-check-"))
     try:
-        write_ways(profile, folder, {}, args.source, Peer(ragged=len(args.length) > 1))
+        write_ways(profile, folder, {}, args.source, Peer(ragged=len(args.length) > 1, instances=args.instances))
         queries = synthetic(interface_of(folder / "auto"), 1, {}, lengths=args.length, fill=dict(args.fill))
         data = write_input_data(queries, folder / "data.json")
         log = (args.out / f"tritonserver-{profile.stem}.log") if args.out else folder / "triton.log"
@@ -299,6 +299,9 @@ def main(argv: list[str] | None = None) -> int:
     add_lengths_argument(parser)
     add_fill_argument(parser)
     add_request_rows_argument(parser)
+    parser.add_argument("--instances", type=count(1, "{text}: a model needs one instance at least"), default=1,
+                        help="instances of every model (instance_group count; default 1): each its own stub, "
+                             "Triton's calls taken in turn")
     parser.add_argument("--ensemble", action="store_true",
                         help="run the ensemble of the stages too, and set auto beside it (not part of the verdict)")
     parser.add_argument("--source", type=Path, action="append", default=[],

@@ -65,6 +65,9 @@ class Peer:
     # Triton's preferred batch sizes: with a long ``delay_us``, a batch leaves once that many
     # requests wait. No static size: Triton grows a batch that waits for the instance past it.
     preferred: tuple[int, ...] = ()
+    # instance_group's count: copies of the model, each a stub of its own, that Triton hands calls to
+    # in turn (``write_ways`` gives ours as many: a user adds instances to each way alike).
+    instances: int = 1
 
 
 def find_source(manifest: Manifest, given: Path | None, among: Sequence[Path] = ()) -> Path:
@@ -279,7 +282,7 @@ def _config(name: str, peer: Peer, max_batch_size: int, inputs, outputs, paramet
         f'name: "{name}"\n{engine}\nmax_batch_size: {max_batch_size}\n'
         f"input [\n{_tensors(inputs, ragged)}\n]\noutput [\n{_tensors(outputs)}\n]\n"
         f"dynamic_batching {{ max_queue_delay_microseconds: {peer.delay_us}{_preferred(peer)}{_queue_policy(peer)} }}\n"
-        f"instance_group [ {{ kind: {kind} count: 1 }} ]\n" + note
+        f"instance_group [ {{ kind: {kind} count: {peer.instances} }} ]\n" + note
         + "".join(f'parameters: {{ key: "{k}" value: {{ string_value: "{v}" }} }}\n' for k, v in parameters.items())
     )
 
@@ -374,6 +377,14 @@ def write_variant(model_dir: Path, repository: Path, name: str, overrides: Mappi
     return out
 
 
+def set_instances(config: Path, count: int) -> None:
+    """``config`` (a config.pbtxt) with ``count`` instances in each of its instance groups."""
+    text, groups = re.subn(r"(instance_group\s*\[[^\]]*?count:\s*)\d+", lambda m: f"{m.group(1)}{count}",
+                           config.read_text())
+    if not groups:
+        raise ValueError(f"{config}: no instance_group count to set")
+    config.write_text(text)
+
 
 def write_ways(profile: Path, folder: Path, parameters: Mapping[str, str] = {},
                sources: Sequence[Path] = (), peer: Peer = Peer()) -> dict[str, list[str]]:
@@ -382,7 +393,8 @@ def write_ways(profile: Path, folder: Path, parameters: Mapping[str, str] = {},
     ``sources`` or where the slicer found it): ``auto`` (ours as the slicer configured it),
     ``pipeline`` (ours, ``policy: pass``), ``plain`` and ``ensemble``; ``parameters`` go on top
     of ours, ``peer`` says how the last two are served (but an ensemble's steps batch equal
-    shapes only, ragged or not). Returns model -> the Triton models whose batches count."""
+    shapes only, ragged or not), and its instances are every way's. Returns model -> the Triton
+    models whose batches count."""
     if profile.is_dir():
         write_variant(profile, folder, "auto", parameters)
         write_variant(profile, folder, "pipeline", {**parameters, "policy": "pass"})
@@ -395,6 +407,9 @@ def write_ways(profile: Path, folder: Path, parameters: Mapping[str, str] = {},
             written = write_timed(model, manifest.inputs, tables, manifest.max_batch_size, *identity, folder / model,
                                   policy, manifest.whole)
         timed_whole(written)
+    if peer.instances != 1:  # (else ours keep the count their config has)
+        for model in ("auto", "pipeline"):
+            set_instances(folder / model / "config.pbtxt", peer.instances)
     write_plain(folder / "auto", folder, "plain", peer, among=sources)
     steps = [p.name for p in write_ensemble(folder / "auto", folder, "ensemble", replace(peer, ragged=False))[:-1]]
     return {"plain": ["plain"], "ensemble": steps, "pipeline": ["pipeline"], "auto": ["auto"]}
