@@ -185,7 +185,7 @@ class TritonPythonModel:
                                  server_cpu_s=lambda: process_cpu_s(os.getppid()),
                                  said=lambda line: pb_utils.Logger.log_info(f"{args['model_name']}: {line}"),
                                  instances=instances_of(config), decoupled=self._decoupled,
-                                 windows=_windows_log(args["model_name"]))
+                                 windows=_windows_log(args["model_name"]), model=args["model_name"])
         pb_utils.Logger.log_info(f"{args['model_name']}: {decision.describe()} (backend/decide/)")
         if decision.moved:
             pb_utils.Logger.log_warn(f"{args['model_name']}: {decision.moved}")

@@ -39,6 +39,7 @@ from .engines import describe_graphs, describe_pins, fusable, graph_buckets, loa
 from .executor import Trace
 from .hold import HeldBatch, Hold
 from .host import Cpus, Machine, busy_s, cpus, machine
+from .instances import FOLLOW_POLL_S, SharedMode
 from .manifest import Manifest
 from .metrics import (ANSWER_TIME, ANSWERS, BATCHES, ENTRY_ADMITTED, EXECUTE_IDLE, EXECUTE_TIME, EXECUTES, LONE_INLINE,
                       LONE_PIPELINE, RETURNED, RETURNED_TIME, STAGE_BUSY, Metrics)
@@ -100,12 +101,14 @@ def serve(manifest: Manifest, version_dir: Path, config: RuntimeConfig, device: 
           on_death: Callable[[str], None] | None = None, trace: Trace | None = None,
           round_trip: Callable[[], None] | None = None, server_cpu_s: Callable[[], float | None] | None = None,
           said: Callable[[str], None] | None = None, instances: int = 1,
-          decoupled: bool = False, windows: Callable[[str], None] | None = None) -> tuple[Decision, Server]:
+          decoupled: bool = False, windows: Callable[[str], None] | None = None,
+          model: str = "") -> tuple[Decision, Server]:
     """The model's engines loaded and its server built. ``round_trip``: one call to Triton's
     process (timed for a ``send()``); ``server_cpu_s``: tritonserver's CPU seconds so far;
     ``said``: where the switch's changes of mind and the policy's decisions are logged;
     ``windows``: where each window the switch read is logged with its reading (None: nowhere);
-    ``instances``: the model's instances, which share the host's cores; ``decoupled``: every
+    ``instances``: the model's instances, which share the host's cores and, where it switches,
+    one way of serving (``instances.SharedMode``, by ``model``, its name); ``decoupled``: every
     response is a ``send()``, served plain too."""
     graphs = config.graphs(manifest, not isinstance(device, CpuDevice))
     lengths = graph_buckets(manifest)[1] if graphs else ()
@@ -185,7 +188,8 @@ def serve(manifest: Manifest, version_dir: Path, config: RuntimeConfig, device: 
                               _shared(server_cpu_s, lent.instances), said, alone=lent.instances == 1,
                               cores_busy_s=_cores_busy(lent),
                               entry=EntryWait(waited) if config.execute_waits == "auto" else None,
-                              windows=windows)
+                              windows=windows,
+                              shared=SharedMode.of(model, lent.instances) if choice.switches and model else None)
         if choice.switches and switch.begin() is not Mode.PIPELINE:
             runtime.watch.serve(switch.mode)
             decision = replace(decision, first=switch.last)
@@ -211,6 +215,12 @@ def _fused(manifest: Manifest, version_dir: Path, device: Device, config: Runtim
         return []
     (said or log.info)("served plain, the stages run fused as one engine (serving._fused)")
     return engines
+
+
+def _way(mode: Mode) -> str:
+    """What a model's instances share of a mode: pipelined or plain (each serves plain its own way,
+    fused or its stages in turn, as its engines loaded)."""
+    return mode.value if mode is Mode.PIPELINE else "plain"
 
 
 def _shared(server_cpu_s: Callable[[], float | None] | None, instances: int) -> Callable[[], float | None] | None:
@@ -296,26 +306,38 @@ class Watch(threading.Thread):
     def __init__(self, runtime: Runtime, switch: ModeSwitch, metrics: Metrics, device: Device, stages: int,
                  server_cpu_s: Callable[[], float | None] | None, said: Callable[[str], None] | None,
                  alone: bool = True, cores_busy_s: Callable[[], float | None] | None = None,
-                 entry: EntryWait | None = None, windows: Callable[[str], None] | None = None):
+                 entry: EntryWait | None = None, windows: Callable[[str], None] | None = None,
+                 shared: SharedMode | None = None):
         super().__init__(name="dvabatch-mode-switch", daemon=True)
         self.runtime, self.switch, self.metrics, self.stages = runtime, switch, metrics, stages
-        self.device, self.alone, self.entry, self._windows = device, alone, entry, windows
+        self.device, self.alone, self.entry, self._windows, self.shared = device, alone, entry, windows, shared
         self._server_cpu_s, self._said = server_cpu_s or (lambda: None), said or log.info
         self._cores_busy_s = cores_busy_s or (lambda: None)
         self._stopping = threading.Event()
 
     def stop(self) -> None:
         self._stopping.set()
-        self.join()
+        if self.is_alive():
+            self.join()
+        if self.shared is not None:
+            self.shared.close()
+
+    @property
+    def follows(self) -> bool:
+        """Whether another instance of the model decides the way this one serves (``SharedMode``)."""
+        return self.shared is not None and not self.shared.leads
 
     def run(self) -> None:
+        if self.shared is not None:
+            self.shared.write(_way(self.runtime.mode))
         before = self._resumed(self._read())
-        while not self._stopping.wait(WINDOW_S):
+        while not self._waited():
             now = self._read()
             window = self._window(before, now)
             try:
                 served = self.switch.mode
-                changed = self.switch.observe(window, trial=self.entry is not None and self.entry.trying)
+                changed = self._led() if self.follows else \
+                    self.switch.observe(window, trial=self.entry is not None and self.entry.trying)
                 if self.runtime.lone is not None:
                     self.runtime.lone.scale = self.switch.off(Mode.PIPELINE)
                 self._hold(window, now.sent - before.sent)
@@ -338,9 +360,34 @@ class Watch(threading.Thread):
                 before = self._resumed(now)
 
     def serve(self, mode: Mode) -> None:
-        """The runtime serves ``mode`` from its next ``execute`` on, and the metrics say so."""
+        """The runtime serves ``mode`` from its next ``execute`` on, and the metrics say so (and,
+        where this instance decides for the model's others, they do too)."""
         self.runtime.mode = mode
         self.metrics.serving(mode.value, {})
+        if self.shared is not None:
+            self.shared.write(_way(mode))
+
+    def _waited(self) -> bool:
+        """Whether the watch is stopping, once a window has passed, or for an instance that
+        follows, as soon as the way it is told to serve is not the way it serves."""
+        if not self.follows:
+            return self._stopping.wait(WINDOW_S)
+        for _ in range(max(round(WINDOW_S / FOLLOW_POLL_S), 1)):
+            if self._stopping.wait(FOLLOW_POLL_S):
+                return True
+            if self.shared.read() not in (None, _way(self.runtime.mode)):
+                return False
+        return False
+
+    def _led(self) -> Mode | None:
+        """For an instance that follows: the way the leading instance serves, where it is not
+        this one's (its own switch then serves so too, and decides nothing)."""
+        led = self.shared.read()
+        if led is None or led == _way(self.runtime.mode):
+            return None
+        self.switch.mode = Mode.PIPELINE if led == Mode.PIPELINE.value else self.switch.plain
+        self.switch.last = f"as the model's instance that decides ({self.shared.path.name})"
+        return self.switch.mode
 
     def _resumed(self, idle: Reading) -> Reading:
         """The reading once a query is admitted after ``idle`` (one that ended a window of too

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
 import threading
 import time
 from collections import deque
@@ -24,7 +26,8 @@ from backend.policy import FixedPolicy, RandomPolicy
 from backend.query import Failure, Handover, Query, refuse_invalid, take_batch, validate
 from backend.runtime import BACKPRESSURE_MAX_S, Runtime
 from backend.decide import HostCosts, LoneRuns, Mode, Window, choose, waits
-from backend.serving import Reading, serve
+from backend.instances import SharedMode
+from backend.serving import WINDOW_S, Reading, Watch, serve
 from backend.whole import WholeBatch
 from backend.sample import sample_inputs
 from slicer.slicing import VERSION, slice_model
@@ -587,6 +590,43 @@ def test_auto_begins_plain_where_loadings_costs_say_the_pipeline_loses_at_both_e
         assert failure is None and np.array_equal(outputs["input_ids_out"], feed["input_ids"])
     finally:
         runtime.close()
+
+
+def test_a_models_instances_serve_the_way_the_instance_that_decides_serves(tmp_path):
+    """``instance_group`` count 2: the instance that loads first leads (``SharedMode``), and writes
+    each way it takes; another (another process, alive) follows: its watch wakes as soon as the
+    way written is not the one it serves, serves it (plain as its own engines serve plain) and
+    decides nothing of its own; what it would write goes nowhere. A leader whose process is gone
+    is replaced by the next instance to load; the leader's file goes when it unloads; a model
+    with one instance shares nothing."""
+    assert SharedMode.of("m", 1, folder=tmp_path) is None
+    leader = SharedMode.of("m", 2, folder=tmp_path)
+    follower = SharedMode.of("m", 2, folder=tmp_path, pid=os.getppid())
+    assert leader.leads and not follower.leads and follower.read() is None
+    zero = timed_manifest(tmp_path, 0.001, 0.002, 128)
+    metrics = Metrics()
+    _, runtime = serve(zero, tmp_path, RuntimeConfig(policy=make_policy("auto", {})), CpuDevice(), metrics)
+    runtime.watch.stop()
+    watch = Watch(runtime, runtime.watch.switch, metrics, CpuDevice(), 2, None, None, alone=False, shared=follower)
+    try:
+        plain = runtime.mode
+        assert plain is not Mode.PIPELINE and watch.follows  # (near-zero compute begins plain)
+        leader.write("pipeline")
+        began = time.monotonic()
+        assert not watch._waited() and time.monotonic() - began < WINDOW_S / 2
+        assert watch._led() is Mode.PIPELINE and watch.switch.mode is Mode.PIPELINE
+        watch.serve(Mode.PIPELINE)
+        assert runtime.mode is Mode.PIPELINE and watch._led() is None and follower.read() == "pipeline"
+        leader.write("plain")
+        assert watch._led() is plain
+    finally:
+        runtime.close()
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    stale = SharedMode.of("stale", 2, folder=tmp_path, pid=gone.pid)
+    assert stale.leads and SharedMode.of("stale", 2, folder=tmp_path).leads
+    leader.close()
+    assert not leader.path.exists()
 
 
 def test_a_switch_to_plain_serving_drains_the_pipeline_before_a_batch_runs_inline(tmp_path):
