@@ -17,11 +17,13 @@ the process that held it is gone.
 
 from __future__ import annotations
 
+import logging
 import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+log = logging.getLogger(__name__)
 FOLLOW_POLL_S = 0.02  # how often an instance that follows reads the way to serve
 SHARED = Path("/dev/shm") if Path("/dev/shm").is_dir() else Path(tempfile.gettempdir())
 
@@ -37,7 +39,8 @@ class SharedMode:
 
     @classmethod
     def of(cls, model: str, instances: int, folder: Path = SHARED, pid: int | None = None) -> SharedMode | None:
-        """This instance's part (None for a model with one instance): the first to create the
+        """This instance's part (None for a model with one instance, or where ``folder`` takes no
+        file: each instance then decides for itself, as the log says): the first to create the
         file leads, as does one that finds it held by a process that is gone."""
         if instances <= 1:
             return None
@@ -53,14 +56,20 @@ class SharedMode:
             if shared.leads:
                 shared.write("")
             return shared
+        except OSError as exc:
+            log.warning("%s: its %d instances decide how to serve each on its own: %s", model, instances, exc)
+            return None
 
     def write(self, mode: str) -> None:
         """Where it leads: ``mode`` is the way every instance serves from now on."""
         if not self.leads:
             return
         staged = self.path.with_name(f"{self.path.name}.{self.pid}")
-        staged.write_text(f"{self.pid} {mode}\n")
-        os.replace(staged, self.path)
+        try:
+            staged.write_text(f"{self.pid} {mode}\n")
+            os.replace(staged, self.path)
+        except OSError:  # the others go on serving the way they last read
+            log.exception("could not tell the model's other instances to serve %s", mode)
 
     def read(self) -> str | None:
         """The way the leading instance serves (None before it has said, or where the file cannot

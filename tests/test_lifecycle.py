@@ -14,15 +14,18 @@ the server sees the old model or the new one, never a mix nor none."""
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 
 from backend.engines import OnnxRuntimeEngine
+from backend.instances import SHARED
 from backend.manifest import LatencyTable, Manifest, TensorSpec
 from backend.sample import sample_inputs
 from slicer.errors import SliceError
@@ -175,6 +178,42 @@ def test_unload_and_load_while_requests_wait_and_run(client, repository, path):
         again = Answers(1)
         send(client, name, 7, again)
         assert again.wait() == {7: True}
+
+
+def test_a_models_instances_serve_one_way_and_leave_nothing_behind(client, repository):
+    """Two instances (``instance_group`` count 2) under ``auto``: the one that loads first decides
+    for both through one small file named after tritonserver's process and the model
+    (``instances.SharedMode``), which says the way they serve; requests spread over both answer
+    with their own rows; unloaded, the file is gone, and loaded again, the model makes a new one."""
+    name = "lifecycle_two"
+    table = LatencyTable.from_json({"batch_sizes": [1, 8], "mean": [2.0, 4.0]})
+    write_timed(name, (TensorSpec("x", "float32", ("sequence",)),), [table] * 2, 8, "timed.onnx", "",
+                repository / name, {"policy": "auto"})
+    config = repository / name / "config.pbtxt"
+    config.write_text(re.sub(r"count: \d+", "count: 2", config.read_text()))
+
+    def files(count: int | None = None) -> list[Path]:
+        """The model's files, once there are ``count`` (within 10 s: Triton unloads a model's
+        instances after ``unload_model`` has returned)."""
+        deadline = time.monotonic() + 10
+        while len(found := list(SHARED.glob(f"dvabatch-*-{name}.mode"))) != count and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return found
+    with serving(client, repository, name):
+        [file] = files(1)
+        deadline = time.monotonic() + 10  # (the leader's watch writes the way as it starts)
+        while len(file.read_text().split()) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert file.read_text().split()[1:] in (["pipeline"], ["plain"])
+        answers = Answers(8)
+        for key in range(8):
+            send(client, name, key, answers)
+        assert answers.wait() == dict.fromkeys(range(8), True)
+        client.unload_model(name)
+        assert not files(0)
+        client.load_model(name)
+        assert len(files(1)) == 1
+    assert not files(0)
 
 
 def test_a_polling_server_sees_the_old_model_or_the_new_one_throughout_a_reslice(tmp_path, sources):

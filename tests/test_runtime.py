@@ -599,7 +599,7 @@ def test_a_models_instances_serve_the_way_the_instance_that_decides_serves(tmp_p
     decides nothing of its own; what it would write goes nowhere. A leader whose process is gone
     is replaced by the next instance to load; the leader's file goes when it unloads; a model
     with one instance shares nothing."""
-    assert SharedMode.of("m", 1, folder=tmp_path) is None
+    assert SharedMode.of("m", 1, folder=tmp_path) is None and SharedMode.of("m", 2, folder=tmp_path / "absent") is None
     leader = SharedMode.of("m", 2, folder=tmp_path)
     follower = SharedMode.of("m", 2, folder=tmp_path, pid=os.getppid())
     assert leader.leads and not follower.leads and follower.read() is None
