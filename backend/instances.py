@@ -11,12 +11,16 @@ in one check, 0.80x the forced pipeline in one life (docs/results/instances-two)
 instance that loads first decides (it ``leads``) and writes each way it takes to a small file the
 others read every ``FOLLOW_POLL_S``: every instance serves the same way within that, and a
 trial's windows show a way served by all. The file is named after tritonserver's process (the
-stubs' parent) and the model; an instance loaded again after its stub died takes the lead where
-the process that held it is gone.
+stubs' parent) and the model; the leader holds a lock on it while it lives (the kernel lets go of
+it when its process ends), and an instance that follows tries to take it once a window, so that
+a leader that unloaded or died is replaced: two lives of a model loaded one after another had
+each instance take the lead of a file the one before left, and both decide (two trials of plain
+at once).
 """
 
 from __future__ import annotations
 
+import fcntl
 import logging
 import os
 import tempfile
@@ -26,48 +30,56 @@ from pathlib import Path
 log = logging.getLogger(__name__)
 FOLLOW_POLL_S = 0.02  # how often an instance that follows reads the way to serve
 SHARED = Path("/dev/shm") if Path("/dev/shm").is_dir() else Path(tempfile.gettempdir())
+WIDTH = 16  # the way is written padded to this, in one write in place: a reader sees the old or the new
 
 
 @dataclass
 class SharedMode:
-    """The file through which a model's instances serve one way: ``leads`` for the instance that
-    writes it, the others read it."""
+    """The file through which a model's instances serve one way: the instance that holds its lock
+    (``leads``) writes it, the others read it."""
 
     path: Path
-    leads: bool
-    pid: int
+    fd: int | None = None  # the locked file, while this instance leads
 
     @classmethod
-    def of(cls, model: str, instances: int, folder: Path = SHARED, pid: int | None = None) -> SharedMode | None:
+    def of(cls, model: str, instances: int, folder: Path = SHARED) -> SharedMode | None:
         """This instance's part (None for a model with one instance, or where ``folder`` takes no
-        file: each instance then decides for itself, as the log says): the first to create the
-        file leads, as does one that finds it held by a process that is gone."""
+        file: each instance then decides for itself, as the log says), leading where it takes
+        the lock."""
         if instances <= 1:
             return None
-        pid = os.getpid() if pid is None else pid
-        path = folder / f"dvabatch-{os.getppid()}-{model}.mode"
+        shared = cls(folder / f"dvabatch-{os.getppid()}-{model}.mode")
         try:
-            with os.fdopen(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600), "w") as file:
-                file.write(f"{pid} \n")
-            return cls(path, True, pid)
-        except FileExistsError:
-            holder = _holder(path)
-            shared = cls(path, holder is None or holder == pid or not _alive(holder), pid)
-            if shared.leads:
-                shared.write("")
-            return shared
+            shared.elect()
         except OSError as exc:
             log.warning("%s: its %d instances decide how to serve each on its own: %s", model, instances, exc)
             return None
+        return shared
+
+    @property
+    def leads(self) -> bool:
+        return self.fd is not None
+
+    def elect(self) -> bool:
+        """Take the lead where no live instance holds it (the file made where there is none);
+        whether this instance leads."""
+        if self.fd is not None:
+            return True
+        fd = os.open(self.path, os.O_CREAT | os.O_RDWR, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return False
+        self.fd = fd
+        return True
 
     def write(self, mode: str) -> None:
         """Where it leads: ``mode`` is the way every instance serves from now on."""
-        if not self.leads:
+        if self.fd is None:
             return
-        staged = self.path.with_name(f"{self.path.name}.{self.pid}")
         try:
-            staged.write_text(f"{self.pid} {mode}\n")
-            os.replace(staged, self.path)
+            os.pwrite(self.fd, f"{mode:<{WIDTH}}".encode(), 0)
         except OSError:  # the others go on serving the way they last read
             log.exception("could not tell the model's other instances to serve %s", mode)
 
@@ -75,29 +87,18 @@ class SharedMode:
         """The way the leading instance serves (None before it has said, or where the file cannot
         be read)."""
         try:
-            _, _, mode = self.path.read_text().strip().partition(" ")
+            return self.path.read_text().strip() or None
         except OSError:
             return None
-        return mode or None
 
     def close(self) -> None:
-        """The leading instance unloads: the file goes with it."""
-        if self.leads and _holder(self.path) == self.pid:
-            self.path.unlink(missing_ok=True)
-
-
-def _holder(path: Path) -> int | None:
-    try:
-        return int(path.read_text().split()[0])
-    except (OSError, IndexError, ValueError):
-        return None
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+        """The leading instance unloads: the file goes with it (where it is still this one's)."""
+        if self.fd is None:
+            return
+        try:
+            if os.stat(self.path).st_ino == os.fstat(self.fd).st_ino:
+                self.path.unlink()
+        except OSError:
+            pass
+        os.close(self.fd)
+        self.fd = None

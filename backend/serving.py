@@ -335,6 +335,9 @@ class Watch(threading.Thread):
             now = self._read()
             window = self._window(before, now)
             try:
+                if self.follows and self.shared.elect():  # the instance that led unloaded, or died
+                    self.shared.write(_way(self.runtime.mode))
+                    self._said(f"decides how the model's instances serve now ({self.shared.path.name})")
                 served = self.switch.mode
                 changed = self._led() if self.follows else \
                     self.switch.observe(window, trial=self.entry is not None and self.entry.trying)

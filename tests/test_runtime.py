@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 import threading
 import time
 from collections import deque
@@ -593,16 +592,15 @@ def test_auto_begins_plain_where_loadings_costs_say_the_pipeline_loses_at_both_e
 
 
 def test_a_models_instances_serve_the_way_the_instance_that_decides_serves(tmp_path):
-    """``instance_group`` count 2: the instance that loads first leads (``SharedMode``), and writes
-    each way it takes; another (another process, alive) follows: its watch wakes as soon as the
+    """``instance_group`` count 2: the instance that takes the file's lock first leads
+    (``SharedMode``) and writes each way it takes; another follows: its watch wakes as soon as the
     way written is not the one it serves, serves it (plain as its own engines serve plain) and
-    decides nothing of its own; what it would write goes nowhere. A leader whose process is gone
-    is replaced by the next instance to load; the leader's file goes when it unloads; a model
-    with one instance shares nothing."""
+    decides nothing of its own; what it would write goes nowhere. Once the leader lets go (it
+    unloaded, or its process ended), the next to try takes the lead; the leader's file goes when
+    it unloads; a model with one instance shares nothing."""
     assert SharedMode.of("m", 1, folder=tmp_path) is None and SharedMode.of("m", 2, folder=tmp_path / "absent") is None
-    leader = SharedMode.of("m", 2, folder=tmp_path)
-    follower = SharedMode.of("m", 2, folder=tmp_path, pid=os.getppid())
-    assert leader.leads and not follower.leads and follower.read() is None
+    leader, follower = SharedMode.of("m", 2, folder=tmp_path), SharedMode.of("m", 2, folder=tmp_path)
+    assert leader.leads and not follower.leads and follower.read() is None and not follower.elect()
     zero = timed_manifest(tmp_path, 0.001, 0.002, 128)
     metrics = Metrics()
     _, runtime = serve(zero, tmp_path, RuntimeConfig(policy=make_policy("auto", {})), CpuDevice(), metrics)
@@ -621,12 +619,11 @@ def test_a_models_instances_serve_the_way_the_instance_that_decides_serves(tmp_p
         assert watch._led() is plain
     finally:
         runtime.close()
-    gone = subprocess.Popen(["true"])
-    gone.wait()
-    stale = SharedMode.of("stale", 2, folder=tmp_path, pid=gone.pid)
-    assert stale.leads and SharedMode.of("stale", 2, folder=tmp_path).leads
-    leader.close()
-    assert not leader.path.exists()
+    os.close(leader.fd)  # (its process ended: the file stays, its lock goes)
+    leader.fd = None
+    assert follower.elect() and follower.leads and not SharedMode.of("m", 2, folder=tmp_path).leads
+    follower.close()
+    assert not follower.path.exists() and SharedMode.of("m", 2, folder=tmp_path).leads
 
 
 def test_a_switch_to_plain_serving_drains_the_pipeline_before_a_batch_runs_inline(tmp_path):
