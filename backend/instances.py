@@ -68,7 +68,11 @@ class SharedMode:
         fd = os.open(self.path, os.O_CREAT | os.O_RDWR, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+            # ... of the file the path names still: a leader unloading unlinks its file, then lets go
+            held = os.stat(self.path).st_ino == os.fstat(fd).st_ino
+        except (BlockingIOError, FileNotFoundError):
+            held = False
+        if not held:
             os.close(fd)
             return False
         self.fd = fd
