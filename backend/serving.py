@@ -317,8 +317,7 @@ class Watch(threading.Thread):
 
     def stop(self) -> None:
         self._stopping.set()
-        if self.is_alive():
-            self.join()
+        self.join()
         if self.shared is not None:
             self.shared.close()
 
@@ -378,15 +377,19 @@ class Watch(threading.Thread):
         for _ in range(max(round(WINDOW_S / FOLLOW_POLL_S), 1)):
             if self._stopping.wait(FOLLOW_POLL_S):
                 return True
-            if self.shared.read() not in (None, _way(self.runtime.mode)):
+            if self._told() is not None:
                 return False
         return False
+
+    def _told(self) -> str | None:
+        """The way the leading instance serves, where it is not the way this one serves."""
+        led = self.shared.read()
+        return None if led in (None, _way(self.runtime.mode)) else led
 
     def _led(self) -> Mode | None:
         """For an instance that follows: the way the leading instance serves, where it is not
         this one's (its own switch then serves so too, and decides nothing)."""
-        led = self.shared.read()
-        if led is None or led == _way(self.runtime.mode):
+        if (led := self._told()) is None:
             return None
         self.switch.mode = Mode.PIPELINE if led == Mode.PIPELINE.value else self.switch.plain
         self.switch.last = f"as the model's instance that decides ({self.shared.path.name})"
