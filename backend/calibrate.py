@@ -70,17 +70,22 @@ def measure(manifest: Manifest, device: Device, pipeline: Callable[[Sequence[Que
     list ``execute`` returns)."""
     tables = [s.latency for s in manifest.stages]
     length, feed = _typical(manifest)
-    many = max(2, min(manifest.max_batch_size, 32))
+    many = min(manifest.max_batch_size, 32)  # (a batch beyond the largest is one no stage takes)
+    sizes = sorted({1, many})
     serves = {"pipeline": lambda qs: _through(pipeline, qs), "plain": plain}
 
     def runs(rows: int) -> int:
         took = sum(t.predict(rows, length) for t in tables) / 1000 if all(tables) else 0.0
         return int(max(1, min(ROUNDS, budget_s / 4 / took))) if took > 0 else ROUNDS
-    costs, walls = _per_batch(serves, device, feed, {(way, rows): runs(rows) for rows in (1, many) for way in serves})
+    costs, walls = _per_batch(serves, device, feed, {(way, rows): runs(rows) for rows in sizes for way in serves})
     trip = _round_trip_s(round_trip)
     handoff = max(0.0, walls["pipeline", 1] - walls["plain", 1] - (costs["pipeline", 1] - costs["plain", 1]))
 
     def line(way: str) -> tuple[float, float]:
+        """(per batch, per request): the line through a batch of one and one of ``many``; where
+        every batch is one request (``max_batch_size`` 1), all of its cost is the request's."""
+        if many == 1:
+            return 0.0, costs[way, 1]
         per_request = max(0.0, (costs[way, many] - costs[way, 1]) / (many - 1))
         return max(0.0, costs[way, 1] - per_request), per_request
 
@@ -88,7 +93,8 @@ def measure(manifest: Manifest, device: Device, pipeline: Callable[[Sequence[Que
     return HostCosts(pipeline_batch_s=pipe_batch, pipeline_request_s=pipe_request + trip,
                      plain_batch_s=plain_batch, plain_request_s=plain_request + (trip if plain_sends else 0.0),
                      handoff_s=handoff, send_s=0.0 if plain_sends else trip,
-                     how=f"measured at load, batches of 1 and {many}" + (f", send {trip * 1e6:.0f} us" if trip else ""))
+                     how=f"measured at load, batches of {' and '.join(map(str, sizes))}"
+                     + (f", send {trip * 1e6:.0f} us" if trip else ""))
 
 
 def energy(manifest: Manifest, plain: Callable[[Sequence[Query]], None], counter: Callable[[], float],

@@ -12,8 +12,9 @@ import pytest
 
 from backend.batch_table import BatchTable, Flight
 from backend.manifest import LatencyTable
-from backend.decide import (EntryWait, HostCosts, LoneRuns, Mode, ModeSwitch, ServedLine, Trial, Window, capacities,
-                            fuses, interpreted, measured_s, round_trip_s)
+from backend.decide import (EntryWait, HostCosts, LoneRuns, Mode, ModeSwitch, ServedLine, Trial, Window, beyond_first,
+                            capacities, fuses, interpreted, measured_s, round_trip_s)
+from backend.decide.switch import RETRY_WINDOWS
 from backend.config import RuntimeConfig, make_policy
 from backend.policy import Outlook
 from backend.errors import ConfigError
@@ -1388,6 +1389,42 @@ def test_a_plain_instance_busy_all_the_time_is_tried_against_the_pipeline_not_le
     assert switch.last == "a trial pipelined answered 986/s where plain answered 1002: not 5% more"
     assert [switch.observe(later) for _ in range(4)] == [None] * 4 and switch.trying is None, switch.last
     assert "pipelined (81% busy)" in switch.last and "plain (98%" in switch.last
+
+
+def test_a_model_that_takes_one_request_a_call_busy_all_the_time_is_tried_against_the_pipeline():
+    """``max_batch_size`` 1, four stages of 2 ms: a call holds one request however many wait, so
+    its calls show no queue (``beyond_first``: random arrivals bring none beyond the first
+    either), and 16 in flight served plain, 96 % busy at 117 answers/s, read as a lone request's
+    loop answered in 8 ms: it stayed plain where the pipeline answered 403/s (0.29x), and a
+    Poisson load of 200/s waited a second a request. An instance busy all the time is at its
+    capacity whatever the load: the pipeline is tried, kept where it answers more (16 in flight),
+    and refused where it answers less (one in flight); a load that reads the same, tried again
+    after ever more windows (``RETRY_WINDOWS``)."""
+    manifest = timed_manifest([{"batch_sizes": [1], "mean": [2.0]}] * 4, dims=(8,), max_batch_size=1)
+    costs = HostCosts(pipeline_request_s=640e-6, plain_request_s=80e-6, handoff_s=200e-6)
+
+    def plain(rate: int, idle_s: float) -> Window:
+        return Window(1.0, rate, rate * 260e-6, rate * 400e-6, (rate * 2e-3,) * 4, 1.0, 1 - idle_s, rate, idle_s,
+                      idle_s / rate * 2, returned=rate, returned_s=rate * 8.2e-3)
+
+    def piped(rate: int, took_s: float) -> Window:
+        return Window(1.0, rate, rate * 640e-6, rate * 400e-6, (rate * 2.2e-3,) * 4, 1.0, rate * 0.1e-3, rate,
+                      1 - rate * 0.1e-3, 0.005, piped=rate, piped_s=rate * took_s)
+
+    assert beyond_first(0.96, 0) == 0.0 and beyond_first(0.96, 63) == pytest.approx(0.96 + math.exp(-0.96) - 1)
+    loads = {"16 in flight": (plain(117, 0.04), [piped(400, 0.0395)] * 2, Mode.PIPELINE),
+             "Poisson 200/s": (plain(117, 0.04), [piped(360, 0.3), piped(200, 0.0105)], Mode.PIPELINE),  # (the queue)
+             "1 in flight": (plain(112, 0.13), [piped(103, 0.0097)] * 2, Mode.IN_TURN)}
+    for load, (served, tried, kept) in loads.items():
+        switch = ModeSwitch([s.latency for s in manifest.stages], costs, cores=1, mode=Mode.IN_TURN)
+        assert _decides(switch, served) is Mode.PIPELINE and switch.trying is not None, (load, switch.last)
+        assert [switch.observe(window) for window in tried] == [None, kept], (load, switch.last)
+        assert switch.trying is None and switch.mode is kept, (load, switch.last)
+    # Refused at one in flight, a load that reads the same (16 in flight following it) is tried
+    # again after 4 windows at capacity, then 8, and so on.
+    for retry in (RETRY_WINDOWS, 2 * RETRY_WINDOWS):
+        assert [switch.observe(served) for _ in range(retry + 1)] == [None] * retry + [Mode.PIPELINE], switch.last
+        assert [switch.observe(window) for window in tried] == [None, Mode.IN_TURN], switch.last
 
 
 def test_the_mode_switch_serves_plain_where_the_pipelines_hand_offs_outweigh_its_multi_entry():

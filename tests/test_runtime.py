@@ -310,13 +310,14 @@ def test_split_parts_leave_one_by_one(repository, sources):
     assert_like_reference(inbox, feeds, OnnxRuntimeEngine(sources["resnet_like"], [o.name for o in manifest.outputs]))
 
 
-def timed_manifest(folder, one_ms: float, full_ms: float, rows: int, stages: int = 2) -> Manifest:
+def timed_manifest(folder, one_ms: float, full_ms: float, rows: int, stages: int = 2,
+                   max_batch_size: int = 64) -> Manifest:
     """A timed model written by ``tools.simulate`` from a linear engine profile."""
     from tools.lib.profiles import profile
     from tools.lib.timed import from_profile, write_timed
 
-    path = folder / f"{one_ms}-{full_ms}-{stages}.json"
-    path.write_text(json.dumps(profile("p", one_ms, full_ms, rows, stages=stages)))
+    path = folder / f"{one_ms}-{full_ms}-{stages}-{max_batch_size}.json"
+    path.write_text(json.dumps(profile("p", one_ms, full_ms, rows, stages=stages, max_batch_size=max_batch_size)))
     profiled = from_profile(path)[1]
     return write_timed("p", profiled.inputs, [s.latency for s in profiled.stages], profiled.max_batch_size,
                        profiled.source_file, profiled.source_sha256, folder / path.stem, {})
@@ -779,6 +780,32 @@ def test_the_watch_has_a_pipelined_execute_wait_for_stage_0_while_the_host_is_sa
         assert runtime.watch is None and runtime.wait_s == BACKPRESSURE_MAX_S
     finally:
         runtime.close()
+
+
+def test_a_model_that_takes_one_query_a_batch_loads_and_pipelines_them(tmp_path):
+    """``max_batch_size: 1`` (a model that cannot batch: the pipeline is all it can gain): the
+    calibration times batches of one alone, and all of their cost is the request's. It had handed
+    the pipeline a batch of two, which no stage takes, and the load failed after 60 s."""
+    manifest = timed_manifest(tmp_path, 8, 8, 2, stages=4, max_batch_size=1)  # four stages of 2 ms
+    feed = sample_inputs(manifest.inputs, 1, {"sequence": 4}, seed=0)
+    for policy in ("pass", "auto"):
+        decision, runtime = serve(manifest, tmp_path, RuntimeConfig(policy=make_policy(policy, {})), CpuDevice(),
+                                  Metrics())
+        try:
+            costs = decision.costs
+            assert decision.mode is Mode.PIPELINE and costs.how.startswith("measured at load, batches of 1")
+            assert costs.pipeline_batch_s == costs.plain_batch_s == 0.0 < costs.plain_request_s, costs
+            answered = []
+            runtime.submit([Query(dict(feed), lambda o, f: answered.append(f)) for _ in range(4)])
+            deadline = time.monotonic() + 5
+            while len(answered) < 4 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert answered == [None] * 4
+            ran = {dict(k)["stage"]: n for (family, k), n in runtime.metrics.snapshot().items()
+                   if family == "dvabatch_batches_total"}
+            assert ran == {"0": 4, "1": 4, "2": 4, "3": 4}, ran  # one query a batch at every stage
+        finally:
+            runtime.close()
 
 
 def test_the_counters_of_calls_served_plain_add_up_with_the_pipelines_own():

@@ -33,7 +33,8 @@ from .load import Choice, capacities, choose, fuses, interpreted, waits
 from .lone import LoneRuns
 from .switch import ModeSwitch, ServedLine
 from .trial import EntryWait, Trial
-from .window import MIN_ANSWERS, Window, measured_s, round_trip_s
+from .window import MIN_ANSWERS, Window, beyond_first, measured_s, round_trip_s
 
 __all__ = ["MIN_ANSWERS", "Choice", "EntryWait", "HostCosts", "LoneRuns", "Mode", "ModeSwitch", "ServedLine", "Trial",
-           "Window", "capacities", "choose", "fuses", "interpreted", "measured_s", "round_trip_s", "waits", "way"]
+           "Window", "beyond_first", "capacities", "choose", "fuses", "interpreted", "measured_s", "round_trip_s",
+           "waits", "way"]

@@ -12,8 +12,8 @@ from ..manifest import LatencyTable
 from .costs import LEAST_SHARE, HostCosts, Mode, device_s, middle_length, ms, way
 from .load import capacities
 from .trial import Trial
-from .window import (LOAD_STEP, MIN_ANSWERS, SWITCH_GAIN, Window, engines_off, half_octave, in_model,
-                     measured_s, moved, round_trip_s)
+from .window import (LOAD_STEP, MIN_ANSWERS, SWITCH_GAIN, Window, beyond_first, engines_off, half_octave,
+                     in_model, measured_s, moved, round_trip_s)
 
 # Answers a window needs for the stub's measured costs to be corrected by it, and for what it shows
 # tritonserver's CPU cost a request to be kept: over fewer, work that is not this model's
@@ -29,6 +29,12 @@ LINE_SPREAD = 2.0
 # both ways: it bounds plain's stub cost from above and draws no way's line (``ModeSwitch._learn``).
 MIXED_INLINE = 0.1
 LINE_KEEPS = 3  # windows a line keeps of each half octave of batch sizes (the latest)
+# Windows at capacity, served plain one request a call, after which a load that reads as the one
+# last tried is tried again (``ModeSwitch._another_load``), doubled at each such try, up to
+# RETRY_MAX: a load told from the one tried by nothing the windows show costs, where it is the
+# same, a trial's two windows in RETRY_MAX at most.
+RETRY_WINDOWS = 4
+RETRY_MAX = 64
 
 
 @dataclass(frozen=True)
@@ -233,9 +239,28 @@ class ModeSwitch:
     # How the trial's last window moved from its load (``Trial.ended``): it ends unless the load
     # stopped, which pauses it (``_pause``).
     _moving: str = field(init=False, default="")
+    # Windows at capacity since the last trial, at its load as far as they show (the requests in the
+    # model unread), and how many of them try its load again (``_another_load``).
+    _unread: int = field(init=False, default=0)
+    _retry: int = field(init=False, default=RETRY_WINDOWS)
 
     def __post_init__(self):
         self.measured = self.costs
+
+    @property
+    def _room(self) -> int:
+        """The requests a call may hold beyond its first (the largest batch tabled, less one)."""
+        return int(self.tables[0].batch_sizes[-1]) - 1
+
+    def _full(self, window: Window) -> bool:
+        """Whether a window served plain ran one request a call (``max_batch_size`` 1): then its
+        calls show no queue (``_overlap``), Triton's holds the rest out of the stub's sight, and
+        the latency it measures leaves them out (``measured_s``). So four 2 ms stages at 16 in
+        flight, served plain 96 % busy at 117 answers/s, read as a lone request's loop answered
+        in 12 ms, and kept plain where the pipeline answered 403/s; a trial of it read 16 requests
+        in the model to plain's 1.4, falling behind, and was refused. (Calls of a larger largest
+        batch show a queue up to it, and measure the latency of one that fits in a call.)"""
+        return self.mode is not Mode.PIPELINE and not self._room
 
     @property
     def plain(self) -> Mode:
@@ -283,7 +308,8 @@ class ModeSwitch:
                 self._tried_at, self._cut = None, False
             return None
         rows, requests = max(window.rows, 1.0), window.requests
-        rate, took = window.answered / window.seconds, measured_s(window)
+        rate = window.answered / window.seconds
+        took = None if self._full(window) else measured_s(window)
         # A window in which a trial's load moved holds two loads, neither the trial's, as does the
         # one after it where the load went on: it teaches nothing.
         moved_now = self.trying is not None and not self._moving and self.trying.moved(rate, took)
@@ -335,8 +361,10 @@ class ModeSwitch:
                      f"{self._server_text()}{self._engines_text()})")
         # Its answers are its capacity, not the load, where it is overloaded, and where the clients
         # wait on their answers (a round trip in series) and keep the instance busy within the
-        # model's error of all the time: weigh capacities.
-        looped = self.mode is not Mode.PIPELINE and series > 0 and busy[self.mode] >= 1 - SWITCH_GAIN
+        # model's error of all the time: weigh capacities. So too where its calls are full, which
+        # show no queue behind them (``_full``).
+        looped = (series > 0 or self._full(window)) and self.mode is not Mode.PIPELINE \
+            and busy[self.mode] >= 1 - SWITCH_GAIN
         if self.trying is not None:
             self._before = None
             return self._trial(rate, rows, took, moved_now, window)
@@ -356,8 +384,9 @@ class ModeSwitch:
         if not (better or tries) or not steady or before.wanted is not other:
             return None  # a window may hold a load starting or stopping: the one before must agree
         if not better:
-            self.trying = Trial((before.rate + rate) / 2, took)
-            self._tried_at, self._cut = (self.trying.baseline, rows, in_model(self.trying.baseline, took)), False
+            self.trying = Trial((before.rate + rate) / 2, took, capped=capped)
+            self._tried_at = (self.trying.baseline, rows, in_model(self.trying.baseline, took))
+            self._cut, self._unread = False, 0
             why = f"{way(self.mode)} at capacity" if at_capacity else "plain not yet served, within the model's error"
             self.last = f"a trial, {why}: {self.last}"
         return self._switch(other)
@@ -489,16 +518,25 @@ class ModeSwitch:
         load after it is not tried again (MiniLM's one stage from an H100 under Poisson 3,216/s,
         plain 100 % busy in calls of 20.6 rows that take as long as one row's, tried the pipeline
         after every pause between a check's rounds, each time refused, each time two windows served
-        the later way: docs/results/check-held-out-rest)."""
+        the later way: docs/results/check-held-out-rest). Served plain one request a call, a load
+        at the same answers/s may still be another, the requests in the model unread (16 in
+        flight reads as one in flight does, ``_full``): it is tried again after ``_retry`` such
+        windows, each time twice as many, up to ``RETRY_MAX``."""
         if self._tried_at is None:
             return True
         at, rows_at, held_at = self._tried_at
         if moved(rate, at):
             return True
         held = in_model(rate, took_s)
-        if held is None or held_at is None:
+        if held is not None and held_at is not None:
+            return max(held, held_at) > LOAD_STEP * min(held, held_at)
+        if self._room or moved(rows, rows_at, 2 * SWITCH_GAIN):
             return moved(rows, rows_at, 2 * SWITCH_GAIN)
-        return max(held, held_at) > LOAD_STEP * min(held, held_at)
+        self._unread += 1
+        if self._unread < self._retry:
+            return False
+        self._unread, self._retry, self._tried_at = 0, min(2 * self._retry, RETRY_MAX), None
+        return True
 
     def _learn(self, per_request_s: float, requests: float, rate: float, inline: float = 0.0) -> None:
         """The stub's seconds a request served as now at ``requests`` a run and ``rate`` answers/s,
@@ -612,7 +650,7 @@ class ModeSwitch:
             return None
         said = trial.said(f"a trial {way(self.mode)}", way(self._other))
         if kept:
-            self.trying, self.last = None, f"{said}: kept"
+            self.trying, self.last, self._retry = None, f"{said}: kept", RETRY_WINDOWS
             self._tried_at = (trial.answered, rows, in_model(trial.answered, trial.took))
             return self.mode
         return self._end_trial(f"{said}: {trial.refused}")
@@ -722,12 +760,13 @@ class ModeSwitch:
         kept pipelining (its lone batches inline), its stub 100 us a request dearer than the plain
         model's, at 0.91x-0.97x its answers/s; counted one way and not the other, the two ways could
         each predict the other sooner. 1 where the window cannot tell: its calls not counted
-        (several instances, a hold), or, pipelined, its lone batches."""
+        (several instances, a hold), or, pipelined, its lone batches, or, plain, a call that holds
+        one request (``beyond_first``: random arrivals bring none beyond it either)."""
         if not window.executes or window.seconds <= 0:
             return 1.0
         if self.mode is not Mode.PIPELINE:
             rate, took = window.answered / window.seconds, window.execute_s / window.executes
-            beyond = rate * took + math.exp(-rate * took) - 1  # a call's requests beyond its first, at random
+            beyond = beyond_first(rate * took, self._room)
             return min(max(window.answered / window.executes - 1, 0.0) / beyond, 1.0) if beyond > 0 else 1.0
         stage0 = window.answered / requests * self._device_s(Mode.IN_TURN, rows, self.tables[:1], Mode.PIPELINE) \
             / window.seconds

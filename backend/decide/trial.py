@@ -31,6 +31,11 @@ class Trial:
 
     baseline: float
     baseline_s: float | None = None
+    # The way before served at its capacity (a loop or an overload, ``ModeSwitch``): its answers/s
+    # were not the load's, and a window of the way tried that answers ``TRIAL_GAIN`` more is that
+    # way carrying more, not a load that moved (one request a call, four 2 ms stages under Poisson
+    # 200/s: plain answered its 117/s; the pipeline tried answered Triton's queue and then the load).
+    capped: bool = False
     rates: list[float] = field(default_factory=list)
     took_s: list[float | None] = field(default_factory=list)
 
@@ -57,6 +62,8 @@ class Trial:
         in 11.4 ms a request, then 2,614/s in 16.0 ms (37, then 42 in the model); read as a load
         that moved, the trial ran a window more and "ended with its load", free to run again
         after the next pause (docs/results/http-clients)."""
+        if self.capped and rate >= (1 + TRIAL_GAIN) * self.baseline:
+            return False
         # This window's requests against the way before's (``sooner`` weighs the trial's windows together).
         quick = took_s is not None and self.baseline_s is not None and took_s <= (1 - TRIAL_GAIN) * self.baseline_s
         if not self.rates:

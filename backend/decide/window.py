@@ -112,6 +112,24 @@ def round_trip_s(window: Window, delay_s: float = 0.0) -> float:
     return max(idle - math.exp(-rate * took) / rate - delay_s, 0.0) * window.executes / window.answered
 
 
+def beyond_first(mean: float, room: int) -> float:
+    """A call's requests beyond its first that random (Poisson) arrivals bring, ``mean`` arriving
+    during a call, where a call holds at most ``room`` more (the largest batch less one): E[min(
+    max(K - 1, 0), room)], K Poisson; ``mean + exp(-mean) - 1`` where the room never binds. A
+    model that takes one request a call (``max_batch_size`` 1) shows none, queued or not."""
+    if room <= 0 or mean <= 0:
+        return 0.0
+    if room >= mean + 10 * math.sqrt(mean) + 10:
+        return mean + math.exp(-mean) - 1
+    total, below, log_pmf = 0.0, 0.0, -mean  # ``below``: P(K <= k), ``log_pmf``: log P(K = k)
+    for k in range(room + 1):
+        below += math.exp(log_pmf)
+        if k:
+            total += max(1.0 - below, 0.0)  # P(K >= k + 1): the call holds a k-th request beyond its first
+        log_pmf += math.log(mean) - math.log(k + 1)
+    return total
+
+
 def measured_s(window: Window) -> float | None:
     """A request's mean seconds from Triton's queue to its answer as the window measured them,
     the hand-off to the client left out alike for both ways. Each call holds Triton's instance
