@@ -109,8 +109,9 @@ class DiversityPolicy(Policy):
         # What this manifest makes of the settings (bound again to the fused manifest, the
         # policy decides afresh, not from what an earlier bind made of them).
         self.input, self.operator, max_in_flight = self._settings
-        if self.auto:
-            self.input = self._axis is not None
+        if self.auto:  # (a batch of one query pads nothing: it has no input diversity to cluster, and the
+            # bound on rows in flight, one query a stage, would idle stage 0 on every hand-off)
+            self.input = self._axis is not None and self._max > 1
             self.operator = manifest.operator_diversity
         elif self.input and self._axis is None:
             raise ConfigError("Policy I (policy 'input') needs inputs with a named length axis; this model has none")

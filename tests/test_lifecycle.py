@@ -216,6 +216,22 @@ def test_a_models_instances_serve_one_way_and_leave_nothing_behind(client, repos
     assert not files(0)
 
 
+def test_a_model_that_takes_one_request_a_call_loads_and_answers_each(client, repository):
+    """``max_batch_size: 1`` through tritonserver, pipelined and under ``auto``: the model loads
+    (loading had handed its pipeline a batch of two, which no stage takes, and failed after 60 s)
+    and eight requests sent at once are each answered with their own rows."""
+    table = LatencyTable.from_json({"batch_sizes": [1], "mean": [2.0]})
+    for policy in ("pass", "auto"):
+        name = f"lifecycle_one_{policy}"
+        write_timed(name, (TensorSpec("x", "float32", ("sequence",)),), [table] * 4, 1, "timed.onnx", "",
+                    repository / name, {"policy": policy})
+        with serving(client, repository, name):
+            answers = Answers(8)
+            for key in range(8):
+                send(client, name, key, answers)
+            assert answers.wait() == dict.fromkeys(range(8), True)
+
+
 def test_a_polling_server_sees_the_old_model_or_the_new_one_throughout_a_reslice(tmp_path, sources):
     """A tritonserver polling its repository every second serves a model while it is sliced
     again into the same folder (2 stages, then 3), and while a slice that fails verification
