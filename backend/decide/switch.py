@@ -361,8 +361,8 @@ class ModeSwitch:
                      f"{self._server_text()}{self._engines_text()})")
         # Its answers are its capacity, not the load, where it is overloaded, and where the clients
         # wait on their answers (a round trip in series) and keep the instance busy within the
-        # model's error of all the time: weigh capacities. So too where its calls are full, which
-        # show no queue behind them (``_full``).
+        # model's error of all the time: weigh capacities. So too where a call holds one request,
+        # which shows no queue behind it (``_full``).
         looped = (series > 0 or self._full(window)) and self.mode is not Mode.PIPELINE \
             and busy[self.mode] >= 1 - SWITCH_GAIN
         if self.trying is not None:
@@ -530,8 +530,9 @@ class ModeSwitch:
         held = in_model(rate, took_s)
         if held is not None and held_at is not None:
             return max(held, held_at) > LOAD_STEP * min(held, held_at)
-        if self._room or moved(rows, rows_at, 2 * SWITCH_GAIN):
-            return moved(rows, rows_at, 2 * SWITCH_GAIN)
+        rows_moved = moved(rows, rows_at, 2 * SWITCH_GAIN)
+        if rows_moved or self._room:
+            return rows_moved
         self._unread += 1
         if self._unread < self._retry:
             return False
