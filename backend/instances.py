@@ -69,7 +69,7 @@ class SharedMode:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             # ... of the file the path names still: a leader unloading unlinks its file, then lets go
-            held = os.stat(self.path).st_ino == os.fstat(fd).st_ino
+            held = self._names(fd)
         except (BlockingIOError, FileNotFoundError):
             held = False
         if not held:
@@ -77,6 +77,10 @@ class SharedMode:
             return False
         self.fd = fd
         return True
+
+    def _names(self, fd: int) -> bool:
+        """Whether the path still names the file open at ``fd`` (not one made after it was unlinked)."""
+        return os.stat(self.path).st_ino == os.fstat(fd).st_ino
 
     def write(self, mode: str) -> None:
         """Where it leads: ``mode`` is the way every instance serves from now on."""
@@ -100,7 +104,7 @@ class SharedMode:
         if self.fd is None:
             return
         try:
-            if os.stat(self.path).st_ino == os.fstat(self.fd).st_ino:
+            if self._names(self.fd):
                 self.path.unlink()
         except OSError:
             pass

@@ -252,8 +252,9 @@ class ModeSwitch:
         """The requests a call may hold beyond its first (the largest batch tabled, less one)."""
         return int(self.tables[0].batch_sizes[-1]) - 1
 
-    def _full(self, window: Window) -> bool:
-        """Whether a window served plain ran one request a call (``max_batch_size`` 1): then its
+    @property
+    def _full(self) -> bool:
+        """Whether served plain, one request a call (``max_batch_size`` 1): then its
         calls show no queue (``_overlap``), Triton's holds the rest out of the stub's sight, and
         the latency it measures leaves them out (``measured_s``). So four 2 ms stages at 16 in
         flight, served plain 96 % busy at 117 answers/s, read as a lone request's loop answered
@@ -309,7 +310,7 @@ class ModeSwitch:
             return None
         rows, requests = max(window.rows, 1.0), window.requests
         rate = window.answered / window.seconds
-        took = None if self._full(window) else measured_s(window)
+        took = None if self._full else measured_s(window)
         # A window in which a trial's load moved holds two loads, neither the trial's, as does the
         # one after it where the load went on: it teaches nothing.
         moved_now = self.trying is not None and not self._moving and self.trying.moved(rate, took)
@@ -363,8 +364,7 @@ class ModeSwitch:
         # wait on their answers (a round trip in series) and keep the instance busy within the
         # model's error of all the time: weigh capacities. So too where a call holds one request,
         # which shows no queue behind it (``_full``).
-        looped = (series > 0 or self._full(window)) and self.mode is not Mode.PIPELINE \
-            and busy[self.mode] >= 1 - SWITCH_GAIN
+        looped = (series > 0 or self._full) and self.mode is not Mode.PIPELINE and busy[self.mode] >= 1 - SWITCH_GAIN
         if self.trying is not None:
             self._before = None
             return self._trial(rate, rows, took, moved_now, window)

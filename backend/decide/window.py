@@ -119,8 +119,6 @@ def beyond_first(mean: float, room: int) -> float:
     model that takes one request a call (``max_batch_size`` 1) shows none, queued or not."""
     if room <= 0 or mean <= 0:
         return 0.0
-    if room >= mean + 10 * math.sqrt(mean) + 10:
-        return mean + math.exp(-mean) - 1
     total, below, log_pmf = 0.0, 0.0, -mean  # ``below``: P(K <= k), ``log_pmf``: log P(K = k)
     for k in range(room + 1):
         below += math.exp(log_pmf)
