@@ -6,10 +6,14 @@
   first. Each group is padded only to its own longest query and enters as its own batch. The
   entry's window is the first stage's time at the largest batch, waited only when waiting can
   pay (the pipeline is busy, queries arrive faster than half of what it serves unbatched, and
-  another is expected within the window): a lone query never waits. Rows in flight are bounded
-  by ``max_in_flight``: by default a full batch per stage (the paper bounds them by one full
-  batch, which on a pipeline of full batches leaves all but one stage idle; set it to the
-  maximum batch size for the paper's rule).
+  another is expected within the window): a lone query never waits. Where more queries wait
+  than a batch takes, the batch takes the oldest and those nearest it in length (``_nearest``).
+  Rows in flight are bounded by ``max_in_flight``: by default a full batch per stage and one
+  more, the batch stage 0 computes while the one it finished waits in its buffer for the next
+  stage (the paper bounds them by one full batch, which on a pipeline of full batches leaves
+  all but one stage idle; a batch a stage left stage 0 idle at every hand-off: two timed stages
+  of 8 rows, 64 RTE queries in flight, 0.84x the answers; set it to the maximum batch size for
+  the paper's rule).
 - **Policy II, operator diversity.** When a stage finishes a whole batch of ``bs`` rows, it is
   split in halves if the remaining stages take at least as long for it as for the halves one
   after the other (``T_remain(bs) >= T_remain(bs/2) * 2``), and the rule is applied again to each
@@ -79,7 +83,8 @@ class DiversityPolicy(Policy):
     auto: bool = False  # keep only the policies for the diversities the manifest records
     window_ms: float = 0.0  # Policy I window; 0: none (``window_end``); -1: the paper's, stage 0 at the largest batch
     t_comp_wait_ms: float = -1.0  # Policy III; -1: no limit but the prediction's
-    max_in_flight: int = -1  # rows admitted and not yet answered; -1: a full batch per stage with Policy I; 0: none
+    # Rows admitted and not yet answered; -1: with Policy I a full batch per stage and one more; 0: no bound.
+    max_in_flight: int = -1
     statistic: str = "mean"  # mean | p99: which column of the tables predictions read
     deadline_ms: float = 0.0  # a query's deadline after it arrived when its request sets no timeout; 0: none
     _tables: list[LatencyTable] = field(init=False, repr=False, default_factory=list)
@@ -116,7 +121,7 @@ class DiversityPolicy(Policy):
         elif self.input and self._axis is None:
             raise ConfigError("Policy I (policy 'input') needs inputs with a named length axis; this model has none")
         self.max_in_flight = max_in_flight if max_in_flight >= 0 else (
-            self._max * len(self._tables) if self.input else 0)
+            self._max * (len(self._tables) + 1) if self.input else 0)
 
     def measured(self, costs: HostCosts, stages: int) -> None:
         """Every prediction adds what the host spends on a batch, as measured here: a stage's
@@ -215,12 +220,45 @@ class DiversityPolicy(Policy):
              ) -> list[tuple[list[Query], BatchShape]]:
         if not self.input or waiting[0].rigid is None:
             return super().form(waiting, room, now, outlook)
-        taken = take_batch(waiting, room, self.joins)  # any length of the oldest's open shapes
+        taken = self._nearest(waiting, room)
         chosen = {id(q) for q in taken}
         backlog = sum(q.rows for q in waiting if id(q) not in chosen)
         taken.sort(key=lambda q: q.sizes[self._axis])
         groups = self._cluster(taken, now, backlog, outlook)
         return [(group, BatchShape.of(group, pads=True)) for group in groups]
+
+    def _nearest(self, waiting: Sequence[Query], room: int) -> list[Query]:
+        """The oldest query and, of the waiting ones that join it, those nearest it in length, up to
+        ``room`` rows: where more wait than fit, the run of lengths (sorted) that holds the oldest
+        and pads least. Oldest first, as Triton's batcher, took the next rows whatever their
+        lengths, and the clusters of a few rows each paid the stages' fixed cost again (four
+        lengths at random, two timed stages, 32 in flight: 0.82x the answers of ``policy: pass``,
+        whose batches take only the rows of one shape)."""
+        joining = take_batch(waiting, sum(q.rows for q in waiting), self.joins)
+        if sum(q.rows for q in joining) <= room or joining[0].rows >= room:
+            return joining if sum(q.rows for q in joining) <= room else [joining[0]]
+        axis = self._axis
+        ordered = sorted(joining, key=lambda q: q.sizes[axis])  # stable: the oldest first among its length
+        at = next(i for i, q in enumerate(ordered) if q is joining[0])
+        best: tuple[int, int, int] | None = None  # (-rows, padding, start)
+        for start in range(at, -1, -1):
+            rows, end = 0, start
+            while end < len(ordered) and rows + ordered[end].rows <= room:
+                rows, end = rows + ordered[end].rows, end + 1
+            if end <= at:
+                break  # the run no longer reaches the oldest; starting earlier only ends earlier
+            longest = ordered[end - 1].sizes[axis]
+            padding = sum(q.rows * (longest - q.sizes[axis]) for q in ordered[start:end])
+            if best is None or (-rows, padding) < best[:2]:
+                best = (-rows, padding, start)
+        assert best is not None
+        start, rows, taken = best[2], 0, []
+        for query in ordered[start:]:
+            if rows + query.rows > room:
+                break
+            taken.append(query)
+            rows += query.rows
+        return taken
 
     def form_inline(self, queries: Sequence[Query]) -> list[list[Query]]:
         """Policy I inside one ``execute`` on engines that overlap: every query is answered when

@@ -171,7 +171,7 @@ def test_auto_takes_the_policies_of_the_recorded_diversities():
     per_length = timed_manifest([PER_LENGTH] * 2)
     auto = make_policy("auto", {})
     auto.bind(per_length)
-    assert (auto.input, auto.operator, auto.load, auto.max_in_flight) == (True, False, True, 16)
+    assert (auto.input, auto.operator, auto.load, auto.max_in_flight) == (True, False, True, 24)
     fixed_shape = timed_manifest([flat(T)] * 2, dims=(4,))
     auto = make_policy("auto", {})
     auto.bind(fixed_shape)
@@ -296,11 +296,38 @@ def test_policy1_forms_fuller_batches_when_others_wait():
     auto = make_policy("input", {})
     auto.bind(manifest)
     queries = refuse_invalid(manifest, [Query({"x": np.zeros((1, n), np.float32)}, lambda o, f: None)
-                                        for n in [5, 6, 8, 16, 7, 7, 7]])
+                                        for n in [5, 6, 8, 16, 16, 16, 16]])
     alone = auto.form(queries[:4], 4, time.monotonic())
     assert [len(group) for group, _ in alone] == [3, 1]
     crowded = auto.form(queries, 4, time.monotonic())
     assert [len(group) for group, _ in crowded] == [4] and dict(crowded[0][1].sizes) == {"sequence": 16}
+
+
+def test_policy1_takes_the_waiting_queries_nearest_the_oldest_in_length():
+    """Where more wait than a batch takes, the batch is the oldest and those nearest it in length,
+    not the next in arrival order: alternating lengths 16 and 8, a batch of four takes the four
+    of the oldest's length, unpadded (Triton's order padded two of 8 to 16 in each batch; RTE
+    lengths on two timed stages of 8 rows: 1,616 against 2,190 answers/s at 64 in flight). Of
+    the runs that fill the batch, the one that pads least; all that wait where they fit."""
+    manifest = timed_manifest([PER_LENGTH])
+    auto = make_policy("input", {})
+    auto.bind(manifest)
+
+    def waiting(*lengths):
+        return refuse_invalid(manifest, [Query({"x": np.zeros((1, n), np.float32)}, lambda o, f: None)
+                                         for n in lengths])
+
+    def formed(queries, room):
+        return [[q.sizes["sequence"] for q in group] for group, _ in auto.form(queries, room, time.monotonic())]
+
+    queries = waiting(16, 8, 16, 8, 16, 8, 16, 8)
+    assert formed(queries, 4) == [[16, 16, 16, 16]]
+    assert formed(queries[1:], 4) == [[8, 8, 8, 8]]
+    # The oldest (12) with the three longer ones pads 4 tokens, with the three shorter ones 3 + 2
+    # + 1: the longer run; beside three of 11 (1 + 1 + 1), the shorter.
+    assert formed(waiting(12, 16, 9, 16, 10, 16, 11), 4) == [[12, 16, 16, 16]]
+    assert formed(waiting(12, 16, 11, 16, 11, 16, 11), 4) == [[11, 11, 11, 12]]
+    assert formed(waiting(12, 16, 9), 4) == [[9, 12, 16]]  # all fit: all taken, as before (one tabulated length)
 
 
 def test_policy1_forms_fuller_batches_under_load():
