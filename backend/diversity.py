@@ -51,15 +51,17 @@ model pipelines at all is not the policy's to say: ``decide`` decides how to ser
 from __future__ import annotations
 
 import math
+from bisect import bisect_right
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from itertools import accumulate
 
 from .batch_table import BatchRow, Flight
 from .manifest import LatencyTable, Manifest
 from .errors import ConfigError
 from .decide import HostCosts
 from .policy import Outlook, Policy
-from .query import BatchShape, Query, take_batch
+from .query import BatchShape, Query
 
 MISSED = 3600.0  # seconds a missed deadline costs a query when clusters are compared
 PIECES = 4  # a crowd of one length may be cut into up to this many groups (to fill a pipeline)
@@ -234,23 +236,26 @@ class DiversityPolicy(Policy):
         two timed stages of up to 8 rows, queries at RTE's length deciles, 64 in flight through
         Triton: 545 answers/s, 615 with this and the bound on rows in flight of one batch more
         (docs/results/policy-one-crowd)."""
-        joining = take_batch(waiting, sum(q.rows for q in waiting), self.joins)
+        oldest = waiting[0]
+        joining = [q for q in waiting if self.joins(oldest, q)]
         if sum(q.rows for q in joining) <= room:
             return joining
-        if joining[0].rows >= room:
-            return joining[:1]
+        if oldest.rows >= room:
+            return [oldest]
         axis = self._axis
         ordered = sorted(joining, key=lambda q: q.sizes[axis])  # stable: the oldest first among its length
-        at = next(i for i, q in enumerate(ordered) if q is joining[0])
+        at = next(i for i, q in enumerate(ordered) if q is oldest)
+        # Rows and tokens before each query: a run's rows and unpadded tokens by two subtractions
+        # (on stage 0's path, up to 64 runs of up to 64 queries each).
+        rows_before = list(accumulate((q.rows for q in ordered), initial=0))
+        tokens_before = list(accumulate((q.rows * q.sizes[axis] for q in ordered), initial=0))
         best: tuple[int, int, int, int] | None = None  # (-rows, padding, start, end): fullest, then least padded
         for start in range(at, -1, -1):
-            rows, end = 0, start
-            while end < len(ordered) and rows + ordered[end].rows <= room:
-                rows, end = rows + ordered[end].rows, end + 1
+            end = bisect_right(rows_before, rows_before[start] + room) - 1  # the longest run from it that fits
             if end <= at:
                 break  # the run no longer reaches the oldest; starting earlier only ends earlier
-            longest = ordered[end - 1].sizes[axis]
-            padding = sum(q.rows * (longest - q.sizes[axis]) for q in ordered[start:end])
+            rows = rows_before[end] - rows_before[start]
+            padding = rows * ordered[end - 1].sizes[axis] - (tokens_before[end] - tokens_before[start])
             if best is None or (-rows, padding) < best[:2]:
                 best = (-rows, padding, start, end)
         assert best is not None  # the run from the oldest reaches it: its rows fit the room
