@@ -143,6 +143,7 @@ class Metrics:
         self._longest_idle_us = 0.0
         self._mode: Key | None = None  # the serving seconds' key of the way it serves now (``serving``)
         self._since = 0.0  # when those seconds were last counted
+        self._woken: threading.Event | None = None  # set at the next record (``wake``)
 
     def meta_operation(self, kind: str) -> None:
         self._add((_meta_key(kind), 1))
@@ -222,8 +223,17 @@ class Metrics:
             self._counters[self._mode] = self._counters.get(self._mode, 0.0) + now - self._since
         self._since = now
 
+    def wake(self, event: threading.Event) -> None:
+        """Set ``event`` at the next record, once: a thread that waits for serving to resume
+        sleeps until it does (``serving.Watch._resumed``) instead of polling the counters."""
+        self._woken = event
+
     def _add(self, *updates: tuple[Key, float]) -> None:
         self._recorded.extend(updates)
+        if self._woken is not None:  # (two recorders at once may both set it: harmless)
+            woken, self._woken = self._woken, None
+            if woken is not None:
+                woken.set()
         if len(self._recorded) > FOLD_AT:  # nobody reads (a model outside Triton): keep it small
             with self._lock:
                 self._fold()

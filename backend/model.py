@@ -28,6 +28,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from operator import methodcaller
 from pathlib import Path
 
 import triton_python_backend_utils as pb_utils
@@ -53,6 +54,7 @@ from .query import Handover, Query, Responder, rows_of
 from .serving import serve
 
 METRICS_INTERVAL_S = 1.0
+_TIMEOUT = methodcaller("timeout")  # a request's own timeout, in us (0: none)
 log = logging.getLogger(__name__)
 
 
@@ -173,6 +175,7 @@ class TritonPythonModel:
         batch = int(config["max_batch_size"])
         self._queue = QueuePolicy.from_model_config(config)
         self._reached = TritonQueue(batch, self._queue.delay_us / 1e6)
+        self._responses: list | None = None  # a straight call's (``_respond``)
         runtime_config = dataclasses.replace(RuntimeConfig.from_parameters(triton_parameters(config)),
                                              queue=self._queue)
         device = make_device(args.get("model_instance_kind", "CPU"), int(args.get("model_instance_device_id", 0)))
@@ -229,16 +232,23 @@ class TritonPythonModel:
 
     def _execute(self, requests: list, began: float) -> tuple[list | None, int]:
         """What ``execute`` returns, and how many queries it ran and returned itself (0 where
-        the pipeline answers them)."""
+        the pipeline answers them). The way of most calls served plain (none with a deadline:
+        ``Server.run_straight``) is written out here, calling as few functions as it can: in a
+        stub every function a call touches costs microseconds of cold caches, more than its work
+        (a dozen steps of this path cost 1-4 us a call each at near-zero compute, measured section by
+        section in a stub: docs/results/served-plain-flat)."""
         if not requests:
             return None if self._decoupled else [], 0
         inputs = [{tensor.name(): tensor.as_numpy() for tensor in request.inputs()} for request in requests]
-        inline = self._server.runs_inline(inputs)
-        if inline:
-            responses = self._straight(requests, inputs, began)
-            if responses is not None:
+        server = self._server
+        inline = server.runs_inline(inputs)
+        if inline and not self._queue.any_deadline(map(_TIMEOUT, requests)):
+            rows = server.run_straight(inputs, self._respond)
+            if rows:
+                self._reached.called(len(requests), rows, began)
+                responses, self._responses = self._responses, None
                 return self._returned(requests, responses), len(requests)
-        else:  # out of Triton's shared memory: the pipeline runs them after execute() returned
+        elif not inline:  # out of Triton's shared memory: the pipeline runs them after execute() returned
             inputs = [{name: array.copy() for name, array in tensors.items()} for tensors in inputs]
         # Every call moves on when the next one's requests are taken to have reached Triton
         # (``arrival.py``); each request's deadline counts from when this one's did. Each request
@@ -259,6 +269,16 @@ class TritonPythonModel:
         self._server.run(queries, lambda: responses.extend([self._response_of(q.reply) for q in queries]))
         return self._returned(requests, responses), len(requests)
 
+    def _respond(self, replies: list) -> None:
+        """The responses of a call run straight (``Server.run_straight``), built while the engines
+        compute and kept for ``_execute`` to return (one thread calls ``execute`` at a time):
+        a method, not a closure made on every call."""
+        respond = self._response_of
+        responses = []
+        for reply in replies:
+            responses.append(respond(reply))
+        self._responses = responses
+
     def _returned(self, requests: list, responses: list) -> list | None:
         """What ``execute`` returns of the responses of a call run inside it: the list, or, where the
         model is decoupled, none, each sent through its request's sender."""
@@ -267,20 +287,6 @@ class TritonPythonModel:
         for request, response in zip(requests, responses):
             self._sender(request)(response)
         return None
-
-    def _straight(self, requests: list, inputs: list[dict], began: float) -> list | None:
-        """The responses of a call run inside ``execute``, run from the requests' inputs alone
-        where none has a deadline (``Server.run_straight``), or None: it goes the way of every
-        other call."""
-        if self._queue.any_deadline(request.timeout() for request in requests):
-            return None
-        responses: list = []
-        respond = self._response_of
-        rows = self._server.run_straight(inputs, lambda replies: responses.extend([respond(r) for r in replies]))
-        if not rows:
-            return None
-        self._reached.called(len(requests), rows, began)
-        return responses
 
     def _queries(self, requests: list, inputs: list[dict], reached: tuple[float, float],
                  respond: Callable[[int], Responder] | None = None) -> list[Query]:

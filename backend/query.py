@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
+from operator import attrgetter
 from typing import TypeVar
 
 import numpy as np
@@ -237,12 +238,16 @@ def refuse_invalid(manifest: Manifest, queries: Sequence[Query], limits: Mapping
     return good
 
 
+_DTYPE, _SHAPE = attrgetter("dtype"), attrgetter("shape")
+
+
 def signature(inputs: Tensors) -> tuple:
     """What a query's judgement depends on: each input's name, dtype and shape. Queries alike
     are judged once (``refuse_invalid``): a batch of equal shapes costs one validation, and
     unpadded text, whose lengths differ from query to query but recur, one per length the model
     has seen."""
-    return tuple([(name, array.dtype, array.shape) for name, array in inputs.items()])
+    arrays = inputs.values()  # (built without a comprehension: every served-plain call makes one)
+    return tuple(zip(inputs, map(_DTYPE, arrays), map(_SHAPE, arrays)))
 
 
 def valid_before(judged: Judged, key: tuple) -> bool:

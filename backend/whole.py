@@ -125,7 +125,9 @@ class WholeBatch:
         called = time.monotonic()
         with self.device.running_on(self._stream):
             ran, admitted, waited_s, batches = self._run_formed(queries, runs)
-        self._ended(meanwhile, runs, called, admitted, waited_s, batches, ran)
+        if meanwhile is not None:
+            meanwhile()
+        self._ended(runs, called, admitted, waited_s, batches, ran)
 
     def run_straight(self, inputs: Sequence[Tensors], meanwhile: Callable[[list[Reply]], None]) -> int:
         """Run the requests of one call Triton handed over, given as their inputs, where nothing
@@ -148,19 +150,21 @@ class WholeBatch:
         (docs/results/served-plain-bookkeeping)."""
         if not self._straight:
             return 0
-        lone = len(inputs) == 1
-        if lone:  # (most calls: one request, judged without a set of signatures)
-            runs_straight = valid_before(self._judged, signature(inputs[0]))
+        runs: list[tuple[int, list[float]]] = []
+        if len(inputs) == 1:  # (most calls: one request, judged without a set of signatures)
+            if not valid_before(self._judged, signature(inputs[0])):
+                return 0
+            called = time.monotonic()
+            replies = [self._one_query(inputs[0], runs)]
         else:
             signatures = {signature(each) for each in inputs}
-            runs_straight = (all(valid_before(self._judged, key) for key in signatures) and self._alike_together
-                             and (len(signatures) == 1 or _alike(signatures)))
-        if not runs_straight:
-            return 0
-        runs: list[tuple[int, list[float]]] = []
-        called = time.monotonic()
-        replies = [self._one_query(inputs[0], runs)] if lone else self._run_alike(inputs, runs)
-        self._ended(lambda: meanwhile(replies), runs, called, len(inputs), 0.0, 1, None)
+            if not (self._alike_together and all(valid_before(self._judged, key) for key in signatures)
+                    and (len(signatures) == 1 or _alike(signatures))):
+                return 0
+            called = time.monotonic()
+            replies = self._run_alike(inputs, runs)
+        meanwhile(replies)
+        self._ended(runs, called, len(inputs), 0.0, 1, None)
         return sum(map(_ROWS, runs)) or len(inputs)  # (runs: none where every request failed)
 
     def _run_alike(self, inputs: Sequence[Tensors], runs: list) -> list[Reply]:
@@ -192,7 +196,9 @@ class WholeBatch:
         admitted = self._admit((query,))
         if admitted:
             query.answer(*self._one_query(query.inputs, runs))
-        self._ended(meanwhile, runs, called, len(admitted), waited(admitted, called), len(admitted),
+        if meanwhile is not None:
+            meanwhile()
+        self._ended(runs, called, len(admitted), waited(admitted, called), len(admitted),
                     admitted if runs else None)
 
     def _one_query(self, inputs: Tensors, runs: list) -> Reply:
@@ -207,12 +213,11 @@ class WholeBatch:
             except Exception as exc:  # noqa: BLE001 - its own failure, answered
                 return None, Failure.of(exc)
 
-    def _ended(self, meanwhile: Callable[[], None] | None, runs: list, called: float, admitted: int,
-               waited_s: float, batches: int, ran: list[Query] | None) -> None:
-        """After the engines were given a call's batches: ``meanwhile``, the wait for the engines
-        (the last stage launched saw it end), the counters, and what a policy that learns hears."""
-        if meanwhile is not None:
-            meanwhile()
+    def _ended(self, runs: list, called: float, admitted: int, waited_s: float, batches: int,
+               ran: list[Query] | None) -> None:
+        """After the engines were given a call's batches and its responses were built (``meanwhile``):
+        the wait for the engines (the last stage launched saw it end), the counters, and what a
+        policy that learns hears."""
         began = time.monotonic()
         self.device.finish(self._stream)
         ended = time.monotonic()
