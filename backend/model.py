@@ -175,7 +175,6 @@ class TritonPythonModel:
         batch = int(config["max_batch_size"])
         self._queue = QueuePolicy.from_model_config(config)
         self._reached = TritonQueue(batch, self._queue.delay_us / 1e6)
-        self._responses: list | None = None  # a straight call's (``_respond``)
         runtime_config = dataclasses.replace(RuntimeConfig.from_parameters(triton_parameters(config)),
                                              queue=self._queue)
         device = make_device(args.get("model_instance_kind", "CPU"), int(args.get("model_instance_device_id", 0)))
@@ -243,10 +242,10 @@ class TritonPythonModel:
         server = self._server
         inline = server.runs_inline(inputs)
         if inline and not self._queue.any_deadline(map(_TIMEOUT, requests)):
-            rows = server.run_straight(inputs, self._respond)
+            responses: list = []  # built while the engines compute (``Server.run_straight``)
+            rows = server.run_straight(inputs, lambda replies: responses.extend(map(self._response_of, replies)))
             if rows:
                 self._reached.called(len(requests), rows, began)
-                responses, self._responses = self._responses, None
                 return self._returned(requests, responses), len(requests)
         elif not inline:  # out of Triton's shared memory: the pipeline runs them after execute() returned
             inputs = [{name: array.copy() for name, array in tensors.items()} for tensors in inputs]
@@ -268,16 +267,6 @@ class TritonPythonModel:
         responses = []
         self._server.run(queries, lambda: responses.extend([self._response_of(q.reply) for q in queries]))
         return self._returned(requests, responses), len(requests)
-
-    def _respond(self, replies: list) -> None:
-        """The responses of a call run straight (``Server.run_straight``), built while the engines
-        compute and kept for ``_execute`` to return (one thread calls ``execute`` at a time):
-        a method, not a closure made on every call."""
-        respond = self._response_of
-        responses = []
-        for reply in replies:
-            responses.append(respond(reply))
-        self._responses = responses
 
     def _returned(self, requests: list, responses: list) -> list | None:
         """What ``execute`` returns of the responses of a call run inside it: the list, or, where the

@@ -16,27 +16,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
 from tools.lib.harness import Bench
 from tools.lib.peers import Peer, write_ways
+from tools.lib.triton import stubs_of
 from tools.lib.perf_analyzer import Load
 from tools.lib.workload import interface_of, synthetic, write_input_data
 
-STUB = b"triton_python_backend_stub"
-
-
-def stubs() -> dict[str, str]:
-    """pid -> the model file each Python backend stub serves."""
-    found = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                command = (entry / "cmdline").read_bytes().split(b"\0")
-            except OSError:
-                continue
-            if command and STUB in command[0]:
-                found[entry.name] = command[1].decode()
-    return found
-
-
-def cpu_ns(pid: str) -> dict[str, int]:
+def cpu_ns(pid: int) -> dict[str, int]:
     return {task.name: int((task / "schedstat").read_text().split()[0]) for task in Path(f"/proc/{pid}/task").iterdir()}
 
 
@@ -50,14 +34,14 @@ def main() -> None:
             bench.load(model)
             bench.measure(model, Load(concurrency=4), data, 2.0, 1.0)
         time.sleep(3)
-        found = stubs()
+        found = stubs_of(bench.server.process.pid)
         before = {pid: cpu_ns(pid) for pid in found}
         time.sleep(10)
-        for pid, model_file in found.items():
+        for pid, model in found.items():
             after = cpu_ns(pid)
             spent = {tid: ns - before[pid].get(tid, 0) for tid, ns in after.items()}
             busy = {tid: round(ns / 1e6, 1) for tid, ns in spent.items() if ns > 1e5}
-            print(f"{Path(model_file).parts[-3]}: {sum(spent.values()) / 1e8:.3f} % of a core idle; "
+            print(f"{model}: {sum(spent.values()) / 1e8:.3f} % of a core idle; "
                   f"threads (ms in 10 s): {busy}")
 
 
